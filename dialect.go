@@ -1,0 +1,115 @@
+package idem
+
+import (
+	"database/sql"
+	"fmt"
+	"strings"
+)
+
+// Dialect adapts idem to one database family: the SQL text it runs and how
+// it reads the driver's errors. The implementations are Postgres, MySQL and
+// SQLite; the interface is sealed so that it can grow without breaking
+// anyone.
+type Dialect interface {
+	// Name is the family's name: "postgres", "mysql" or "sqlite".
+	Name() string
+
+	// quote renders a validated, possibly schema-qualified table name.
+	quote(parts []string) string
+	// schema returns the DDL statements that create the table.
+	schema(parts []string) []string
+	// queries returns the statements for the quoted table.
+	queries(table string) queries
+	// inserted reads the outcome of queries.insert: true when the row was
+	// inserted, false when the key already had one.
+	inserted(res sql.Result, err error) (bool, error)
+	// retryable reports a serialization failure, deadlock or lock timeout.
+	retryable(err error) bool
+}
+
+// dialects are the Dialects IsRetryable consults.
+var dialects = []Dialect{Postgres, MySQL}
+
+// queries holds a dialect's statements for one table. The comment on each
+// gives its arguments in order; times are computed by the database clock,
+// durations are passed in microseconds.
+type queries struct {
+	// insert claims a new key as PROCESSING, or does nothing (or fails with
+	// a duplicate-key error that inserted recognises) when it exists. It
+	// waits for an open transaction that holds the key.
+	// Args: scope, key, operation, fingerprint, lease.
+	insert string
+	// get reads a record: operation, fingerprint, status, token, forgotten
+	// (past retention), lease left in µs, response status, header and body.
+	// On MySQL it is a locking read, so that it sees the latest committed
+	// row whatever the transaction's snapshot.
+	// Args: retention, scope, key.
+	get string
+	// takeover makes the record a new PROCESSING claim and grows its token,
+	// if the token is still the one read.
+	// Args: operation, fingerprint, lease, scope, key, token.
+	takeover string
+	// complete stores the final response of the claim the transaction holds.
+	// Args: response status, header, body, scope, key.
+	complete string
+	// remove deletes a record. Args: scope, key.
+	remove string
+}
+
+// parseTable splits a table name into its identifier parts, or explains
+// why it is not one.
+func parseTable(name string) ([]string, error) {
+	parts := strings.Split(name, ".")
+	if len(parts) > 2 {
+		return nil, fmt.Errorf("idem: table name %q: at most one dot (schema.table)", name)
+	}
+	for _, p := range parts {
+		if err := checkIdent(p); err != nil {
+			return nil, fmt.Errorf("idem: table name %q: %w", name, err)
+		}
+	}
+	return parts, nil
+}
+
+// maxIdentLen leaves room for the suffix of the index name within
+// Postgres's 63-byte limit, so no name is ever truncated.
+const maxIdentLen = 48
+
+func checkIdent(p string) error {
+	if p == "" {
+		return fmt.Errorf("empty identifier")
+	}
+	if len(p) > maxIdentLen {
+		return fmt.Errorf("identifier %q is %d bytes, at most %d allowed", p, len(p), maxIdentLen)
+	}
+	for i := 0; i < len(p); i++ {
+		c := p[i]
+		ok := c == '_' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || i > 0 && '0' <= c && c <= '9'
+		if !ok {
+			return fmt.Errorf("identifier %q: only letters, digits and underscores, not starting with a digit", p)
+		}
+	}
+	return nil
+}
+
+// schemaStatements renders a dialect's embedded DDL for a table: the
+// default table name is replaced by the quoted one, and the index name
+// prefix by the table's own (unqualified) name, then it is split into
+// statements at each ";" that ends a line.
+func schemaStatements(ddl, quoted, base string) []string {
+	ddl = strings.ReplaceAll(ddl, DefaultTable+"_", base+"_")
+	ddl = strings.ReplaceAll(ddl, " "+DefaultTable+" ", " "+quoted+" ")
+	var stmts []string
+	for _, s := range strings.Split(ddl, ";\n") {
+		var lines []string
+		for _, l := range strings.Split(s, "\n") {
+			if t := strings.TrimSpace(l); t != "" && !strings.HasPrefix(t, "--") {
+				lines = append(lines, l)
+			}
+		}
+		if len(lines) > 0 {
+			stmts = append(stmts, strings.Join(lines, "\n"))
+		}
+	}
+	return stmts
+}

@@ -1,0 +1,314 @@
+package idem
+
+import (
+	"context"
+	"crypto/sha256"
+	"database/sql"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+	"unicode/utf8"
+)
+
+// Limits on the fields of a Request, checked before any statement runs.
+const (
+	MaxKeyLen         = 255 // bytes in Request.Key
+	MaxScopeLen       = 255 // bytes in Request.Scope
+	MaxOperationLen   = 255 // bytes in Request.Operation
+	MaxFingerprintLen = 128 // bytes in Request.Fingerprint
+)
+
+// Defaults for the options of New.
+const (
+	DefaultTable     = "idempotency_keys"
+	DefaultLease     = 30 * time.Second
+	DefaultRetention = 24 * time.Hour
+)
+
+var (
+	// ErrInvalidKey reports an Idempotency-Key that is empty, longer than
+	// 255 bytes, or holds a byte outside visible ASCII (0x21..0x7E). A key is
+	// never truncated or trimmed. HTTP: 400.
+	ErrInvalidKey = errors.New("idem: invalid idempotency key")
+	// ErrInvalidRequest reports a Scope or Operation over 255 bytes, holding
+	// NUL or not valid UTF-8, or a Fingerprint over 128 bytes; the message
+	// names the field. HTTP: 400.
+	ErrInvalidRequest = errors.New("idem: invalid request")
+	// ErrMismatch reports a (Scope, Key) already used with another Operation
+	// or Fingerprint, whether that request completed or is still running.
+	// HTTP: 422.
+	ErrMismatch = errors.New("idem: idempotency key reused with a different request")
+	// ErrInFlight reports that another live claim holds the key. The error
+	// is an *InFlightError that says when to retry. HTTP: 409.
+	ErrInFlight = errors.New("idem: a request with this idempotency key is in flight")
+	// ErrLeaseLost reports that a claim was taken over after its lease ran
+	// out (or was released), so its completion, heartbeat or release changed
+	// nothing. Roll back the transaction it was part of.
+	ErrLeaseLost = errors.New("idem: lease lost")
+)
+
+// InFlightError is returned while another live claim holds the key.
+// errors.Is(err, ErrInFlight) reports true for it.
+type InFlightError struct {
+	// RetryAfter is the claim's remaining lease, by the database clock,
+	// rounded up to a whole second (at least one second).
+	RetryAfter time.Duration
+}
+
+func (e *InFlightError) Error() string {
+	return fmt.Sprintf("%v; retry after %v", ErrInFlight, e.RetryAfter)
+}
+
+// Is makes errors.Is(err, ErrInFlight) true.
+func (e *InFlightError) Is(target error) bool { return target == ErrInFlight }
+
+func inFlight(leaseLeft time.Duration) *InFlightError {
+	secs := (leaseLeft + time.Second - 1) / time.Second
+	return &InFlightError{RetryAfter: max(secs, 1) * time.Second}
+}
+
+// Request identifies one idempotent operation.
+type Request struct {
+	Scope       string // who owns the key (user, tenant, API client); keys never collide across scopes
+	Key         string // the client's Idempotency-Key: 1..255 bytes, visible ASCII (0x21..0x7E)
+	Operation   string // what the key is bound to, e.g. "POST /v1/charges"
+	Fingerprint string // digest of the request payload, e.g. from Fingerprint
+}
+
+// Response is the final result of an operation, stored and replayed.
+type Response struct {
+	StatusCode int
+	Header     http.Header // may be nil
+	Body       []byte      // any bytes; replayed byte for byte
+}
+
+// Result is what Do returns.
+type Result struct {
+	Response
+	Replayed bool // the response comes from an earlier execution; fn did not run
+}
+
+// Fingerprint is the hex SHA-256 of the parts, each length-prefixed, so that
+// ("ab","c") and ("a","bc") differ.
+func Fingerprint(parts ...[]byte) string {
+	h := sha256.New()
+	var n [8]byte
+	for _, p := range parts {
+		binary.BigEndian.PutUint64(n[:], uint64(len(p)))
+		h.Write(n[:])
+		h.Write(p)
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// Store records idempotency keys in one table through one Dialect.
+// It holds no connections and is safe for concurrent use.
+type Store struct {
+	dialect   Dialect
+	table     string
+	lease     time.Duration
+	retention time.Duration
+	q         queries
+	err       error // a configuration error, returned by every method
+}
+
+// Option configures a Store.
+type Option func(*Store)
+
+// WithTable sets the table's name (default "idempotency_keys"). It must be
+// an identifier, optionally schema-qualified: letters, digits and
+// underscores, not starting with a digit, at most 48 bytes a part. Any other
+// name makes every method of the Store return an error; it is never
+// interpolated into SQL.
+func WithTable(name string) Option { return func(s *Store) { s.table = name } }
+
+// WithLease sets how long a PROCESSING claim is honoured before another
+// request may take it over (default 30s). It must be positive.
+func WithLease(d time.Duration) Option { return func(s *Store) { s.lease = d } }
+
+// WithRetention sets how long a completed key replays (default 24h). Past
+// it the key is forgotten and may be reused with any payload. It must be
+// positive.
+func WithRetention(d time.Duration) Option { return func(s *Store) { s.retention = d } }
+
+// New returns a Store for the dialect. A bad option does not panic: every
+// method of the Store then returns the error.
+func New(d Dialect, opts ...Option) *Store {
+	s := &Store{dialect: d, table: DefaultTable, lease: DefaultLease, retention: DefaultRetention}
+	for _, o := range opts {
+		o(s)
+	}
+	s.err = s.configure()
+	return s
+}
+
+func (s *Store) configure() error {
+	if s.dialect == nil {
+		return errors.New("idem: New needs a Dialect (idem.Postgres, idem.MySQL or idem.SQLite)")
+	}
+	if s.lease <= 0 {
+		return fmt.Errorf("idem: lease must be positive, got %v", s.lease)
+	}
+	if s.retention <= 0 {
+		return fmt.Errorf("idem: retention must be positive, got %v", s.retention)
+	}
+	parts, err := parseTable(s.table)
+	if err != nil {
+		return err
+	}
+	s.q = s.dialect.queries(s.dialect.quote(parts))
+	return nil
+}
+
+// Table returns the table name the Store was configured with.
+func (s *Store) Table() string { return s.table }
+
+// Migrate creates the table and its index if they are absent, with the DDL
+// of package schema for the Store's dialect and table name. It is safe to
+// run again. On MySQL, DDL commits any transaction open on db.
+func (s *Store) Migrate(ctx context.Context, db DBTX) error {
+	if s.err != nil {
+		return s.err
+	}
+	if db == nil {
+		return errors.New("idem: Migrate needs a database handle, got nil")
+	}
+	parts, _ := parseTable(s.table)
+	for _, stmt := range s.dialect.schema(parts) {
+		if _, err := db.ExecContext(ctx, stmt); err != nil {
+			return fmt.Errorf("idem: migrate %s: %w", s.table, err)
+		}
+	}
+	return nil
+}
+
+// Do runs fn at most once per (Scope, Key) among all transactions that
+// commit. tx must be an open transaction (*sql.Tx or *sqlx.Tx): the record is
+// written through it, so it commits or rolls back with the caller's own rows.
+//
+// When fn runs and returns a Response, the Response is stored in tx and
+// returned with Replayed false. When an earlier execution completed, its
+// Response is returned with Replayed true and fn is not called. When fn
+// returns an error, Do returns that error unchanged, removes its claim from
+// tx and stores nothing; the caller should roll back. See docs/semantics.md.
+func (s *Store) Do(ctx context.Context, tx DBTX, req Request, fn func(ctx context.Context) (Response, error)) (Result, error) {
+	if s.err != nil {
+		return Result{}, s.err
+	}
+	if err := checkTx(tx); err != nil {
+		return Result{}, err
+	}
+	if fn == nil {
+		return Result{}, errors.New("idem: Do needs a function to run, got nil")
+	}
+	if err := req.validate(); err != nil {
+		return Result{}, err
+	}
+	replay, err := s.acquire(ctx, tx, req)
+	if err != nil {
+		return Result{}, err
+	}
+	if replay != nil {
+		return *replay, nil
+	}
+	resp, err := fn(ctx)
+	if err == nil {
+		err = resp.validate()
+	}
+	if err != nil {
+		// Best effort: if the caller commits anyway, the key stays free. An
+		// error here means tx is already unusable and must be rolled back.
+		_, _ = tx.ExecContext(ctx, s.q.remove, req.Scope, req.Key)
+		return Result{}, err
+	}
+	if err := s.exec1(ctx, tx, s.q.complete, "store the response", req,
+		resp.StatusCode, encodeHeader(resp.Header), resp.Body, req.Scope, req.Key); err != nil {
+		return Result{}, err
+	}
+	return Result{Response: resp}, nil
+}
+
+// exec1 runs a statement that must change exactly one row.
+func (s *Store) exec1(ctx context.Context, db DBTX, query, what string, req Request, args ...any) error {
+	res, err := db.ExecContext(ctx, query, args...)
+	if err != nil {
+		return fmt.Errorf("idem: %s for key %q: %w", what, req.Key, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return fmt.Errorf("idem: %s for key %q: %w", what, req.Key, err)
+	}
+	if n != 1 {
+		return fmt.Errorf("idem: %s for key %q: %d rows changed, want 1; was the record deleted inside the transaction?", what, req.Key, n)
+	}
+	return nil
+}
+
+// checkTx refuses handles that are not a transaction: anything that can
+// begin one (*sql.DB, *sql.Conn, *sqlx.DB) runs each statement on its own.
+func checkTx(tx DBTX) error {
+	if tx == nil {
+		return errors.New("idem: Do needs an open transaction, got nil")
+	}
+	if _, ok := tx.(interface {
+		BeginTx(context.Context, *sql.TxOptions) (*sql.Tx, error)
+	}); ok {
+		return fmt.Errorf("idem: Do needs an open transaction (*sql.Tx or *sqlx.Tx), got %T: its statements would commit one by one", tx)
+	}
+	return nil
+}
+
+func (r Request) validate() error {
+	if err := ValidateKey(r.Key); err != nil {
+		return err
+	}
+	if err := checkField("Scope", r.Scope, MaxScopeLen); err != nil {
+		return err
+	}
+	if err := checkField("Operation", r.Operation, MaxOperationLen); err != nil {
+		return err
+	}
+	return checkField("Fingerprint", r.Fingerprint, MaxFingerprintLen)
+}
+
+// ValidateKey reports whether key is a valid Idempotency-Key: 1..255 bytes
+// of visible ASCII (0x21..0x7E). The error wraps ErrInvalidKey.
+func ValidateKey(key string) error {
+	switch {
+	case key == "":
+		return fmt.Errorf("%w: empty", ErrInvalidKey)
+	case len(key) > MaxKeyLen:
+		return fmt.Errorf("%w: %d bytes, at most %d allowed", ErrInvalidKey, len(key), MaxKeyLen)
+	}
+	for i := 0; i < len(key); i++ {
+		if c := key[i]; c < 0x21 || c > 0x7E {
+			return fmt.Errorf("%w: byte %#02x at offset %d is not visible ASCII (0x21..0x7E)", ErrInvalidKey, c, i)
+		}
+	}
+	return nil
+}
+
+func checkField(name, v string, limit int) error {
+	switch {
+	case len(v) > limit:
+		return fmt.Errorf("%w: %s is %d bytes, at most %d allowed", ErrInvalidRequest, name, len(v), limit)
+	case !utf8.ValidString(v):
+		return fmt.Errorf("%w: %s is not valid UTF-8", ErrInvalidRequest, name)
+	}
+	for i := 0; i < len(v); i++ {
+		if v[i] == 0 {
+			return fmt.Errorf("%w: %s holds a NUL byte at offset %d", ErrInvalidRequest, name, i)
+		}
+	}
+	return nil
+}
+
+func (r Response) validate() error {
+	if r.StatusCode < 100 || r.StatusCode > 999 {
+		return fmt.Errorf("idem: response status code %d is not a valid HTTP status (100..999); nothing was stored", r.StatusCode)
+	}
+	return nil
+}

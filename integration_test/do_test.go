@@ -1,0 +1,528 @@
+package integration_test
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"errors"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+
+	"github.com/idemkit/idem"
+)
+
+// 1. A fresh key runs fn once; the record and the business row commit or
+// roll back together.
+func TestFreshKeyCommitsWithBusinessRows(t *testing.T) {
+	forEach(t, func(t *testing.T, e *env) {
+		s, o := e.store(), e.op()
+		req := charge("fresh-1", "100")
+
+		tx := e.begin(nil)
+		res, err := s.Do(ctx, tx, req, o.fn(tx, req.Key))
+		must(t, err)
+		if res.Replayed || res.StatusCode != 201 {
+			t.Fatalf("first Do: %+v", res)
+		}
+		must(t, tx.Rollback())
+		if n, r := e.count(o.biz, req.Key), e.records(s, req.Key); n != 0 || r != 0 {
+			t.Fatalf("after rollback: %d business rows, %d records; want 0, 0", n, r)
+		}
+
+		tx = e.begin(nil)
+		res, err = s.Do(ctx, tx, req, o.fn(tx, req.Key))
+		must(t, err)
+		must(t, tx.Commit())
+		if res.Replayed || o.calls.Load() != 2 {
+			t.Fatalf("retry after rollback: replayed=%v calls=%d; want a second execution", res.Replayed, o.calls.Load())
+		}
+		if n, r := e.count(o.biz, req.Key), e.records(s, req.Key); n != 1 || r != 1 {
+			t.Fatalf("after commit: %d business rows, %d records; want 1, 1", n, r)
+		}
+	})
+}
+
+// 2. A replay is byte-identical and does not call fn.
+func TestReplayIsByteIdentical(t *testing.T) {
+	body := make([]byte, 1<<20)
+	for i := range body {
+		body[i] = byte(i * 7)
+	}
+	header := http.Header{
+		"Content-Type": {"application/octet-stream"},
+		"X-Multi":      {"one", "two", ""},
+		"x-lower-case": {"kept as stored"},
+		"X-Bytes":      {"caf\xc3\xa9 \x80\xff"},
+	}
+	forEach(t, func(t *testing.T, e *env) {
+		s := e.store()
+		req := charge("replay-1", "100")
+		calls := 0
+		fn := func(idem.DBTX) func(context.Context) (idem.Response, error) {
+			return func(context.Context) (idem.Response, error) {
+				calls++
+				return idem.Response{StatusCode: 402, Header: header, Body: body}, nil
+			}
+		}
+		first, err := e.do(s, req, fn)
+		must(t, err)
+		second, err := e.do(s, req, fn)
+		must(t, err)
+		if calls != 1 || first.Replayed || !second.Replayed {
+			t.Fatalf("calls=%d first.Replayed=%v second.Replayed=%v; want 1, false, true", calls, first.Replayed, second.Replayed)
+		}
+		if second.StatusCode != 402 || !bytes.Equal(second.Body, body) {
+			t.Fatalf("replayed status %d, body of %d bytes (equal: %v)", second.StatusCode, len(second.Body), bytes.Equal(second.Body, body))
+		}
+		if !equalHeader(second.Header, header) {
+			t.Fatalf("replayed header %q, want %q", second.Header, header)
+		}
+	})
+}
+
+func equalHeader(a, b http.Header) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		w, ok := b[k]
+		if !ok || strings.Join(v, "\x00") != strings.Join(w, "\x00") || len(v) != len(w) {
+			return false
+		}
+	}
+	return true
+}
+
+// 3. A storm of duplicates, each in its own transaction, runs fn once and
+// replays it everywhere else, under every isolation level.
+func TestStormRunsOnce(t *testing.T) {
+	const workers = 32
+	forEach(t, func(t *testing.T, e *env) {
+		for _, level := range isolationLevels {
+			t.Run(levelName(level), func(t *testing.T) {
+				s, o := e.store(), e.op()
+				req := charge("storm", "100")
+				var (
+					wg      sync.WaitGroup
+					mu      sync.Mutex
+					results []idem.Result
+					errs    []error
+				)
+				start := make(chan struct{})
+				for range workers {
+					wg.Go(func() {
+						<-start
+						var res idem.Result
+						err := idem.RunTx(ctx, e.db, &sql.TxOptions{Isolation: level}, func(tx *sql.Tx) error {
+							var err error
+							res, err = s.Do(ctx, tx, req, func(ctx context.Context) (idem.Response, error) {
+								time.Sleep(50 * time.Millisecond)
+								return o.fn(tx, req.Key)(ctx)
+							})
+							return err
+						})
+						mu.Lock()
+						defer mu.Unlock()
+						if err != nil {
+							errs = append(errs, err)
+							return
+						}
+						results = append(results, res)
+					})
+				}
+				close(start)
+				wg.Wait()
+				for _, err := range errs {
+					t.Errorf("worker error: %v", err)
+				}
+				if n := e.count(o.biz, req.Key); n != 1 {
+					t.Fatalf("%d business rows, want exactly 1", n)
+				}
+				executed, replayed := 0, 0
+				for _, r := range results {
+					if r.Replayed {
+						replayed++
+					} else {
+						executed++
+					}
+					if !bytes.Equal(r.Body, results[0].Body) || r.StatusCode != 201 {
+						t.Errorf("result %d %q differs from %q", r.StatusCode, r.Body, results[0].Body)
+					}
+				}
+				if executed != 1 || replayed != workers-1 {
+					t.Fatalf("executed %d, replayed %d; want 1 and %d", executed, replayed, workers-1)
+				}
+			})
+		}
+	})
+}
+
+// 4. Another Operation or Fingerprint under a used key is ErrMismatch, also
+// while the first request is still in flight.
+func TestMismatch(t *testing.T) {
+	forEach(t, func(t *testing.T, e *env) {
+		s, o := e.store(), e.op()
+		req := charge("mismatch-1", "100")
+		_, err := e.do(s, req, func(tx idem.DBTX) func(context.Context) (idem.Response, error) { return o.fn(tx, req.Key) })
+		must(t, err)
+
+		other := charge(req.Key, "999")
+		otherOp := req
+		otherOp.Operation = "POST /v1/refunds"
+		for _, r := range []idem.Request{other, otherOp} {
+			_, err := e.do(s, r, func(tx idem.DBTX) func(context.Context) (idem.Response, error) { return o.fn(tx, r.Key) })
+			if !errors.Is(err, idem.ErrMismatch) {
+				t.Fatalf("reuse with %+v: err = %v, want ErrMismatch", r, err)
+			}
+		}
+
+		// In flight inside another open transaction: the duplicate waits
+		// for it, then is told.
+		inflight := charge("mismatch-2", "100")
+		tx1 := e.begin(nil)
+		_, err = s.Do(ctx, tx1, inflight, o.fn(tx1, inflight.Key))
+		must(t, err)
+		done := make(chan error, 1)
+		go func() {
+			_, err := e.do(s, charge(inflight.Key, "999"), func(tx idem.DBTX) func(context.Context) (idem.Response, error) {
+				return o.fn(tx, inflight.Key)
+			})
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			t.Fatalf("the duplicate did not wait for the open transaction: %v", err)
+		case <-time.After(200 * time.Millisecond):
+		}
+		must(t, tx1.Commit())
+		if err := <-done; !errors.Is(err, idem.ErrMismatch) {
+			t.Fatalf("duplicate after commit: %v, want ErrMismatch", err)
+		}
+
+		// In flight as a committed PROCESSING claim with a live lease.
+		claimed := charge("mismatch-3", "100")
+		e.leaveClaim(s, claimed, time.Minute)
+		_, err = e.do(s, charge(claimed.Key, "999"), func(tx idem.DBTX) func(context.Context) (idem.Response, error) {
+			return o.fn(tx, claimed.Key)
+		})
+		if !errors.Is(err, idem.ErrMismatch) {
+			t.Fatalf("other payload while claimed: %v, want ErrMismatch", err)
+		}
+		if n := o.calls.Load(); n != 2 {
+			t.Fatalf("fn ran %d times, want 2", n)
+		}
+	})
+}
+
+// leaveClaim leaves a committed PROCESSING record for req whose lease ends
+// after lease (in the past when negative), as a crashed Begin would.
+func (e *env) leaveClaim(s *idem.Store, req idem.Request, lease time.Duration) {
+	e.t.Helper()
+	tx := e.begin(nil)
+	_, err := s.Do(ctx, tx, req, func(context.Context) (idem.Response, error) {
+		return idem.Response{StatusCode: 200}, nil
+	})
+	must(e.t, err)
+	must(e.t, tx.Commit())
+	shift := "lease_until = CURRENT_TIMESTAMP + ? * interval '1 microsecond'"
+	if e.dialect == idem.MySQL {
+		shift = "lease_until = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND"
+	}
+	e.exec("UPDATE "+s.Table()+" SET status = 'processing', completed_at = NULL, response_status = NULL, "+shift+" WHERE idem_key = ?",
+		lease.Microseconds(), req.Key)
+}
+
+// 5. One key under two scopes is two keys.
+func TestScopesAreSeparate(t *testing.T) {
+	forEach(t, func(t *testing.T, e *env) {
+		s, o := e.store(), e.op()
+		a := charge("shared-key", "100")
+		b := a
+		b.Scope = "tenant-2"
+		for _, r := range []idem.Request{a, b, a, b} {
+			_, err := e.do(s, r, func(tx idem.DBTX) func(context.Context) (idem.Response, error) { return o.fn(tx, r.Key) })
+			must(t, err)
+		}
+		if n := e.count(o.biz, a.Key); n != 2 {
+			t.Fatalf("%d business rows, want 2 (one per scope)", n)
+		}
+	})
+}
+
+var errDeclined = errors.New("provider unreachable")
+
+// 6. An error from fn comes back unchanged and nothing is stored.
+func TestFnErrorStoresNothing(t *testing.T) {
+	forEach(t, func(t *testing.T, e *env) {
+		s, o := e.store(), e.op()
+		req := charge("fn-error", "100")
+		tx := e.begin(nil)
+		_, err := s.Do(ctx, tx, req, func(context.Context) (idem.Response, error) {
+			return idem.Response{}, errDeclined
+		})
+		if !errors.Is(err, errDeclined) {
+			t.Fatalf("err = %v, want errDeclined", err)
+		}
+		// Even a caller that commits regardless leaves the key free.
+		must(t, tx.Commit())
+		if r := e.records(s, req.Key); r != 0 {
+			t.Fatalf("%d records after fn failed, want 0", r)
+		}
+		res, err := e.do(s, req, func(tx idem.DBTX) func(context.Context) (idem.Response, error) { return o.fn(tx, req.Key) })
+		must(t, err)
+		if res.Replayed || o.calls.Load() != 1 {
+			t.Fatalf("retry: replayed=%v calls=%d; want a fresh execution", res.Replayed, o.calls.Load())
+		}
+	})
+}
+
+// 7. Bad keys fail before any statement; keys compare byte for byte.
+func TestKeys(t *testing.T) {
+	long := strings.Repeat("k", 255)
+	bad := map[string]string{
+		"empty":     "",
+		"256 bytes": long + "k",
+		"space":     "has space",
+		"non-ASCII": "caf\u00e9",
+		"control":   "tab\there",
+		"DEL":       "del\x7f",
+	}
+	forEach(t, func(t *testing.T, e *env) {
+		s, o := e.store(), e.op()
+		for name, key := range bad {
+			tx := &counting{DBTX: e.begin(nil)}
+			_, err := s.Do(ctx, tx, charge(key, "100"), func(context.Context) (idem.Response, error) {
+				t.Errorf("%s: fn ran", name)
+				return idem.Response{StatusCode: 200}, nil
+			})
+			if !errors.Is(err, idem.ErrInvalidKey) || tx.n.Load() != 0 {
+				t.Errorf("%s key: err = %v after %d statements; want ErrInvalidKey after none", name, err, tx.n.Load())
+			}
+		}
+		distinct := []idem.Request{
+			charge(long[:254]+"a", "100"), charge(long[:254]+"b", "100"),
+			charge("abc", "100"), charge("ABC", "100"),
+		}
+		scoped := charge("scope-key", "100")
+		scoped.Scope = "tenant"
+		padded := scoped
+		padded.Scope = "tenant "
+		distinct = append(distinct, scoped, padded)
+		for _, r := range distinct {
+			res, err := e.do(s, r, func(tx idem.DBTX) func(context.Context) (idem.Response, error) { return o.fn(tx, r.Key) })
+			must(t, err)
+			if res.Replayed {
+				t.Errorf("scope %q key %q replayed another key's result", r.Scope, r.Key)
+			}
+		}
+		if n := e.int64("SELECT COUNT(*) FROM " + o.biz); n != int64(len(distinct)) {
+			t.Fatalf("%d business rows, want %d", n, len(distinct))
+		}
+	})
+}
+
+// 8. A caller whose REPEATABLE READ snapshot predates the winner's commit
+// still sees it: a replay on MySQL, a retryable error on Postgres (which
+// RunTx turns into a replay).
+func TestOldSnapshotSeesWinner(t *testing.T) {
+	forEach(t, func(t *testing.T, e *env) {
+		s, o := e.store(), e.op()
+		req := charge("snapshot", "100")
+		tx := e.begin(&sql.TxOptions{Isolation: sql.LevelRepeatableRead})
+		var n int
+		must(t, tx.QueryRow("SELECT COUNT(*) FROM "+o.biz).Scan(&n)) // takes the snapshot
+		_, err := e.do(s, req, func(tx idem.DBTX) func(context.Context) (idem.Response, error) { return o.fn(tx, req.Key) })
+		must(t, err)
+		res, err := s.Do(ctx, tx, req, o.fn(tx, req.Key))
+		switch {
+		case e.dialect == idem.Postgres && idem.IsRetryable(err):
+		case err != nil:
+			t.Fatalf("Do with an old snapshot: %v", err)
+		case !res.Replayed:
+			t.Fatalf("Do with an old snapshot ran fn again")
+		}
+		if calls := o.calls.Load(); calls != 1 {
+			t.Fatalf("fn ran %d times, want 1", calls)
+		}
+		_ = tx.Rollback()
+		if n := e.count(o.biz, req.Key); n != 1 {
+			t.Fatalf("%d business rows, want 1", n)
+		}
+	})
+}
+
+// 9. A *sqlx.Tx is a DBTX.
+func TestSqlxTx(t *testing.T) {
+	forEach(t, func(t *testing.T, e *env) {
+		s, o := e.store(), e.op()
+		req := charge("sqlx", "100")
+		tx, err := sqlx.NewDb(e.db, e.driver).Beginx()
+		must(t, err)
+		defer tx.Rollback()
+		res, err := s.Do(ctx, tx, req, o.fn(tx, req.Key))
+		must(t, err)
+		must(t, tx.Commit())
+		if res.Replayed || e.count(o.biz, req.Key) != 1 || e.records(s, req.Key) != 1 {
+			t.Fatalf("Do through *sqlx.Tx did not commit its record and row")
+		}
+	})
+}
+
+// 10. A PROCESSING record with a live lease is in flight; with an expired
+// lease it is taken over and its token grows.
+func TestLeftClaim(t *testing.T) {
+	forEach(t, func(t *testing.T, e *env) {
+		s, o := e.store(), e.op()
+		req := charge("left-claim", "100")
+		e.leaveClaim(s, req, 90*time.Second)
+		_, err := e.do(s, req, func(tx idem.DBTX) func(context.Context) (idem.Response, error) { return o.fn(tx, req.Key) })
+		var inflight *idem.InFlightError
+		if !errors.As(err, &inflight) || !errors.Is(err, idem.ErrInFlight) {
+			t.Fatalf("live claim: err = %v, want *InFlightError", err)
+		}
+		if inflight.RetryAfter < 89*time.Second || inflight.RetryAfter > 91*time.Second || inflight.RetryAfter%time.Second != 0 {
+			t.Fatalf("RetryAfter = %v, want the lease's 90s rounded up to a second", inflight.RetryAfter)
+		}
+
+		tokenBefore := e.int64("SELECT token FROM "+s.Table()+" WHERE idem_key = ?", req.Key)
+		e.leaveClaim(s, charge("other", "1"), 0) // unrelated; keeps the clock moving
+		e.exec(expire(e, s), req.Key)
+		res, err := e.do(s, req, func(tx idem.DBTX) func(context.Context) (idem.Response, error) { return o.fn(tx, req.Key) })
+		must(t, err)
+		if res.Replayed || o.calls.Load() != 1 {
+			t.Fatalf("expired claim was not taken over: %+v calls=%d", res, o.calls.Load())
+		}
+		if after := e.int64("SELECT token FROM "+s.Table()+" WHERE idem_key = ?", req.Key); after <= tokenBefore {
+			t.Fatalf("token %d after takeover, want more than %d", after, tokenBefore)
+		}
+	})
+}
+
+// expire is a statement that ends the lease of the key given as argument.
+func expire(e *env, s *idem.Store) string {
+	if e.dialect == idem.MySQL {
+		return "UPDATE " + s.Table() + " SET lease_until = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND WHERE idem_key = ?"
+	}
+	return "UPDATE " + s.Table() + " SET lease_until = CURRENT_TIMESTAMP - interval '1 second' WHERE idem_key = ?"
+}
+
+// 11. Oversize or NUL-holding fields are ErrInvalidRequest naming the
+// field, and a bad table name is an error, all before any statement.
+func TestInvalidRequests(t *testing.T) {
+	long := strings.Repeat("x", 256)
+	cases := map[string]func(*idem.Request){
+		"Scope":       func(r *idem.Request) { r.Scope = long },
+		"Operation":   func(r *idem.Request) { r.Operation = long },
+		"Fingerprint": func(r *idem.Request) { r.Fingerprint = long[:129] },
+	}
+	nul := map[string]func(*idem.Request){
+		"Scope":     func(r *idem.Request) { r.Scope = "ten\x00ant" },
+		"Operation": func(r *idem.Request) { r.Operation = "POST\x00" },
+	}
+	forEach(t, func(t *testing.T, e *env) {
+		s := e.store()
+		for _, set := range []map[string]func(*idem.Request){cases, nul} {
+			for field, mutate := range set {
+				req := charge("invalid", "100")
+				mutate(&req)
+				tx := &counting{DBTX: e.begin(nil)}
+				_, err := s.Do(ctx, tx, req, func(context.Context) (idem.Response, error) {
+					t.Errorf("%s: fn ran", field)
+					return idem.Response{StatusCode: 200}, nil
+				})
+				if !errors.Is(err, idem.ErrInvalidRequest) || !strings.Contains(err.Error(), field) || tx.n.Load() != 0 {
+					t.Errorf("bad %s: err = %v after %d statements; want ErrInvalidRequest naming it, before any statement", field, err, tx.n.Load())
+				}
+			}
+		}
+		for _, name := range []string{"keys; DROP TABLE users", `"quoted"`, "a.b.c", "1table", "", "tab le", strings.Repeat("t", 49)} {
+			bad := idem.New(e.dialect, idem.WithTable(name))
+			if err := bad.Migrate(ctx, e.db); err == nil {
+				t.Errorf("Migrate with table %q: no error", name)
+			}
+			tx := &counting{DBTX: e.begin(nil)}
+			if _, err := bad.Do(ctx, tx, charge("k", "1"), func(context.Context) (idem.Response, error) {
+				return idem.Response{StatusCode: 200}, nil
+			}); err == nil || tx.n.Load() != 0 {
+				t.Errorf("Do with table %q: err = %v after %d statements", name, err, tx.n.Load())
+			}
+		}
+	})
+}
+
+// 12. A key past retention is forgotten and may be reused with any payload.
+func TestRetention(t *testing.T) {
+	forEach(t, func(t *testing.T, e *env) {
+		s, o := e.store(idem.WithRetention(300*time.Millisecond)), e.op()
+		req := charge("retention", "100")
+		_, err := e.do(s, req, func(tx idem.DBTX) func(context.Context) (idem.Response, error) { return o.fn(tx, req.Key) })
+		must(t, err)
+		res, err := e.do(s, req, func(tx idem.DBTX) func(context.Context) (idem.Response, error) { return o.fn(tx, req.Key) })
+		must(t, err)
+		if !res.Replayed {
+			t.Fatalf("within retention: not replayed")
+		}
+		time.Sleep(400 * time.Millisecond)
+		res, err = e.do(s, charge(req.Key, "999"), func(tx idem.DBTX) func(context.Context) (idem.Response, error) { return o.fn(tx, req.Key) })
+		must(t, err)
+		if res.Replayed || o.calls.Load() != 2 || e.records(s, req.Key) != 1 {
+			t.Fatalf("past retention: replayed=%v calls=%d; want a fresh execution", res.Replayed, o.calls.Load())
+		}
+	})
+}
+
+// 13. idem leaves the session as it found it: LAST_INSERT_ID(), the
+// isolation level and session settings.
+func TestSessionUntouched(t *testing.T) {
+	forEach(t, func(t *testing.T, e *env) {
+		s, o := e.store(), e.op()
+		probe := "SELECT current_setting('transaction_isolation') || '|' || current_setting('lock_timeout') || '|' || current_setting('statement_timeout') || '|' || current_setting('TimeZone')"
+		if e.dialect == idem.MySQL {
+			probe = "SELECT CONCAT_WS('|', LAST_INSERT_ID(), @@session.tx_isolation, @@session.time_zone, @@session.sql_mode, @@session.innodb_lock_wait_timeout, @@session.autocommit)"
+		}
+		for _, path := range []string{"fresh", "replay"} {
+			req := charge("session", "100")
+			tx := e.begin(&sql.TxOptions{Isolation: sql.LevelSerializable})
+			_, err := tx.Exec(e.rebind("INSERT INTO "+o.biz+" (k, v) VALUES (?, ?)"), "before", path)
+			must(t, err)
+			var before, after string
+			must(t, tx.QueryRow(probe).Scan(&before))
+			_, err = s.Do(ctx, tx, req, func(context.Context) (idem.Response, error) {
+				return idem.Response{StatusCode: 200}, nil
+			})
+			must(t, err)
+			must(t, tx.QueryRow(probe).Scan(&after))
+			must(t, tx.Commit())
+			if before != after {
+				t.Fatalf("%s: session was %q before Do and %q after", path, before, after)
+			}
+		}
+	})
+}
+
+// The documented statement counts: two on the fresh path, two on the
+// replay path, beyond the caller's own.
+func TestStatementCounts(t *testing.T) {
+	forEach(t, func(t *testing.T, e *env) {
+		s := e.store()
+		req := charge("counted", "100")
+		ok := func(context.Context) (idem.Response, error) { return idem.Response{StatusCode: 200}, nil }
+		for _, want := range []struct {
+			path string
+			n    int64
+		}{{"fresh", 2}, {"replay", 2}} {
+			tx := &counting{DBTX: e.begin(nil)}
+			_, err := s.Do(ctx, tx, req, ok)
+			must(t, err)
+			must(t, tx.DBTX.(*sql.Tx).Commit())
+			if tx.n.Load() != want.n {
+				t.Errorf("%s path ran %d statements, want %d", want.path, tx.n.Load(), want.n)
+			}
+		}
+	})
+}

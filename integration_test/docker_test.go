@@ -1,0 +1,79 @@
+package integration_test
+
+import (
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ory/dockertest/v3"
+)
+
+var (
+	dockerMu   sync.Mutex
+	containers []*dockertest.Resource
+	pool       *dockertest.Pool
+)
+
+// startContainer starts a throwaway server for a suite run on a machine
+// with Docker and no DSN configured, and returns its DSN.
+func startContainer(kind, image string) (string, error) {
+	dockerMu.Lock()
+	defer dockerMu.Unlock()
+	if pool == nil {
+		p, err := dockertest.NewPool("")
+		if err != nil {
+			return "", err
+		}
+		if err := p.Client.Ping(); err != nil {
+			return "", fmt.Errorf("no Docker daemon answers: %w", err)
+		}
+		p.MaxWait = 2 * time.Minute
+		pool = p
+	}
+	repo, tag, _ := strings.Cut(image, ":")
+	var (
+		envs   []string
+		port   string
+		driver string
+		dsn    func(hostPort string) string
+	)
+	switch kind {
+	case "postgres":
+		envs = []string{"POSTGRES_PASSWORD=idem", "POSTGRES_DB=test"}
+		port, driver = "5432/tcp", "pgx"
+		dsn = func(hp string) string { return "postgres://postgres:idem@" + hp + "/test?sslmode=disable" }
+	case "mysql":
+		envs = []string{"MYSQL_ROOT_PASSWORD=idem", "MYSQL_DATABASE=test"}
+		port, driver = "3306/tcp", "mysql"
+		dsn = func(hp string) string { return "root:idem@tcp(" + hp + ")/test" }
+	default:
+		return "", errors.New("no container for " + kind)
+	}
+	res, err := pool.Run(repo, tag, envs)
+	if err != nil {
+		return "", err
+	}
+	containers = append(containers, res)
+	_ = res.Expire(1800)
+	d := dsn(res.GetHostPort(port))
+	err = pool.Retry(func() error {
+		db, err := sql.Open(driver, d)
+		if err != nil {
+			return err
+		}
+		defer db.Close()
+		return db.Ping()
+	})
+	return d, err
+}
+
+func stopContainers() {
+	dockerMu.Lock()
+	defer dockerMu.Unlock()
+	for _, c := range containers {
+		_ = pool.Purge(c)
+	}
+}

@@ -1,0 +1,111 @@
+package integration_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"sync/atomic"
+	"testing"
+
+	"github.com/idemkit/idem"
+)
+
+var ctx = context.Background()
+
+// charge is a request to charge amount under key.
+func charge(key, amount string) idem.Request {
+	return idem.Request{
+		Scope:       "tenant-1",
+		Key:         key,
+		Operation:   "POST /v1/charges",
+		Fingerprint: idem.Fingerprint([]byte("amount=" + amount)),
+	}
+}
+
+// op is an operation that inserts one business row for its key through tx
+// and counts its executions.
+type op struct {
+	e     *env
+	biz   string
+	calls atomic.Int64
+}
+
+func (e *env) op() *op { return &op{e: e, biz: e.business()} }
+
+func (o *op) fn(tx idem.DBTX, key string) func(context.Context) (idem.Response, error) {
+	return func(ctx context.Context) (idem.Response, error) {
+		n := o.calls.Add(1)
+		if _, err := tx.ExecContext(ctx, o.e.rebind("INSERT INTO "+o.biz+" (k, v) VALUES (?, ?)"), key, "charged"); err != nil {
+			return idem.Response{}, err
+		}
+		return idem.Response{StatusCode: 201, Body: fmt.Appendf(nil, `{"key":%q,"run":%d}`, key, n)}, nil
+	}
+}
+
+// begin starts a transaction the test ends (rolled back at cleanup if it
+// is still open).
+func (e *env) begin(opts *sql.TxOptions) *sql.Tx {
+	e.t.Helper()
+	tx, err := e.db.BeginTx(ctx, opts)
+	if err != nil {
+		e.t.Fatalf("begin: %v", err)
+	}
+	e.t.Cleanup(func() { _ = tx.Rollback() })
+	return tx
+}
+
+// do runs s.Do in a transaction of its own and commits it.
+func (e *env) do(s *idem.Store, req idem.Request, fn func(tx idem.DBTX) func(context.Context) (idem.Response, error)) (idem.Result, error) {
+	var res idem.Result
+	err := idem.RunTx(ctx, e.db, nil, func(tx *sql.Tx) error {
+		var err error
+		res, err = s.Do(ctx, tx, req, fn(tx))
+		return err
+	})
+	return res, err
+}
+
+// records counts the store's records for key.
+func (e *env) records(s *idem.Store, key string) int {
+	e.t.Helper()
+	return int(e.int64("SELECT COUNT(*) FROM "+s.Table()+" WHERE idem_key = ?", key))
+}
+
+// int64 runs a query that returns one integer.
+func (e *env) int64(query string, args ...any) int64 {
+	e.t.Helper()
+	var n int64
+	if err := e.db.QueryRow(e.rebind(query), args...).Scan(&n); err != nil {
+		e.t.Fatalf("%s: %v", query, err)
+	}
+	return n
+}
+
+// counting wraps a DBTX and counts the statements it runs.
+type counting struct {
+	idem.DBTX
+	n atomic.Int64
+}
+
+func (c *counting) ExecContext(ctx context.Context, q string, args ...any) (sql.Result, error) {
+	c.n.Add(1)
+	return c.DBTX.ExecContext(ctx, q, args...)
+}
+
+func (c *counting) QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
+	c.n.Add(1)
+	return c.DBTX.QueryContext(ctx, q, args...)
+}
+
+func (c *counting) QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row {
+	c.n.Add(1)
+	return c.DBTX.QueryRowContext(ctx, q, args...)
+}
+
+// must fails the test on err.
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}

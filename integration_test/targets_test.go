@@ -1,0 +1,211 @@
+// Package integration_test is idem's conformance suite. Every test runs
+// against every target (a dialect through one driver on a real server),
+// each on tables of its own.
+//
+// Targets find their databases through IDEM_TEST_POSTGRES_DSN and
+// IDEM_TEST_MYSQL_DSN. When one is unset and a Docker daemon answers, the
+// suite starts a container for it. Otherwise its targets are skipped with a
+// message, unless IDEM_TEST_REQUIRE=1, which makes a missing database a
+// failure.
+package integration_test
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	_ "github.com/go-sql-driver/mysql"
+	_ "github.com/jackc/pgx/v5/stdlib"
+	"github.com/jmoiron/sqlx"
+	_ "github.com/lib/pq"
+
+	"github.com/idemkit/idem"
+)
+
+// target is one dialect through one driver.
+type target struct {
+	name    string
+	dialect idem.Dialect
+	driver  string // database/sql driver name
+	server  string // key into servers
+}
+
+// targets is every dialect and driver the suite runs against.
+var targets = []target{
+	{name: "postgres-libpq", dialect: idem.Postgres, driver: "postgres", server: "postgres"},
+	{name: "postgres-pgx", dialect: idem.Postgres, driver: "pgx", server: "postgres"},
+	{name: "mysql", dialect: idem.MySQL, driver: "mysql", server: "mysql"},
+}
+
+// server is how a test reaches one database server.
+type server struct {
+	env    string // the variable that names its DSN
+	image  string // the Docker image started when env is unset
+	dsn    string
+	reason string // why there is no DSN
+	once   sync.Once
+}
+
+var servers = map[string]*server{
+	"postgres": {env: "IDEM_TEST_POSTGRES_DSN", image: "postgres:16"},
+	"mysql":    {env: "IDEM_TEST_MYSQL_DSN", image: "mysql:8.4"},
+}
+
+var require = os.Getenv("IDEM_TEST_REQUIRE") == "1"
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	stopContainers()
+	os.Exit(code)
+}
+
+// resolve finds the server's DSN: the environment, else a container.
+func (s *server) resolve(name string) {
+	s.once.Do(func() {
+		if s.dsn = os.Getenv(s.env); s.dsn != "" {
+			return
+		}
+		dsn, err := startContainer(name, s.image)
+		if err != nil {
+			s.reason = fmt.Sprintf("%s is unset and no container could be started (%v); set %s to a DSN to run these tests", s.env, err, s.env)
+			return
+		}
+		s.dsn = dsn
+	})
+}
+
+// env is a target opened for one test.
+type env struct {
+	target
+	t   *testing.T
+	db  *sql.DB
+	dsn string
+}
+
+var (
+	poolsMu sync.Mutex
+	pools   = map[string]*sql.DB{}
+)
+
+// open returns the target's shared pool, skipping or failing the test when
+// its server is missing.
+func (tg target) open(t *testing.T) *env {
+	t.Helper()
+	s := servers[tg.server]
+	s.resolve(tg.server)
+	if s.dsn == "" {
+		if require {
+			t.Fatalf("IDEM_TEST_REQUIRE=1 and %s has no database: %s", tg.name, s.reason)
+		}
+		t.Skipf("%s: %s", tg.name, s.reason)
+	}
+	poolsMu.Lock()
+	defer poolsMu.Unlock()
+	db, ok := pools[tg.name]
+	if !ok {
+		var err error
+		if db, err = sql.Open(tg.driver, s.dsn); err != nil {
+			t.Fatalf("open %s: %v", tg.name, err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := db.PingContext(ctx); err != nil {
+			t.Fatalf("%s: cannot reach the database at %s=%q: %v", tg.name, s.env, s.dsn, err)
+		}
+		db.SetMaxOpenConns(40)
+		db.SetMaxIdleConns(40)
+		pools[tg.name] = db
+	}
+	return &env{target: tg, t: t, db: db, dsn: s.dsn}
+}
+
+// forEach runs body as a parallel subtest per target.
+func forEach(t *testing.T, body func(t *testing.T, e *env)) {
+	t.Helper()
+	for _, tg := range targets {
+		t.Run(tg.name, func(t *testing.T) {
+			t.Parallel()
+			body(t, tg.open(t))
+		})
+	}
+}
+
+// randName is a fresh identifier, so every test has tables of its own.
+func randName(prefix string) string {
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	return prefix + "_" + hex.EncodeToString(b)
+}
+
+// store makes a migrated Store on a table of the test's own, dropped when
+// the test ends.
+func (e *env) store(opts ...idem.Option) *idem.Store {
+	e.t.Helper()
+	table := randName("idem")
+	s := idem.New(e.dialect, append([]idem.Option{idem.WithTable(table)}, opts...)...)
+	if err := s.Migrate(context.Background(), e.db); err != nil {
+		e.t.Fatalf("migrate: %v", err)
+	}
+	e.dropLater(table)
+	return s
+}
+
+// business makes a table of business rows, (k, v), dropped when the test
+// ends, and returns its name.
+func (e *env) business() string {
+	e.t.Helper()
+	table := randName("biz")
+	e.exec(fmt.Sprintf("CREATE TABLE %s (id %s, k VARCHAR(255) NOT NULL, v VARCHAR(255) NOT NULL)", table, e.autoID()))
+	e.dropLater(table)
+	return table
+}
+
+func (e *env) autoID() string {
+	if e.dialect == idem.MySQL {
+		return "BIGINT AUTO_INCREMENT PRIMARY KEY"
+	}
+	return "BIGSERIAL PRIMARY KEY"
+}
+
+func (e *env) dropLater(table string) {
+	e.t.Cleanup(func() {
+		if _, err := e.db.Exec("DROP TABLE IF EXISTS " + table); err != nil {
+			e.t.Errorf("drop %s: %v", table, err)
+		}
+	})
+}
+
+func (e *env) exec(query string, args ...any) {
+	e.t.Helper()
+	if _, err := e.db.Exec(e.rebind(query), args...); err != nil {
+		e.t.Fatalf("%s: %v", query, err)
+	}
+}
+
+// rebind turns ? placeholders into $n for Postgres.
+func (e *env) rebind(query string) string {
+	if e.dialect != idem.Postgres {
+		return query
+	}
+	return sqlx.Rebind(sqlx.DOLLAR, query)
+}
+
+// count returns the number of rows in table where k = key.
+func (e *env) count(table, key string) int {
+	e.t.Helper()
+	return int(e.int64("SELECT COUNT(*) FROM "+table+" WHERE k = ?", key))
+}
+
+// isolationLevels are the levels every dialect promises to hold under.
+var isolationLevels = []sql.IsolationLevel{sql.LevelReadCommitted, sql.LevelRepeatableRead, sql.LevelSerializable}
+
+func levelName(l sql.IsolationLevel) string {
+	return strings.ReplaceAll(l.String(), " ", "")
+}

@@ -1,0 +1,220 @@
+package idem
+
+import (
+	"context"
+	"database/sql"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"time"
+)
+
+// The values of the status column.
+const (
+	statusProcessing = "processing"
+	statusCompleted  = "completed"
+	statusReleased   = "released"
+)
+
+// maxContention bounds how often acquire looks again after losing a race
+// (the record vanished, or another request took it over first).
+const maxContention = 4
+
+// errContended is returned when acquire lost maxContention races in a row.
+// IsRetryable reports true for it: a retry of the transaction will see the
+// winner's result.
+var errContended = errors.New("idem: the key changed hands repeatedly while being claimed; retry the transaction")
+
+// record is a row of the table as acquire reads it.
+type record struct {
+	operation   string
+	fingerprint string
+	status      string
+	token       int64
+	forgotten   bool          // past retention: counts as absent
+	leaseLeft   time.Duration // by the database clock; <= 0 once expired
+	resp        Response
+}
+
+// acquire claims (Scope, Key) inside db and returns nil, or returns the
+// stored result to replay. db is the caller's transaction
+// in Do and a short transaction of its own in Begin. The insert waits on the
+// row lock of any other open transaction that holds the key, so of
+// concurrent requests exactly one proceeds; the others see its committed
+// outcome. A record that is forgotten, released or whose lease expired is
+// taken over with an update fenced on the token read, so two takeovers of
+// one record have one winner.
+func (s *Store) acquire(ctx context.Context, db DBTX, req Request) (replay *Result, err error) {
+	lease := micros(s.lease)
+	for range maxContention {
+		res, err := db.ExecContext(ctx, s.q.insert, req.Scope, req.Key, req.Operation, req.Fingerprint, lease)
+		ok, err := s.dialect.inserted(res, err)
+		if err != nil {
+			return nil, fmt.Errorf("idem: claim key %q: %w", req.Key, err)
+		}
+		if ok {
+			return nil, nil
+		}
+		rec, found, err := s.get(ctx, db, req)
+		if err != nil {
+			return nil, err
+		}
+		if !found {
+			continue // deleted since the insert saw it: claim it afresh
+		}
+		if !rec.forgotten {
+			if rec.operation != req.Operation || rec.fingerprint != req.Fingerprint {
+				return nil, mismatch(req, rec)
+			}
+			switch {
+			case rec.status == statusCompleted:
+				return &Result{Response: rec.resp, Replayed: true}, nil
+			case rec.status == statusProcessing && rec.leaseLeft > 0:
+				return nil, inFlight(rec.leaseLeft)
+			}
+		}
+		res, err = db.ExecContext(ctx, s.q.takeover, req.Operation, req.Fingerprint, lease, req.Scope, req.Key, rec.token)
+		if err == nil {
+			var n int64
+			if n, err = res.RowsAffected(); err == nil && n == 1 {
+				return nil, nil
+			}
+		}
+		if err != nil {
+			return nil, fmt.Errorf("idem: take over key %q: %w", req.Key, err)
+		}
+		// Another request took the record over first: look again.
+	}
+	return nil, errContended
+}
+
+func mismatch(req Request, rec record) error {
+	what := "payload (Fingerprint)"
+	if rec.operation != req.Operation {
+		what = fmt.Sprintf("operation %q", rec.operation)
+	}
+	return fmt.Errorf("%w: key %q in scope %q was first used with another %s; use a new key for a new request", ErrMismatch, req.Key, req.Scope, what)
+}
+
+// get reads the record of (Scope, Key); found is false when there is none.
+func (s *Store) get(ctx context.Context, db DBTX, req Request) (rec record, found bool, err error) {
+	var (
+		leaseLeft int64
+		status    sql.NullInt64
+		header    []byte
+	)
+	err = db.QueryRowContext(ctx, s.q.get, micros(s.retention), req.Scope, req.Key).Scan(
+		&rec.operation, &rec.fingerprint, &rec.status, &rec.token, &rec.forgotten, &leaseLeft,
+		&status, &header, &rec.resp.Body)
+	if errors.Is(err, sql.ErrNoRows) {
+		return record{}, false, nil
+	}
+	if err != nil {
+		return record{}, false, fmt.Errorf("idem: read key %q: %w", req.Key, err)
+	}
+	rec.leaseLeft = time.Duration(leaseLeft) * time.Microsecond
+	rec.resp.StatusCode = int(status.Int64)
+	if rec.resp.Header, err = decodeHeader(header); err != nil {
+		return record{}, false, fmt.Errorf("idem: read key %q: %w", req.Key, err)
+	}
+	return rec, true, nil
+}
+
+// micros is d in whole microseconds, rounded up.
+func micros(d time.Duration) int64 {
+	return int64((d + time.Microsecond - 1) / time.Microsecond)
+}
+
+// headerFormat is the first byte of an encoded header, so that the
+// encoding can change without misreading old rows.
+const headerFormat = 1
+
+// encodeHeader encodes h byte for byte: names in sorted order, each with its
+// values in order, every string length-prefixed. A nil header encodes as nil.
+func encodeHeader(h http.Header) []byte {
+	if h == nil {
+		return nil
+	}
+	names := make([]string, 0, len(h))
+	size := 1 + binary.MaxVarintLen64
+	for name, vs := range h {
+		names = append(names, name)
+		size += 2*binary.MaxVarintLen64 + len(name)
+		for _, v := range vs {
+			size += binary.MaxVarintLen64 + len(v)
+		}
+	}
+	slices.Sort(names)
+	b := make([]byte, 0, size)
+	b = append(b, headerFormat)
+	b = binary.AppendUvarint(b, uint64(len(names)))
+	for _, name := range names {
+		b = appendString(b, name)
+		vs := h[name]
+		b = binary.AppendUvarint(b, uint64(len(vs)))
+		for _, v := range vs {
+			b = appendString(b, v)
+		}
+	}
+	return b
+}
+
+func appendString(b []byte, s string) []byte {
+	return append(binary.AppendUvarint(b, uint64(len(s))), s...)
+}
+
+var errCorruptHeader = errors.New("stored response header is corrupt")
+
+// decodeHeader is the inverse of encodeHeader.
+func decodeHeader(b []byte) (http.Header, error) {
+	if b == nil {
+		return nil, nil
+	}
+	if len(b) == 0 || b[0] != headerFormat {
+		return nil, errCorruptHeader
+	}
+	d := decoder{b: b[1:]}
+	n := d.uvarint()
+	h := make(http.Header, min(n, uint64(len(d.b))))
+	for i := uint64(0); i < n && d.err == nil; i++ {
+		name := d.string()
+		count := d.uvarint()
+		vs := make([]string, 0, min(count, uint64(len(d.b))))
+		for j := uint64(0); j < count && d.err == nil; j++ {
+			vs = append(vs, d.string())
+		}
+		h[name] = vs
+	}
+	if d.err != nil || len(d.b) != 0 {
+		return nil, errCorruptHeader
+	}
+	return h, nil
+}
+
+type decoder struct {
+	b   []byte
+	err error
+}
+
+func (d *decoder) uvarint() uint64 {
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 {
+		d.err = errCorruptHeader
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) string() string {
+	n := d.uvarint()
+	if d.err != nil || n > uint64(len(d.b)) {
+		d.err = errCorruptHeader
+		return ""
+	}
+	s := string(d.b[:n])
+	d.b = d.b[n:]
+	return s
+}

@@ -1,0 +1,99 @@
+package idem
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+)
+
+// DBTX runs statements: *sql.Tx, *sqlx.Tx, *sql.Conn and *sql.DB satisfy it.
+type DBTX interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+var (
+	_ DBTX = (*sql.DB)(nil)
+	_ DBTX = (*sql.Tx)(nil)
+	_ DBTX = (*sql.Conn)(nil)
+)
+
+// IsRetryable reports whether err means the whole transaction should be
+// retried: a serialization failure, a deadlock or a lock wait timeout, from
+// any of the supported databases and drivers, or idem's own report that a
+// key changed hands while it was being claimed.
+func IsRetryable(err error) bool {
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, errContended) {
+		return true
+	}
+	for _, d := range dialects {
+		if d.retryable(err) {
+			return true
+		}
+	}
+	return false
+}
+
+// The bounds of RunTx's retries.
+const (
+	maxAttempts = 10
+	baseBackoff = 5 * time.Millisecond
+	maxBackoff  = 500 * time.Millisecond
+)
+
+// RunTx runs fn in a transaction on db and commits it. When fn, the begin or
+// the commit fails with an error for which IsRetryable is true, the
+// transaction is rolled back and run again, up to 10 attempts in all, after
+// a jittered exponential backoff (5ms doubling to at most 500ms). It gives
+// up with the last error, and at once when ctx ends. fn must not commit or
+// roll back tx itself. A panic in fn rolls back and is passed on.
+func RunTx(ctx context.Context, db *sql.DB, opts *sql.TxOptions, fn func(tx *sql.Tx) error) error {
+	if db == nil || fn == nil {
+		return errors.New("idem: RunTx needs a *sql.DB and a function")
+	}
+	backoff := baseBackoff
+	for attempt := 1; ; attempt++ {
+		err := runTxOnce(ctx, db, opts, fn)
+		if err == nil || !IsRetryable(err) {
+			return err
+		}
+		if attempt == maxAttempts {
+			return fmt.Errorf("idem: giving up after %d attempts: %w", attempt, err)
+		}
+		t := time.NewTimer(backoff/2 + rand.N(backoff/2+1))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return errors.Join(err, ctx.Err())
+		case <-t.C:
+		}
+		backoff = min(2*backoff, maxBackoff)
+	}
+}
+
+func runTxOnce(ctx context.Context, db *sql.DB, opts *sql.TxOptions, fn func(tx *sql.Tx) error) (err error) {
+	tx, err := db.BeginTx(ctx, opts)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			_ = tx.Rollback()
+			panic(p)
+		}
+		if err != nil {
+			_ = tx.Rollback()
+		}
+	}()
+	if err = fn(tx); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
