@@ -54,6 +54,9 @@ type queries struct {
 	complete string
 	// remove deletes a record. Args: scope, key.
 	remove string
+	// purge deletes at most limit records past retention, never a live
+	// claim. Args: retention, retention (again), limit.
+	purge string
 }
 
 // parseTable splits a table name into its identifier parts, or explains

@@ -57,6 +57,12 @@ WHERE scope = ? AND idem_key = ? AND token = ?`,
   response_status = ?, response_headers = ?, response_body = ?
 WHERE scope = ? AND idem_key = ?`,
 		remove: `DELETE FROM ` + t + ` WHERE scope = ? AND idem_key = ?`,
+		// created_at is never later than completed_at or lease_until, so
+		// its index bounds the scan.
+		purge: `DELETE FROM ` + t + `
+WHERE created_at <= ` + myNow + ` - INTERVAL ? MICROSECOND
+  AND (CASE WHEN status = 'completed' THEN completed_at ELSE lease_until END) <= ` + myNow + ` - INTERVAL ? MICROSECOND
+ORDER BY created_at LIMIT ?`,
 	}
 }
 

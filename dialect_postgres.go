@@ -56,6 +56,14 @@ WHERE scope = $4 AND idem_key = $5 AND token = $6`,
   response_status = $1, response_headers = $2, response_body = $3
 WHERE scope = $4 AND idem_key = $5`,
 		remove: `DELETE FROM ` + t + ` WHERE scope = $1 AND idem_key = $2`,
+		// created_at is never later than completed_at or lease_until, so
+		// its index bounds the scan; SKIP LOCKED passes over rows a live
+		// transaction holds instead of waiting for them.
+		purge: `DELETE FROM ` + t + ` WHERE (scope, idem_key) IN (
+  SELECT scope, idem_key FROM ` + t + `
+  WHERE created_at <= ` + pgNow + ` - ` + pgMicros("$1") + `
+    AND (CASE WHEN status = 'completed' THEN completed_at ELSE lease_until END) <= ` + pgNow + ` - ` + pgMicros("$2") + `
+  ORDER BY created_at LIMIT $3 FOR UPDATE SKIP LOCKED)`,
 	}
 }
 

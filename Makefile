@@ -1,0 +1,18 @@
+# The test command: the whole suite, with the race detector, against the
+# PostgreSQL and MariaDB servers of a development machine (see
+# DEVELOPERS.md). Point the DSNs elsewhere by setting them in the
+# environment; unset them on a machine with Docker to let the suite start
+# its own servers.
+IDEM_TEST_POSTGRES_DSN ?= postgres://postgres@127.0.0.1:5432/test?sslmode=disable
+IDEM_TEST_MYSQL_DSN ?= root@tcp(127.0.0.1:3306)/test
+export IDEM_TEST_POSTGRES_DSN IDEM_TEST_MYSQL_DSN
+
+.PHONY: test check
+
+test:
+	go test -race -count=1 -timeout 20m ./...
+
+# Formatting and vet, as CI runs them.
+check:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	go vet ./...
