@@ -1,0 +1,347 @@
+// Package bench measures idem against a bare transaction: interleaved
+// rounds of each path, in one process against one server, reported as
+// transactions per second and as the ratio to the bare transaction of the
+// same round, median of the rounds. It backs `idem bench` and the Go
+// benchmarks, and creates and drops tables of its own.
+package bench
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"text/tabwriter"
+	"time"
+
+	"github.com/idemkit/idem"
+)
+
+// Config says what to measure.
+type Config struct {
+	DB      *sql.DB      // the pool to measure through; its size bounds the storm's concurrency
+	Driver  string       // the database/sql driver's name, for the report
+	Dialect idem.Dialect // the dialect of DB's server
+
+	Rounds      int           // interleaved rounds (default 10)
+	Duration    time.Duration // how long each path runs in a round (default 500ms)
+	Concurrency []int         // worker counts (default 1 and 16)
+	HotWorkers  int           // workers replaying one hot key (default 16)
+
+	StormRequests int           // concurrent requests with one key (default 64)
+	StormWork     time.Duration // how long the operation takes (default 50ms)
+	Storms        int           // storms run; their latencies are pooled (default 5; negative: none)
+}
+
+func (c *Config) defaults() error {
+	if c.DB == nil || c.Dialect == nil {
+		return errors.New("bench: Config needs DB and Dialect")
+	}
+	if c.Rounds <= 0 {
+		c.Rounds = 10
+	}
+	if c.Duration <= 0 {
+		c.Duration = 500 * time.Millisecond
+	}
+	if len(c.Concurrency) == 0 {
+		c.Concurrency = []int{1, 16}
+	}
+	if c.HotWorkers <= 0 {
+		c.HotWorkers = 16
+	}
+	if c.StormRequests <= 0 {
+		c.StormRequests = 64
+	}
+	if c.StormWork <= 0 {
+		c.StormWork = 50 * time.Millisecond
+	}
+	if c.Storms == 0 {
+		c.Storms = 5
+	}
+	return nil
+}
+
+// Report is the outcome of Run.
+type Report struct {
+	Driver  string
+	Dialect string
+	Rounds  int
+	Results []Result
+	Storms  []Storm
+}
+
+// Result is one path at one concurrency.
+type Result struct {
+	Path        string    // bare, fresh, replay or hot
+	Concurrency int       // concurrent workers, each with its own transaction
+	TxPerSec    float64   // committed transactions per second, median of the rounds
+	Ratio       float64   // TxPerSec over the bare transaction's in the same round, median of the rounds
+	Rates       []float64 // transactions per second in each round
+	Ratios      []float64 // the ratio in each round
+}
+
+// Storm is the latency of a storm of concurrent requests with one key:
+// from the moment they all start until each has its answer.
+type Storm struct {
+	Mode     string // "tx": Do in the caller's transaction
+	Requests int
+	Work     time.Duration // how long the operation took
+	Runs     int           // storms pooled
+	P50, P99 time.Duration
+	Max      time.Duration
+}
+
+// path is one kind of transaction the benchmark runs.
+type path struct {
+	name string
+	// worker returns the loop body of worker w.
+	worker func(e *Env, w int) func(context.Context) error
+	// hot paths run only at HotWorkers.
+	hot bool
+}
+
+// replayKey is the completed key worker w replays.
+func replayKey(w int) string { return fmt.Sprintf("replay-%d", w) }
+
+const hotKey = "hot"
+
+var paths = []path{
+	{name: "bare", worker: func(e *Env, _ int) func(context.Context) error { return e.Bare }},
+	{name: "fresh", worker: func(e *Env, _ int) func(context.Context) error { return e.Fresh }},
+	{name: "replay", worker: func(e *Env, w int) func(context.Context) error {
+		return func(ctx context.Context) error { return e.Do(ctx, replayKey(w), true) }
+	}},
+	{name: "hot", hot: true, worker: func(e *Env, _ int) func(context.Context) error {
+		return func(ctx context.Context) error { return e.Do(ctx, hotKey, true) }
+	}},
+}
+
+// Run measures every path, writes the table to w as it finishes and
+// returns it.
+func Run(ctx context.Context, cfg Config, w io.Writer) (Report, error) {
+	if err := cfg.defaults(); err != nil {
+		return Report{}, err
+	}
+	e, err := Setup(ctx, cfg.DB, cfg.Dialect)
+	if err != nil {
+		return Report{}, err
+	}
+	rep, err := run(ctx, e, cfg, w)
+	return rep, errors.Join(err, e.Close(context.WithoutCancel(ctx)))
+}
+
+// cell is the per-round rates of one path at one concurrency.
+type cell struct {
+	path  path
+	conc  int
+	rates []float64
+}
+
+func run(ctx context.Context, e *Env, cfg Config, w io.Writer) (Report, error) {
+	rep := Report{Driver: cfg.Driver, Dialect: cfg.Dialect.Name(), Rounds: cfg.Rounds}
+	maxConc := max(slices.Max(cfg.Concurrency), cfg.HotWorkers)
+	for i := range maxConc {
+		if err := e.Do(ctx, replayKey(i), false); err != nil {
+			return rep, err
+		}
+	}
+	if err := e.Do(ctx, hotKey, false); err != nil {
+		return rep, err
+	}
+	fmt.Fprintf(w, "idem bench: %s driver, %s dialect; %d interleaved rounds of %v per path\n",
+		cfg.Driver, rep.Dialect, cfg.Rounds, cfg.Duration)
+
+	var cells []*cell
+	for _, c := range cfg.Concurrency {
+		for _, p := range paths {
+			if !p.hot {
+				cells = append(cells, &cell{path: p, conc: c})
+			}
+		}
+	}
+	for _, p := range paths {
+		if p.hot {
+			cells = append(cells, &cell{path: p, conc: cfg.HotWorkers})
+		}
+	}
+	for round := range cfg.Rounds {
+		// Rotate the order within each round so that no path always runs
+		// first (on a cold cache) or last.
+		for i := range cells {
+			c := cells[(i+round)%len(cells)]
+			rate, err := measure(ctx, e, c.path, c.conc, cfg.Duration)
+			if err != nil {
+				return rep, fmt.Errorf("bench: %s at concurrency %d: %w", c.path.name, c.conc, err)
+			}
+			c.rates = append(c.rates, rate)
+		}
+	}
+	bare := map[int][]float64{}
+	for _, c := range cells {
+		if c.path.name == "bare" {
+			bare[c.conc] = c.rates
+		}
+	}
+	for _, c := range cells {
+		base := bare[c.conc]
+		if base == nil {
+			base = bare[slices.Max(cfg.Concurrency)]
+		}
+		ratios := make([]float64, len(c.rates))
+		for i, r := range c.rates {
+			ratios[i] = r / base[i]
+		}
+		rep.Results = append(rep.Results, Result{Path: c.path.name, Concurrency: c.conc, TxPerSec: median(c.rates), Ratio: median(ratios), Rates: c.rates, Ratios: ratios})
+	}
+	printResults(w, rep.Results)
+
+	if cfg.Storms > 0 {
+		s, err := storm(ctx, e, cfg)
+		if err != nil {
+			return rep, err
+		}
+		rep.Storms = append(rep.Storms, s)
+		printStorms(w, rep.Storms)
+	}
+	return rep, nil
+}
+
+// measure runs conc workers of p for d and returns committed
+// transactions per second.
+func measure(ctx context.Context, e *Env, p path, conc int, d time.Duration) (float64, error) {
+	var (
+		done  atomic.Int64
+		wg    sync.WaitGroup
+		errMu sync.Mutex
+		first error
+	)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	start := time.Now()
+	deadline := start.Add(d)
+	for w := range conc {
+		body := p.worker(e, w)
+		wg.Go(func() {
+			for time.Now().Before(deadline) && ctx.Err() == nil {
+				if err := body(ctx); err != nil {
+					errMu.Lock()
+					if first == nil {
+						first = err
+					}
+					errMu.Unlock()
+					cancel()
+					return
+				}
+				done.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if first != nil {
+		return 0, first
+	}
+	return float64(done.Load()) / time.Since(start).Seconds(), nil
+}
+
+// storm sends cfg.StormRequests concurrent requests with one key, each Do
+// in a transaction of its own through idem.RunTx, with an operation that
+// sleeps cfg.StormWork and inserts an order row, cfg.Storms times, and
+// checks that each storm ran the operation once.
+func storm(ctx context.Context, e *Env, cfg Config) (Storm, error) {
+	var lat []time.Duration
+	for range cfg.Storms {
+		key := e.Key()
+		var (
+			runs  atomic.Int64
+			wg    sync.WaitGroup
+			mu    sync.Mutex
+			errs  []error
+			ready sync.WaitGroup
+			gate  = make(chan struct{})
+			start time.Time
+		)
+		ready.Add(cfg.StormRequests)
+		for range cfg.StormRequests {
+			wg.Go(func() {
+				ready.Done()
+				<-gate
+				err := idem.RunTx(ctx, e.db, nil, func(tx *sql.Tx) error {
+					_, err := e.store.Do(ctx, tx, Request(key), func(ctx context.Context) (idem.Response, error) {
+						runs.Add(1)
+						select {
+						case <-time.After(cfg.StormWork):
+						case <-ctx.Done():
+							return idem.Response{}, ctx.Err()
+						}
+						return response, e.order(ctx, tx, key)
+					})
+					return err
+				})
+				d := time.Since(start)
+				mu.Lock()
+				defer mu.Unlock()
+				if err != nil {
+					errs = append(errs, err)
+				}
+				lat = append(lat, d)
+			})
+		}
+		ready.Wait()
+		start = time.Now()
+		close(gate)
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			return Storm{}, fmt.Errorf("bench: storm: %w", err)
+		}
+		n, err := e.Orders(ctx, key)
+		if err != nil {
+			return Storm{}, fmt.Errorf("bench: storm: %w", err)
+		}
+		if runs.Load() != 1 || n != 1 {
+			return Storm{}, fmt.Errorf("bench: storm on key %q ran the operation %d times and stored %d order rows, want 1 and 1", key, runs.Load(), n)
+		}
+	}
+	slices.Sort(lat)
+	return Storm{
+		Mode: "tx", Requests: cfg.StormRequests, Work: cfg.StormWork, Runs: cfg.Storms,
+		P50: quantile(lat, 0.50), P99: quantile(lat, 0.99), Max: lat[len(lat)-1],
+	}, nil
+}
+
+// quantile is the q-quantile of sorted xs (nearest rank).
+func quantile(xs []time.Duration, q float64) time.Duration {
+	i := int(q*float64(len(xs))+0.5) - 1
+	return xs[min(max(i, 0), len(xs)-1)]
+}
+
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	n := len(s)
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
+}
+
+func printResults(w io.Writer, rs []Result) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "path\tworkers\ttx/s\tratio to bare\tratio range\t")
+	for _, r := range rs {
+		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%.2f\t%.2f-%.2f\t\n", r.Path, r.Concurrency, r.TxPerSec, r.Ratio, slices.Min(r.Ratios), slices.Max(r.Ratios))
+	}
+	_ = tw.Flush()
+}
+
+func printStorms(w io.Writer, ss []Storm) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "storm\trequests\toperation\tstorms\tp50\tp99\tmax\t")
+	for _, s := range ss {
+		fmt.Fprintf(tw, "%s\t%d\t%v\t%d\t%v\t%v\t%v\t\n", s.Mode, s.Requests, s.Work, s.Runs,
+			s.P50.Round(100*time.Microsecond), s.P99.Round(100*time.Microsecond), s.Max.Round(100*time.Microsecond))
+	}
+	_ = tw.Flush()
+}
