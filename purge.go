@@ -28,7 +28,7 @@ func (s *Store) Purge(ctx context.Context, db *sql.DB, batch int) (int64, error)
 	var total int64
 	for {
 		r := micros(s.retention)
-		res, err := db.ExecContext(ctx, s.q.purge, r, r, batch)
+		res, err := s.exec(ctx, db, s.q.purge, r, r, batch)
 		if err != nil {
 			return total, fmt.Errorf("idem: purge %s after %d rows: %w", s.table, total, err)
 		}

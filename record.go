@@ -49,7 +49,7 @@ type record struct {
 func (s *Store) acquire(ctx context.Context, db DBTX, req Request) (replay *Result, err error) {
 	lease := micros(s.lease)
 	for range maxContention {
-		res, err := db.ExecContext(ctx, s.q.insert, req.Scope, req.Key, req.Operation, req.Fingerprint, lease)
+		res, err := s.exec(ctx, db, s.q.insert, req.Scope, req.Key, req.Operation, req.Fingerprint, lease)
 		ok, err := s.dialect.inserted(res, err)
 		if err != nil {
 			return nil, fmt.Errorf("idem: claim key %q: %w", req.Key, err)
@@ -75,7 +75,7 @@ func (s *Store) acquire(ctx context.Context, db DBTX, req Request) (replay *Resu
 				return nil, inFlight(rec.leaseLeft)
 			}
 		}
-		res, err = db.ExecContext(ctx, s.q.takeover, req.Operation, req.Fingerprint, lease, req.Scope, req.Key, rec.token)
+		res, err = s.exec(ctx, db, s.q.takeover, req.Operation, req.Fingerprint, lease, req.Scope, req.Key, rec.token)
 		if err == nil {
 			var n int64
 			if n, err = res.RowsAffected(); err == nil && n == 1 {
@@ -105,7 +105,7 @@ func (s *Store) get(ctx context.Context, db DBTX, req Request) (rec record, foun
 		status    sql.NullInt64
 		header    []byte
 	)
-	err = db.QueryRowContext(ctx, s.q.get, micros(s.retention), req.Scope, req.Key).Scan(
+	err = s.queryRow(ctx, db, s.q.get, micros(s.retention), req.Scope, req.Key).Scan(
 		&rec.operation, &rec.fingerprint, &rec.status, &rec.token, &rec.forgotten, &leaseLeft,
 		&status, &header, &rec.resp.Body)
 	if errors.Is(err, sql.ErrNoRows) {
