@@ -559,3 +559,23 @@ func TestMigrate(t *testing.T) {
 		}
 	})
 }
+
+// On Postgres a replay writes nothing: the transaction gets no transaction
+// id, so its commit needs no WAL flush and hot keys replay in parallel.
+func TestPostgresReplayWritesNothing(t *testing.T) {
+	forDialect(t, idem.Postgres, func(t *testing.T, e *env) {
+		s := e.store()
+		req := charge("read-only-replay", "100")
+		ok := func(context.Context) (idem.Response, error) { return idem.Response{StatusCode: 200}, nil }
+		_, err := e.do(s, req, func(idem.DBTX) func(context.Context) (idem.Response, error) { return ok })
+		must(t, err)
+		tx := e.begin(nil)
+		res, err := s.Do(ctx, tx, req, ok)
+		must(t, err)
+		var xid sql.NullInt64
+		must(t, tx.QueryRow("SELECT txid_current_if_assigned()").Scan(&xid))
+		if !res.Replayed || xid.Valid {
+			t.Fatalf("replayed=%v, transaction id %v; want a replay that assigned none", res.Replayed, xid)
+		}
+	})
+}
