@@ -1,8 +1,9 @@
-// Package bench measures idem against a bare transaction: interleaved
-// rounds of each path, in one process against one server, reported as
-// transactions per second and as the ratio to the bare transaction of the
-// same round, median of the rounds. It backs `idem bench` and the Go
-// benchmarks, and creates and drops tables of its own.
+// Package bench measures idem against a bare transaction, in one process
+// against one server: rounds in which each path runs right beside a bare
+// transaction at the same concurrency, reported as transactions per second
+// and as the ratio to the bare run beside it, median of the rounds. It
+// backs `idem bench` and the Go benchmarks, and creates and drops tables of
+// its own.
 package bench
 
 import (
@@ -11,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -26,8 +28,8 @@ type Config struct {
 	Driver  string       // the database/sql driver's name, for the report
 	Dialect idem.Dialect // the dialect of DB's server
 
-	Rounds      int           // interleaved rounds (default 10)
-	Duration    time.Duration // how long each path runs in a round (default 500ms)
+	Rounds      int           // rounds: each path runs once a round, beside a bare run (default 10)
+	Duration    time.Duration // how long each run lasts (default 300ms)
 	Concurrency []int         // worker counts (default 1 and 16)
 	HotWorkers  int           // workers replaying one hot key (default 16)
 
@@ -44,7 +46,7 @@ func (c *Config) defaults() error {
 		c.Rounds = 10
 	}
 	if c.Duration <= 0 {
-		c.Duration = 500 * time.Millisecond
+		c.Duration = 300 * time.Millisecond
 	}
 	if len(c.Concurrency) == 0 {
 		c.Concurrency = []int{1, 16}
@@ -79,7 +81,7 @@ type Result struct {
 	Concurrency int       // concurrent workers, each with its own transaction
 	TxPerSec    float64   // committed transactions per second, median of the rounds
 	Ratio       float64   // TxPerSec over the bare transaction's in the same round, median of the rounds
-	Rates       []float64 // transactions per second in each round
+	Rates       []float64 // transactions per second in each run (bare runs beside every other path)
 	Ratios      []float64 // the ratio in each round
 }
 
@@ -133,11 +135,12 @@ func Run(ctx context.Context, cfg Config, w io.Writer) (Report, error) {
 	return rep, errors.Join(err, e.Close(context.WithoutCancel(ctx)))
 }
 
-// cell is the per-round rates of one path at one concurrency.
+// cell is the per-round measurements of one path at one concurrency.
 type cell struct {
-	path  path
-	conc  int
-	rates []float64
+	path   path
+	conc   int
+	rates  []float64
+	ratios []float64
 }
 
 func run(ctx context.Context, e *Env, cfg Config, w io.Writer) (Report, error) {
@@ -151,50 +154,80 @@ func run(ctx context.Context, e *Env, cfg Config, w io.Writer) (Report, error) {
 	if err := e.Do(ctx, hotKey, false); err != nil {
 		return rep, err
 	}
-	fmt.Fprintf(w, "idem bench: %s driver, %s dialect; %d interleaved rounds of %v per path\n",
-		cfg.Driver, rep.Dialect, cfg.Rounds, cfg.Duration)
+	fmt.Fprintf(w, "idem bench: %s driver, %s dialect; %d rounds, each path for %v beside a bare run of %v\n",
+		cfg.Driver, rep.Dialect, cfg.Rounds, cfg.Duration, cfg.Duration)
 
+	bare := path{name: "bare"}
 	var cells []*cell
+	bares := map[int]*cell{}
+	for _, p := range paths {
+		if p.name == "bare" {
+			bare = p
+		}
+	}
+	add := func(p path, conc int) {
+		if bares[conc] == nil {
+			bares[conc] = &cell{path: bare, conc: conc}
+		}
+		cells = append(cells, &cell{path: p, conc: conc})
+	}
 	for _, c := range cfg.Concurrency {
 		for _, p := range paths {
-			if !p.hot {
-				cells = append(cells, &cell{path: p, conc: c})
+			if p.name != "bare" && !p.hot {
+				add(p, c)
 			}
 		}
 	}
 	for _, p := range paths {
 		if p.hot {
-			cells = append(cells, &cell{path: p, conc: cfg.HotWorkers})
+			add(p, cfg.HotWorkers)
 		}
 	}
+	// A short pass, not counted, opens the pool's connections and fills
+	// the drivers' statement caches.
+	for _, c := range cells {
+		for _, p := range []path{bare, c.path} {
+			if _, err := measure(ctx, e, p, c.conc, cfg.Duration/5); err != nil {
+				return rep, fmt.Errorf("bench: %s at concurrency %d: %w", p.name, c.conc, err)
+			}
+		}
+	}
+	// Each path runs right beside a bare run at the same concurrency, in
+	// turn before and after it, and the order of the paths rotates from
+	// round to round: load from outside that changes over seconds then
+	// weighs on both sides of each ratio alike.
 	for round := range cfg.Rounds {
-		// Rotate the order within each round so that no path always runs
-		// first (on a cold cache) or last.
 		for i := range cells {
 			c := cells[(i+round)%len(cells)]
-			rate, err := measure(ctx, e, c.path, c.conc, cfg.Duration)
-			if err != nil {
-				return rep, fmt.Errorf("bench: %s at concurrency %d: %w", c.path.name, c.conc, err)
+			b := bares[c.conc]
+			order := []*cell{b, c}
+			if (i+round)%2 == 1 {
+				order = []*cell{c, b}
 			}
-			c.rates = append(c.rates, rate)
+			var rates [2]float64
+			for k, o := range order {
+				rate, err := measure(ctx, e, o.path, o.conc, cfg.Duration)
+				if err != nil {
+					return rep, fmt.Errorf("bench: %s at concurrency %d: %w", o.path.name, o.conc, err)
+				}
+				o.rates = append(o.rates, rate)
+				rates[k] = rate
+			}
+			if order[0] == b {
+				c.ratios = append(c.ratios, rates[1]/rates[0])
+			} else {
+				c.ratios = append(c.ratios, rates[0]/rates[1])
+			}
 		}
 	}
-	bare := map[int][]float64{}
-	for _, c := range cells {
-		if c.path.name == "bare" {
-			bare[c.conc] = c.rates
+	for _, conc := range slices.Sorted(maps.Keys(bares)) {
+		b := bares[conc]
+		rep.Results = append(rep.Results, Result{Path: "bare", Concurrency: conc, TxPerSec: median(b.rates), Ratio: 1, Rates: b.rates, Ratios: slices.Repeat([]float64{1}, len(b.rates))})
+		for _, c := range cells {
+			if c.conc == conc {
+				rep.Results = append(rep.Results, Result{Path: c.path.name, Concurrency: conc, TxPerSec: median(c.rates), Ratio: median(c.ratios), Rates: c.rates, Ratios: c.ratios})
+			}
 		}
-	}
-	for _, c := range cells {
-		base := bare[c.conc]
-		if base == nil {
-			base = bare[slices.Max(cfg.Concurrency)]
-		}
-		ratios := make([]float64, len(c.rates))
-		for i, r := range c.rates {
-			ratios[i] = r / base[i]
-		}
-		rep.Results = append(rep.Results, Result{Path: c.path.name, Concurrency: c.conc, TxPerSec: median(c.rates), Ratio: median(ratios), Rates: c.rates, Ratios: ratios})
 	}
 	printResults(w, rep.Results)
 
