@@ -94,6 +94,7 @@ type Storm struct {
 	Runs     int           // storms pooled
 	P50, P99 time.Duration
 	Max      time.Duration
+	Attempts float64 // transactions begun per request (above 1: retries through idem.RunTx)
 }
 
 // path is one kind of transaction the benchmark runs.
@@ -285,10 +286,14 @@ func measure(ctx context.Context, e *Env, p path, conc int, d time.Duration) (fl
 // checks that each storm ran the operation once. A first storm, not
 // counted, fills the pool, so that opening connections is not measured.
 func storm(ctx context.Context, e *Env, cfg Config) (Storm, error) {
-	var lat []time.Duration
+	var (
+		lat      []time.Duration
+		attempts atomic.Int64
+	)
 	for i := range cfg.Storms + 1 {
 		if i == 1 {
 			lat = lat[:0]
+			attempts.Store(0)
 		}
 		key := e.Key()
 		var (
@@ -306,6 +311,7 @@ func storm(ctx context.Context, e *Env, cfg Config) (Storm, error) {
 				ready.Done()
 				<-gate
 				err := idem.RunTx(ctx, e.db, nil, func(tx *sql.Tx) error {
+					attempts.Add(1)
 					_, err := e.store.Do(ctx, tx, Request(key), func(ctx context.Context) (idem.Response, error) {
 						runs.Add(1)
 						select {
@@ -345,6 +351,7 @@ func storm(ctx context.Context, e *Env, cfg Config) (Storm, error) {
 	return Storm{
 		Mode: "tx", Requests: cfg.StormRequests, Work: cfg.StormWork, Runs: cfg.Storms,
 		P50: quantile(lat, 0.50), P99: quantile(lat, 0.99), Max: lat[len(lat)-1],
+		Attempts: float64(attempts.Load()) / float64(len(lat)),
 	}, nil
 }
 
@@ -375,10 +382,10 @@ func printResults(w io.Writer, rs []Result) {
 
 func printStorms(w io.Writer, ss []Storm) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "storm\trequests\toperation\tstorms\tp50\tp99\tmax\t")
+	fmt.Fprintln(tw, "storm\trequests\toperation\tstorms\tp50\tp99\tmax\tattempts/request\t")
 	for _, s := range ss {
-		fmt.Fprintf(tw, "%s\t%d\t%v\t%d\t%v\t%v\t%v\t\n", s.Mode, s.Requests, s.Work, s.Runs,
-			s.P50.Round(100*time.Microsecond), s.P99.Round(100*time.Microsecond), s.Max.Round(100*time.Microsecond))
+		fmt.Fprintf(tw, "%s\t%d\t%v\t%d\t%v\t%v\t%v\t%.2f\t\n", s.Mode, s.Requests, s.Work, s.Runs,
+			s.P50.Round(100*time.Microsecond), s.P99.Round(100*time.Microsecond), s.Max.Round(100*time.Microsecond), s.Attempts)
 	}
 	_ = tw.Flush()
 }
