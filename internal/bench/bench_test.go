@@ -184,7 +184,7 @@ func TestIdemAllocs(t *testing.T) {
 func (e *Env) scanAllocs(ctx context.Context, key string) (uint64, error) {
 	q := "SELECT operation, fingerprint, status, token, false, token, response_status, response_headers, response_body FROM " +
 		e.store.Table() + " WHERE scope = $1 AND idem_key = $2"
-	if e.dialect.Name() == "mysql" {
+	if e.dialect.Name() != "postgres" {
 		q = strings.ReplaceAll(strings.ReplaceAll(q, "$1", "?"), "$2", "?")
 	}
 	var (

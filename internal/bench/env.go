@@ -42,8 +42,11 @@ func Setup(ctx context.Context, db *sql.DB, dialect idem.Dialect) (*Env, error) 
 		prefix:  tag + "-",
 	}
 	id, ph := "BIGSERIAL PRIMARY KEY", "$1, $2"
-	if dialect.Name() == "mysql" {
+	switch dialect.Name() {
+	case "mysql":
 		id, ph = "BIGINT AUTO_INCREMENT PRIMARY KEY", "?, ?"
+	case "sqlite":
+		id, ph = "INTEGER PRIMARY KEY", "?, ?"
 	}
 	e.insert = "INSERT INTO " + e.orders + " (idem_key, amount) VALUES (" + ph + ")"
 	if err := e.store.Migrate(ctx, db); err != nil {
@@ -137,9 +140,9 @@ func (e *Env) tx(ctx context.Context, fn func(*sql.Tx) error) error {
 
 // Orders counts the order rows stored under key.
 func (e *Env) Orders(ctx context.Context, key string) (int, error) {
-	q := "SELECT COUNT(*) FROM " + e.orders + " WHERE idem_key = $1"
-	if e.dialect.Name() == "mysql" {
-		q = "SELECT COUNT(*) FROM " + e.orders + " WHERE idem_key = ?"
+	q := "SELECT COUNT(*) FROM " + e.orders + " WHERE idem_key = ?"
+	if e.dialect.Name() == "postgres" {
+		q = "SELECT COUNT(*) FROM " + e.orders + " WHERE idem_key = $1"
 	}
 	var n int
 	err := e.db.QueryRowContext(ctx, q, key).Scan(&n)
