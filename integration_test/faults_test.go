@@ -4,13 +4,21 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"io"
+	"log"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
+
 	"github.com/idemkit/idem"
 )
+
+// The MySQL driver logs every connection the faults break (to stderr,
+// beside returning the error); the tests check the errors themselves.
+func init() { _ = mysql.SetLogger(log.New(io.Discard, "", 0)) }
 
 // sessionID is the server's id of the session behind db (a transaction or
 // a connection).

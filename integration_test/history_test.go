@@ -175,7 +175,9 @@ func (r *historyRun) client(id int, db *sql.DB, rng *rand.Rand, start, deadline 
 		} else {
 			r.begin(db, rng, req, payload, body, cut)
 		}
-		r.proxy.arm(passCommit)
+		if cut {
+			r.proxy.arm(passCommit)
+		}
 	}
 }
 
