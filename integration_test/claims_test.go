@@ -454,6 +454,7 @@ func TestLockTimeout(t *testing.T) {
 		if waited < applied || waited > applied+slack {
 			t.Fatalf("gave up after %v, want about %v", waited, applied)
 		}
+		t.Logf("WithLockTimeout(%v): the duplicate gave up after %v", bound, waited.Round(time.Millisecond))
 		must(t, tx.QueryRow(e.sessionProbe()).Scan(&after))
 		if before != after {
 			t.Fatalf("session was %q before Do and %q after", before, after)
