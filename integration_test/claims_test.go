@@ -251,7 +251,7 @@ func TestFencingSurvivesPurge(t *testing.T) {
 		s, o := e.store(idem.WithLease(50*time.Millisecond), idem.WithRetention(300*time.Millisecond)), e.op()
 		req := charge("purged", "100")
 		old := mustClaim(t, s, e.db, req)
-		time.Sleep(400 * time.Millisecond)
+		time.Sleep(500 * time.Millisecond) // past lease and retention
 		n, err := s.Purge(ctx, e.db, 10)
 		must(t, err)
 		if n != 1 || e.records(s, req.Key) != 0 {
