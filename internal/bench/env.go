@@ -120,6 +120,26 @@ func (e *Env) Do(ctx context.Context, key string, replay bool) error {
 	})
 }
 
+// Claim is the two-phase path with a new key: Begin commits a claim in a
+// short transaction of its own, then a business transaction inserts one
+// order row and completes the claim.
+func (e *Env) Claim(ctx context.Context) error {
+	key := e.Key()
+	c, replay, err := e.store.Begin(ctx, e.db, Request(key))
+	switch {
+	case err != nil:
+		return err
+	case replay != nil:
+		return fmt.Errorf("bench: Begin of the new key %q replayed", key)
+	}
+	return e.tx(ctx, func(tx *sql.Tx) error {
+		if err := e.order(ctx, tx, key); err != nil {
+			return err
+		}
+		return c.Complete(ctx, tx, response)
+	})
+}
+
 // order inserts one order row through tx.
 func (e *Env) order(ctx context.Context, tx idem.DBTX, key string) error {
 	_, err := tx.ExecContext(ctx, e.insert, key, 100)

@@ -35,7 +35,12 @@ type Config struct {
 
 	StormRequests int           // concurrent requests with one key (default 64)
 	StormWork     time.Duration // how long the operation takes (default 50ms)
-	Storms        int           // storms run; their latencies are pooled (default 5; negative: none)
+	Storms        int           // storms run per mode; their latencies are pooled (default 5; negative: none)
+	// StormPoll is how long a client of the claim-mode storm waits after a
+	// 409 before it tries again (default 20ms). Not the error's RetryAfter:
+	// that is the remaining lease (30s by default), meant for operations
+	// that take that long.
+	StormPoll time.Duration
 }
 
 func (c *Config) defaults() error {
@@ -63,6 +68,9 @@ func (c *Config) defaults() error {
 	if c.Storms == 0 {
 		c.Storms = 5
 	}
+	if c.StormPoll <= 0 {
+		c.StormPoll = 20 * time.Millisecond
+	}
 	return nil
 }
 
@@ -88,13 +96,17 @@ type Result struct {
 // Storm is the latency of a storm of concurrent requests with one key:
 // from the moment they all start until each has its answer.
 type Storm struct {
-	Mode     string // "tx": Do in the caller's transaction
+	// Mode is "tx" (Do in the caller's transaction, through idem.RunTx) or
+	// "claim, poll 20ms" (Begin, the operation outside any transaction,
+	// Complete in the business transaction; a client that gets a 409 waits
+	// StormPoll and tries again).
+	Mode     string
 	Requests int
 	Work     time.Duration // how long the operation took
 	Runs     int           // storms pooled
 	P50, P99 time.Duration
 	Max      time.Duration
-	Attempts float64 // transactions begun per request (above 1: retries through idem.RunTx)
+	Attempts float64 // tries per request: transactions begun in tx mode (above 1: retries through idem.RunTx), Begin calls in claim mode
 }
 
 // path is one kind of transaction the benchmark runs.
@@ -117,6 +129,7 @@ var paths = []path{
 	{name: "replay", worker: func(e *Env, w int) func(context.Context) error {
 		return func(ctx context.Context) error { return e.Do(ctx, replayKey(w), true) }
 	}},
+	{name: "claim", worker: func(e *Env, _ int) func(context.Context) error { return e.Claim }},
 	{name: "hot", hot: true, worker: func(e *Env, _ int) func(context.Context) error {
 		return func(ctx context.Context) error { return e.Do(ctx, hotKey, true) }
 	}},
@@ -233,11 +246,22 @@ func run(ctx context.Context, e *Env, cfg Config, w io.Writer) (Report, error) {
 	printResults(w, rep.Results)
 
 	if cfg.Storms > 0 {
-		s, err := storm(ctx, e, cfg)
-		if err != nil {
-			return rep, err
+		for _, mode := range []struct {
+			name string
+			poll time.Duration
+			req  func(e *Env, key string, work, poll time.Duration, runs, attempts *atomic.Int64) func(context.Context) error
+		}{
+			{"tx", 0, txRequest},
+			{"claim, poll " + cfg.StormPoll.String(), cfg.StormPoll, claimRequest},
+		} {
+			s, err := storm(ctx, e, cfg, mode.name, func(key string, runs, attempts *atomic.Int64) func(context.Context) error {
+				return mode.req(e, key, cfg.StormWork, mode.poll, runs, attempts)
+			})
+			if err != nil {
+				return rep, err
+			}
+			rep.Storms = append(rep.Storms, s)
 		}
-		rep.Storms = append(rep.Storms, s)
 		printStorms(w, rep.Storms)
 	}
 	return rep, nil
@@ -280,12 +304,11 @@ func measure(ctx context.Context, e *Env, p path, conc int, d time.Duration) (fl
 	return float64(done.Load()) / time.Since(start).Seconds(), nil
 }
 
-// storm sends cfg.StormRequests concurrent requests with one key, each Do
-// in a transaction of its own through idem.RunTx, with an operation that
-// sleeps cfg.StormWork and inserts an order row, cfg.Storms times, and
-// checks that each storm ran the operation once. A first storm, not
-// counted, fills the pool, so that opening connections is not measured.
-func storm(ctx context.Context, e *Env, cfg Config) (Storm, error) {
+// storm sends cfg.StormRequests concurrent requests with one key, made by
+// request, cfg.Storms times, and checks that each storm ran the operation
+// once and stored one order row. A first storm, not counted, fills the
+// pool, so that opening connections is not measured.
+func storm(ctx context.Context, e *Env, cfg Config, mode string, request func(key string, runs, attempts *atomic.Int64) func(context.Context) error) (Storm, error) {
 	var (
 		lat      []time.Duration
 		attempts atomic.Int64
@@ -307,22 +330,11 @@ func storm(ctx context.Context, e *Env, cfg Config) (Storm, error) {
 		)
 		ready.Add(cfg.StormRequests)
 		for range cfg.StormRequests {
+			do := request(key, &runs, &attempts)
 			wg.Go(func() {
 				ready.Done()
 				<-gate
-				err := idem.RunTx(ctx, e.db, nil, func(tx *sql.Tx) error {
-					attempts.Add(1)
-					_, err := e.store.Do(ctx, tx, Request(key), func(ctx context.Context) (idem.Response, error) {
-						runs.Add(1)
-						select {
-						case <-time.After(cfg.StormWork):
-						case <-ctx.Done():
-							return idem.Response{}, ctx.Err()
-						}
-						return response, e.order(ctx, tx, key)
-					})
-					return err
-				})
+				err := do(ctx)
 				d := time.Since(start)
 				mu.Lock()
 				defer mu.Unlock()
@@ -337,22 +349,83 @@ func storm(ctx context.Context, e *Env, cfg Config) (Storm, error) {
 		close(gate)
 		wg.Wait()
 		if err := errors.Join(errs...); err != nil {
-			return Storm{}, fmt.Errorf("bench: storm: %w", err)
+			return Storm{}, fmt.Errorf("bench: %s storm: %w", mode, err)
 		}
 		n, err := e.Orders(ctx, key)
 		if err != nil {
-			return Storm{}, fmt.Errorf("bench: storm: %w", err)
+			return Storm{}, fmt.Errorf("bench: %s storm: %w", mode, err)
 		}
 		if runs.Load() != 1 || n != 1 {
-			return Storm{}, fmt.Errorf("bench: storm on key %q ran the operation %d times and stored %d order rows, want 1 and 1", key, runs.Load(), n)
+			return Storm{}, fmt.Errorf("bench: %s storm on key %q ran the operation %d times and stored %d order rows, want 1 and 1", mode, key, runs.Load(), n)
 		}
 	}
 	slices.Sort(lat)
 	return Storm{
-		Mode: "tx", Requests: cfg.StormRequests, Work: cfg.StormWork, Runs: cfg.Storms,
+		Mode: mode, Requests: cfg.StormRequests, Work: cfg.StormWork, Runs: cfg.Storms,
 		P50: quantile(lat, 0.50), P99: quantile(lat, 0.99), Max: lat[len(lat)-1],
 		Attempts: float64(attempts.Load()) / float64(len(lat)),
 	}, nil
+}
+
+// txRequest is a request that runs Do in a transaction of its own through
+// idem.RunTx, with an operation that takes work and inserts an order row.
+func txRequest(e *Env, key string, work, _ time.Duration, runs, attempts *atomic.Int64) func(context.Context) error {
+	return func(ctx context.Context) error {
+		return idem.RunTx(ctx, e.db, nil, func(tx *sql.Tx) error {
+			attempts.Add(1)
+			_, err := e.store.Do(ctx, tx, Request(key), func(ctx context.Context) (idem.Response, error) {
+				runs.Add(1)
+				if err := sleep(ctx, work); err != nil {
+					return idem.Response{}, err
+				}
+				return response, e.order(ctx, tx, key)
+			})
+			return err
+		})
+	}
+}
+
+// claimRequest is a client of the two-phase path: Begin; on a claim, the
+// work outside any transaction, then a business transaction that inserts
+// an order row and completes the claim; on a 409, a wait of poll and
+// another try.
+func claimRequest(e *Env, key string, work, poll time.Duration, runs, attempts *atomic.Int64) func(context.Context) error {
+	return func(ctx context.Context) error {
+		for {
+			attempts.Add(1)
+			c, replay, err := e.store.Begin(ctx, e.db, Request(key))
+			if errors.Is(err, idem.ErrInFlight) {
+				if err := sleep(ctx, poll); err != nil {
+					return err
+				}
+				continue
+			}
+			if err != nil || replay != nil {
+				return err
+			}
+			runs.Add(1)
+			if err := sleep(ctx, work); err != nil {
+				return err
+			}
+			return idem.RunTx(ctx, e.db, nil, func(tx *sql.Tx) error {
+				if err := e.order(ctx, tx, key); err != nil {
+					return err
+				}
+				return c.Complete(ctx, tx, response)
+			})
+		}
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // quantile is the q-quantile of sorted xs (nearest rank).
