@@ -61,7 +61,8 @@ func (tg target) open(tb testing.TB) *sql.DB {
 // IDEM_BENCH=1 it runs the full measurement and prints it: the same
 // numbers as `idem bench`. IDEM_BENCH=16 measures concurrency 16 only,
 // in 8 rounds without storms, for comparing settings quickly.
-// IDEM_BENCH_ROUNDS sets the number of rounds of either.
+// IDEM_BENCH_ROUNDS sets the number of rounds of either, and
+// IDEM_BENCH_STORM the number of requests in a storm.
 func TestRun(t *testing.T) {
 	mode := os.Getenv("IDEM_BENCH")
 	for _, tg := range targets {
@@ -69,9 +70,10 @@ func TestRun(t *testing.T) {
 			cfg := Config{DB: tg.open(t), Driver: tg.driver, Dialect: tg.dialect,
 				Rounds: 1, Duration: 100 * time.Millisecond, Concurrency: []int{1, 4}, HotWorkers: 4, Storms: 1, StormRequests: 8}
 			rounds, _ := strconv.Atoi(os.Getenv("IDEM_BENCH_ROUNDS"))
+			stormRequests, _ := strconv.Atoi(os.Getenv("IDEM_BENCH_STORM"))
 			switch mode {
 			case "1":
-				cfg = Config{DB: cfg.DB, Driver: tg.driver, Dialect: tg.dialect, Concurrency: []int{1, 16}, Rounds: rounds}
+				cfg = Config{DB: cfg.DB, Driver: tg.driver, Dialect: tg.dialect, Concurrency: []int{1, 16}, Rounds: rounds, StormRequests: stormRequests}
 			case "16":
 				cfg = Config{DB: cfg.DB, Driver: tg.driver, Dialect: tg.dialect, Concurrency: []int{16}, Rounds: cmp.Or(rounds, 8), Storms: -1}
 			}
