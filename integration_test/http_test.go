@@ -114,14 +114,14 @@ func post(client *http.Client, url, body string, keys ...string) (response, erro
 }
 
 // retryingPost is the client retry recipe of docs/http.md: retry on 409,
-// 503 and transport errors with exponential backoff and full jitter,
+// 5xx and transport errors with exponential backoff and full jitter,
 // waiting at least Retry-After when the server sends it, with the same key
 // and body every time. conflicts counts the 409s seen.
 func retryingPost(ctx context.Context, client *http.Client, url, body, key string) (resp response, conflicts int, err error) {
 	backoff := 50 * time.Millisecond
 	for {
 		resp, err = post(client, url, body, key)
-		if err == nil && resp.status != http.StatusConflict && resp.status != http.StatusServiceUnavailable {
+		if err == nil && resp.status != http.StatusConflict && resp.status < 500 {
 			return resp, conflicts, nil
 		}
 		wait := rand.N(backoff) + 1

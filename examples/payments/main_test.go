@@ -1,0 +1,210 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem"
+)
+
+// databases are the servers the test runs the service against, found as
+// the conformance suite finds them.
+var databases = []struct{ name, env, prefix string }{
+	{"postgres", "IDEM_TEST_POSTGRES_DSN", ""},
+	{"mysql", "IDEM_TEST_MYSQL_DSN", "mysql://"},
+}
+
+// service is the service running for a test.
+type service struct {
+	url     string
+	db      *sql.DB
+	charges string // its charges table
+}
+
+// start runs the service on a loopback port against dsn, on tables of its
+// own that are dropped when the test ends.
+func start(t *testing.T, dsn string, provider CardProvider) service {
+	t.Helper()
+	suffix := strings.ToLower(rand.Text()[:10])
+	cfg := config{
+		dsn: dsn, provider: provider, charges: "charges_" + suffix,
+		idem: []idem.Option{idem.WithTable("idem_" + suffix)},
+		log:  slog.New(slog.NewTextHandler(io.Discard, nil)),
+	}
+	db, _, err := open(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, ln, cfg) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("run: %v", err)
+		}
+		defer db.Close()
+		for _, table := range []string{cfg.charges, "idem_" + suffix} {
+			if _, err := db.Exec("DROP TABLE IF EXISTS " + table); err != nil {
+				t.Errorf("drop %s: %v", table, err)
+			}
+		}
+	})
+	return service{url: "http://" + ln.Addr().String(), db: db, charges: cfg.charges}
+}
+
+type answer struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+func send(method, url, key, body string) (answer, error) {
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		return answer{}, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return answer{}, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return answer{resp.StatusCode, resp.Header, b}, err
+}
+
+func call(t *testing.T, method, url, key, body string) answer {
+	t.Helper()
+	a, err := send(method, url, key, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+func TestPayments(t *testing.T) {
+	for _, d := range databases {
+		t.Run(d.name, func(t *testing.T) {
+			dsn := os.Getenv(d.env)
+			if dsn == "" {
+				if os.Getenv("IDEM_TEST_REQUIRE") == "1" {
+					t.Fatalf("IDEM_TEST_REQUIRE=1 and %s is unset", d.env)
+				}
+				t.Skipf("%s is unset; set it to a DSN to run the service against %s", d.env, d.name)
+			}
+			provider := NewFakeProvider()
+			testCharges(t, start(t, d.prefix+dsn, provider), provider)
+		})
+	}
+}
+
+func testCharges(t *testing.T, svc service, provider *FakeProvider) {
+	url := svc.url
+	const body = `{"amount": 1999, "currency": "EUR", "card": "4242424242424242"}`
+
+	first := call(t, "POST", url+"/v1/charges", "order-1", body)
+	again := call(t, "POST", url+"/v1/charges", "order-1", body)
+	if first.status != 201 || again.status != 201 || !bytes.Equal(first.body, again.body) || again.header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("charge and retry: %d %s / %d %s %v", first.status, first.body, again.status, again.body, again.header)
+	}
+	var c chargeJSON
+	if err := json.Unmarshal(first.body, &c); err != nil || c.Status != "succeeded" || c.Amount != 1999 {
+		t.Fatalf("charge %s: %v", first.body, err)
+	}
+	if loc := again.header.Get("Location"); loc != "/v1/charges/"+c.ID {
+		t.Fatalf("replayed Location %q", loc)
+	}
+	got := call(t, "GET", url+"/v1/charges/"+c.ID, "", "")
+	var read chargeJSON
+	if err := json.Unmarshal(got.body, &read); err != nil || got.status != 200 || read != c {
+		t.Fatalf("GET: %d %s, want %+v", got.status, got.body, c)
+	}
+	if n := provider.Calls("payments:demo-account:order-1"); n != 1 {
+		t.Fatalf("provider called %d times for order-1, want 1", n)
+	}
+
+	// A slow provider and ten concurrent duplicates: one charge.
+	provider.SetDelay(100 * time.Millisecond)
+	var (
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		answers []answer
+		errs    []error
+	)
+	for range 10 {
+		wg.Go(func() {
+			a, err := send("POST", url+"/v1/charges", "order-2", body)
+			mu.Lock()
+			defer mu.Unlock()
+			answers, errs = append(answers, a), append(errs, err)
+		})
+	}
+	wg.Wait()
+	provider.SetDelay(0)
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range answers {
+		if a.status != 201 || !bytes.Equal(a.body, answers[0].body) {
+			t.Fatalf("duplicate: %d %s, first %d %s", a.status, a.body, answers[0].status, answers[0].body)
+		}
+	}
+	if n := provider.Calls("payments:demo-account:order-2"); n != 1 {
+		t.Fatalf("provider called %d times for order-2, want 1", n)
+	}
+
+	// A decline is a result: stored and replayed.
+	declined := strings.Replace(body, "4242424242424242", DeclinedCard, 1)
+	for i := range 2 {
+		a := call(t, "POST", url+"/v1/charges", "order-3", declined)
+		if a.status != 402 || (a.header.Get("Idempotent-Replayed") == "true") != (i == 1) {
+			t.Fatalf("declined card, request %d: %d %s", i, a.status, a.body)
+		}
+	}
+
+	// A provider failure is a 502 that is not stored: the retry charges.
+	provider.SetFailRate(1)
+	if a := call(t, "POST", url+"/v1/charges", "order-4", body); a.status != 502 {
+		t.Fatalf("failing provider: %d %s", a.status, a.body)
+	}
+	provider.SetFailRate(0)
+	if a := call(t, "POST", url+"/v1/charges", "order-4", body); a.status != 201 || a.header.Get("Idempotent-Replayed") != "" {
+		t.Fatalf("retry after the failure: %d %s", a.status, a.body)
+	}
+
+	// The middleware's own answers.
+	if a := call(t, "POST", url+"/v1/charges", "", body); a.status != 400 {
+		t.Fatalf("missing key: %d %s", a.status, a.body)
+	}
+	if a := call(t, "POST", url+"/v1/charges", "order-1", strings.Replace(body, "1999", "2000", 1)); a.status != 422 {
+		t.Fatalf("reused key: %d %s", a.status, a.body)
+	}
+	var rows int
+	if err := svc.db.QueryRow("SELECT COUNT(*) FROM " + svc.charges).Scan(&rows); err != nil {
+		t.Fatal(err)
+	}
+	if n := provider.Charges(); n != 4 || rows != 4 {
+		t.Fatalf("the provider made %d charges and the table holds %d, want 4 and 4 (orders 1 to 4)", n, rows)
+	}
+}
