@@ -412,6 +412,11 @@ func TestHTTPProblems(t *testing.T) {
 		if r.status != http.StatusCreated {
 			t.Fatalf("first use: %d %s", r.status, r.body)
 		}
+		r, err = post(c, srv.URL+"/v1/charges", "{\n  \"amount\" :1 }", "reuse-1")
+		must(t, err)
+		if r.status != http.StatusCreated || !r.replayed() {
+			t.Fatalf("the same JSON with other whitespace: %d replayed=%v %s; want a replay", r.status, r.replayed(), r.body)
+		}
 		r, err = post(c, srv.URL+"/v1/charges", `{"amount": 2}`, "reuse-1")
 		must(t, err)
 		checkProblem(t, r, http.StatusUnprocessableEntity, idemhttp.TypeKeyReused, "a new request needs a new key")
