@@ -29,6 +29,7 @@ func TestAnswerError(t *testing.T) {
 	}{
 		{fmt.Errorf("wrapped: %w", idem.ErrMismatch), 422, TypeKeyReused, "", false},
 		{&idem.InFlightError{RetryAfter: 3 * time.Second}, 409, TypeInFlight, "3", false},
+		{fmt.Errorf("%w: key taken over", idem.ErrLeaseLost), 409, TypeInFlight, "1", false},
 		{fmt.Errorf("idem: giving up after 10 attempts: %w", &pq.Error{Code: "40001"}), 503, TypeContention, "1", false},
 		{fmt.Errorf("%w: empty", idem.ErrInvalidKey), 400, TypeInvalidKey, "", false},
 		{fmt.Errorf("%w: Scope holds a NUL byte", idem.ErrInvalidRequest), 500, TypeInternal, "", true},
@@ -64,6 +65,7 @@ func TestNewChecksConfig(t *testing.T) {
 	for name, cfg := range map[string]Config{
 		"no Store":         {DB: db},
 		"no DB":            {Store: store},
+		"unknown Mode":     {Store: store, DB: db, Mode: 7},
 		"negative MaxBody": {Store: store, DB: db, MaxBody: -1},
 		"Set-Cookie":       {Store: store, DB: db, ReplayHeaders: []string{"X-Ok", "set-cookie"}},
 		"Set-Cookie2":      {Store: store, DB: db, ReplayHeaders: []string{"Set-Cookie2"}},

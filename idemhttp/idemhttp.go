@@ -1,27 +1,38 @@
 // Package idemhttp is net/http middleware that gives a handler the
 // Idempotency-Key behaviour of draft-ietf-httpapi-idempotency-key-header,
-// on top of idem.Store.Do.
+// on top of idem.Store.
 //
-// For every request whose method it handles (POST and PATCH by default),
-// the middleware reads the key and the body, opens a transaction with
-// idem.RunTx and runs the handler inside idem.Store.Do. The handler writes
-// its rows through Tx(r.Context()); its response is captured, stored with
-// the key in the same transaction, and written to the client only after the
-// commit succeeded. A retry with the same key gets the stored response
-// back, marked Idempotent-Replayed: true, and the handler does not run.
+// In ModeTransaction (the default), for every request whose method it
+// handles (POST and PATCH by default), the middleware reads the key and the
+// body, opens a transaction with idem.RunTx and runs the handler inside
+// idem.Store.Do. The handler writes its rows through Tx(r.Context()); its
+// response is captured, stored with the key in the same transaction, and
+// written to the client only after the commit succeeded. A retry with the
+// same key gets the stored response back, marked Idempotent-Replayed: true,
+// and the handler does not run. Of concurrent requests with one key, one
+// runs the handler and the others wait for its transaction, then replay its
+// result.
 //
-// Of concurrent requests with one key, one runs the handler and the others
-// wait for its transaction, then replay its result. A retryable database
-// error (serialization failure, deadlock) rolls back and runs the whole
-// transaction again, handler included: a handler may therefore run more
-// than once for one request, but only the rows of the attempt that commits
-// remain. Side effects outside the transaction (a call to a payment
-// provider, an e-mail) must be idempotent themselves.
+// A retryable database error (serialization failure, deadlock) rolls back
+// and runs the whole transaction again, handler included: a handler may
+// therefore run more than once for one request, but only the rows of the
+// attempt that commits remain. Side effects outside the transaction must be
+// idempotent themselves.
 //
-// What is stored and what is not:
+// ModeClaim is for handlers that call a slow external service, such as a
+// payment provider, which must not run inside an open transaction. The
+// middleware commits a claim on the key (idem.Store.Begin) and runs the
+// handler with no transaction open; the handler passes
+// ClaimFrom(ctx).RelayKey() to the provider as its idempotency key, then
+// writes its rows through Tx, whose first call begins the transaction in
+// which the middleware completes the claim. Duplicates that arrive while it
+// runs get a 409 with Retry-After.
+//
+// What is stored and what is not, in both modes:
 //   - 2xx, 3xx and 4xx answers are results: stored and replayed.
-//   - 5xx answers are rolled back and not stored, so the client's retry runs
-//     the handler again (Config.StoreServerErrors changes this).
+//   - 5xx answers are rolled back and not stored (a claim is released), so
+//     the client's retry runs the handler again (Config.StoreServerErrors
+//     changes this).
 //   - A handler that panics is rolled back and nothing is stored; the panic
 //     is passed on to net/http (or a recovering middleware around this one),
 //     which drops the connection: nothing was written before the commit.
@@ -49,6 +60,7 @@ import (
 	"net/http"
 	"net/textproto"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/idemkit/idem"
@@ -67,6 +79,9 @@ type Config struct {
 	// TxOptions are the options of every transaction, e.g. its isolation
 	// level; nil means the database's default.
 	TxOptions *sql.TxOptions
+	// Mode is ModeTransaction (the default) or ModeClaim, for handlers that
+	// call slow external services.
+	Mode Mode
 
 	// Methods are the request methods the middleware handles, default
 	// POST and PATCH. Requests with any other method pass through
@@ -102,15 +117,18 @@ type Config struct {
 
 // Middleware is the configured middleware; it is safe for concurrent use.
 type Middleware struct {
-	cfg     Config
-	methods map[string]bool
-	replay  map[string]bool // canonical header names
+	cfg        Config
+	methods    map[string]bool
+	replayable map[string]bool // canonical header names
 }
 
 // New checks cfg and returns the middleware.
 func New(cfg Config) (*Middleware, error) {
 	if cfg.Store == nil || cfg.DB == nil {
 		return nil, errors.New("idemhttp: Config needs a Store and a DB")
+	}
+	if cfg.Mode != ModeTransaction && cfg.Mode != ModeClaim {
+		return nil, fmt.Errorf("idemhttp: unknown Mode %d", cfg.Mode)
 	}
 	if cfg.MaxBody < 0 {
 		return nil, fmt.Errorf("idemhttp: MaxBody must not be negative, got %d", cfg.MaxBody)
@@ -130,7 +148,7 @@ func New(cfg Config) (*Middleware, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	m := &Middleware{cfg: cfg, methods: map[string]bool{}, replay: map[string]bool{}}
+	m := &Middleware{cfg: cfg, methods: map[string]bool{}, replayable: map[string]bool{}}
 	for _, method := range cfg.Methods {
 		m.methods[method] = true
 	}
@@ -139,7 +157,7 @@ func New(cfg Config) (*Middleware, error) {
 		if c == "Set-Cookie" || c == "Set-Cookie2" {
 			return nil, fmt.Errorf("idemhttp: ReplayHeaders may not hold %s: a cookie set for one client must never be replayed", name)
 		}
-		m.replay[c] = true
+		m.replayable[c] = true
 	}
 	return m, nil
 }
@@ -158,15 +176,53 @@ type ctxKey int
 const (
 	txKey ctxKey = iota
 	requestKey
+	claimKey
 )
 
-// Tx returns the transaction the middleware opened for the request whose
-// context is ctx, or nil outside the middleware or for a method it passes
-// through. The handler writes its rows through it; it must not commit or
-// roll it back.
+// Tx returns the transaction the handler writes its rows through, or nil
+// outside the middleware and for a method it passes through. The handler
+// must not commit or roll it back: the middleware does.
+//
+// In ModeTransaction the transaction is open before the handler runs. In
+// ModeClaim the first call of Tx begins it, so call Tx only once the slow
+// work is done; Tx returns nil if it could not begin, and the middleware
+// then answers 500 whatever the handler writes.
 func Tx(ctx context.Context) *sql.Tx {
-	tx, _ := ctx.Value(txKey).(*sql.Tx)
-	return tx
+	h, _ := ctx.Value(txKey).(*txHolder)
+	if h == nil {
+		return nil
+	}
+	return h.get()
+}
+
+// txHolder is a request's transaction: open from the start in
+// ModeTransaction, begun by the first call of Tx in ModeClaim.
+type txHolder struct {
+	mu    sync.Mutex
+	tx    *sql.Tx
+	begin func() (*sql.Tx, error) // ModeClaim: nil once called
+	err   error                   // from begin
+}
+
+func (h *txHolder) get() *sql.Tx {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.begin != nil {
+		h.tx, h.err = h.begin()
+		h.begin = nil
+	}
+	return h.tx
+}
+
+// rollback rolls the transaction back if it began, and keeps it from
+// beginning later.
+func (h *txHolder) rollback() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.begin = nil
+	if h.tx != nil {
+		_ = h.tx.Rollback()
+	}
 }
 
 // RequestFrom returns the idem.Request (scope, key, operation,
@@ -215,7 +271,6 @@ func (m *Middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 		p.ServeHTTP(w, r)
 		return
 	}
-	ctx := r.Context()
 	var req *idem.Request
 	if present {
 		scope, err := m.cfg.Scope(r)
@@ -224,46 +279,73 @@ func (m *Middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 			return
 		}
 		req = &idem.Request{Scope: scope, Key: key, Operation: m.cfg.Operation(r), Fingerprint: fingerprint(r, body)}
-		ctx = context.WithValue(ctx, requestKey, *req)
+		r = r.WithContext(context.WithValue(r.Context(), requestKey, *req))
 	}
+	if m.cfg.Mode == ModeClaim {
+		m.serveClaim(next, w, r, req, body)
+		return
+	}
+	m.serveTx(next, w, r, req, body)
+}
 
+// serveTx runs the handler inside Store.Do, in a transaction RunTx opens
+// and retries.
+func (m *Middleware) serveTx(next http.Handler, w http.ResponseWriter, r *http.Request, req *idem.Request, body []byte) {
 	var (
 		rec *recorder
 		res idem.Result
 	)
-	err := idem.RunTx(ctx, m.cfg.DB, m.cfg.TxOptions, func(tx *sql.Tx) error {
+	err := idem.RunTx(r.Context(), m.cfg.DB, m.cfg.TxOptions, func(tx *sql.Tx) error {
 		run := func(ctx context.Context) (idem.Response, error) {
-			rec = newRecorder()
-			hr := r.WithContext(context.WithValue(ctx, txKey, tx))
-			hr.Body = io.NopCloser(bytes.NewReader(body))
-			next.ServeHTTP(rec, hr)
-			if rec.streamed != "" || rec.statusCode() >= 500 && !m.cfg.StoreServerErrors {
-				return idem.Response{}, &attemptError{rec: rec}
-			}
-			return idem.Response{StatusCode: rec.statusCode(), Header: m.allowed(rec.header), Body: rec.body.Bytes()}, nil
+			rec = m.run(next, r.WithContext(ctx), &txHolder{tx: tx}, body)
+			return m.result(rec)
 		}
 		if req == nil {
-			_, err := run(ctx)
+			_, err := run(r.Context())
 			return err
 		}
 		var err error
-		res, err = m.cfg.Store.Do(ctx, tx, *req, run)
+		res, err = m.cfg.Store.Do(r.Context(), tx, *req, run)
 		return err
 	})
-	if err != nil {
+	switch {
+	case err != nil:
 		m.answerError(w, r, err)
-		return
+	case res.Replayed:
+		m.replay(w, res)
+	default:
+		writeResponse(w, rec.header, rec.statusCode(), rec.body.Bytes())
 	}
-	if res.Replayed {
-		h := m.allowed(res.Header)
-		if h == nil {
-			h = http.Header{}
-		}
-		h.Set(ReplayedHeader, "true")
-		writeResponse(w, h, res.StatusCode, res.Body)
-		return
+}
+
+// run runs the handler on a fresh copy of the body, with h as its
+// transaction, and returns what it answered.
+func (m *Middleware) run(next http.Handler, r *http.Request, h *txHolder, body []byte) *recorder {
+	rec := newRecorder()
+	hr := r.WithContext(context.WithValue(r.Context(), txKey, h))
+	hr.Body = io.NopCloser(bytes.NewReader(body))
+	next.ServeHTTP(rec, hr)
+	return rec
+}
+
+// result is the Response to store for what the handler answered, or an
+// *attemptError when nothing is to be stored.
+func (m *Middleware) result(rec *recorder) (idem.Response, error) {
+	if rec.streamed != "" || rec.statusCode() >= 500 && !m.cfg.StoreServerErrors {
+		return idem.Response{}, &attemptError{rec: rec}
 	}
-	writeResponse(w, rec.header, rec.statusCode(), rec.body.Bytes())
+	return idem.Response{StatusCode: rec.statusCode(), Header: m.allowed(rec.header), Body: rec.body.Bytes()}, nil
+}
+
+// replay writes a stored response: status, body, the allow-listed header
+// fields and Idempotent-Replayed: true.
+func (m *Middleware) replay(w http.ResponseWriter, res idem.Result) {
+	h := m.allowed(res.Header)
+	if h == nil {
+		h = http.Header{}
+	}
+	h.Set(ReplayedHeader, "true")
+	writeResponse(w, h, res.StatusCode, res.Body)
 }
 
 // readBody reads the whole body, or answers 413 when it is over MaxBody.
@@ -294,7 +376,7 @@ func (m *Middleware) readBody(r *http.Request) ([]byte, *Problem) {
 func (m *Middleware) allowed(h http.Header) http.Header {
 	var out http.Header
 	for name, values := range h {
-		if m.replay[textproto.CanonicalMIMEHeaderKey(name)] {
+		if m.replayable[textproto.CanonicalMIMEHeaderKey(name)] {
 			if out == nil {
 				out = http.Header{}
 			}
@@ -319,6 +401,11 @@ func (m *Middleware) answerError(w http.ResponseWriter, r *http.Request, err err
 	case errors.Is(err, idem.ErrMismatch):
 		problem(http.StatusUnprocessableEntity, TypeKeyReused, "Idempotency-Key reused",
 			"this %s was already used for a different request (another method, path, query or body); a retry must repeat the request exactly, and a new request needs a new key", HeaderName).ServeHTTP(w, r)
+	case errors.Is(err, idem.ErrLeaseLost):
+		p := problem(http.StatusConflict, TypeInFlight, "Request taken over",
+			"this request ran past its lease and a retry with the same %s took it over; nothing of this attempt was stored; retry to get that request's result", HeaderName)
+		p.RetryAfter = time.Second
+		p.ServeHTTP(w, r)
 	case errors.As(err, &inFlight):
 		p := problem(http.StatusConflict, TypeInFlight, "Request in progress",
 			"a request with this %s is still being processed; retry after %d seconds to get its result", HeaderName, int(inFlight.RetryAfter.Seconds()))
