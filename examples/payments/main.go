@@ -32,6 +32,7 @@ func main() {
 		dsn      = flag.String("dsn", os.Getenv("PAYMENTS_DSN"), "database: postgres://user@host:port/db?sslmode=disable or mysql://user@tcp(host:port)/db (default $PAYMENTS_DSN)")
 		delay    = flag.Duration("provider-delay", 0, "how long each call to the fake card provider takes")
 		failRate = flag.Float64("provider-fail", 0, "fraction (0..1) of provider calls that fail without charging")
+		lease    = flag.Duration("lease", 10*time.Second, "how long a charge in progress holds its key before a retry may take it over")
 	)
 	flag.Parse()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
@@ -44,7 +45,7 @@ func main() {
 	ln, err := net.Listen("tcp", *addr)
 	if err == nil {
 		log.Info("listening", "addr", "http://"+ln.Addr().String())
-		err = run(ctx, ln, config{dsn: *dsn, provider: provider, charges: "charges", log: log})
+		err = run(ctx, ln, config{dsn: *dsn, provider: provider, charges: "charges", idem: []idem.Option{idem.WithLease(*lease)}, log: log})
 	}
 	if err != nil {
 		log.Error("payments", "err", err)

@@ -9,9 +9,12 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -41,7 +44,7 @@ func start(t *testing.T, dsn string, provider CardProvider) service {
 	suffix := strings.ToLower(rand.Text()[:10])
 	cfg := config{
 		dsn: dsn, provider: provider, charges: "charges_" + suffix,
-		idem: []idem.Option{idem.WithTable("idem_" + suffix)},
+		idem: []idem.Option{idem.WithTable("idem_" + suffix), idem.WithLease(2 * time.Second)},
 		log:  slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
 	db, _, err := open(dsn)
@@ -106,6 +109,7 @@ func call(t *testing.T, method, url, key, body string) answer {
 func TestPayments(t *testing.T) {
 	for _, d := range databases {
 		t.Run(d.name, func(t *testing.T) {
+			t.Parallel()
 			dsn := os.Getenv(d.env)
 			if dsn == "" {
 				if os.Getenv("IDEM_TEST_REQUIRE") == "1" {
@@ -140,21 +144,34 @@ func testCharges(t *testing.T, svc service, provider *FakeProvider) {
 	if err := json.Unmarshal(got.body, &read); err != nil || got.status != 200 || read != c {
 		t.Fatalf("GET: %d %s, want %+v", got.status, got.body, c)
 	}
-	if n := provider.Calls("payments:demo-account:order-1"); n != 1 {
-		t.Fatalf("provider called %d times for order-1, want 1", n)
+	if calls := provider.Calls(); len(calls) != 1 {
+		t.Fatalf("provider calls by key after one charge and its replay: %v, want one call", calls)
 	}
 
-	// A slow provider and ten concurrent duplicates: one charge.
-	provider.SetDelay(100 * time.Millisecond)
+	// A slow provider and ten concurrent duplicates: they get 409s while
+	// the charge runs, and retrying as Retry-After says, its replay.
+	provider.SetDelay(500 * time.Millisecond)
 	var (
 		wg      sync.WaitGroup
 		mu      sync.Mutex
 		answers []answer
 		errs    []error
+		saw409  bool
 	)
 	for range 10 {
 		wg.Go(func() {
-			a, err := send("POST", url+"/v1/charges", "order-2", body)
+			var a answer
+			var err error
+			for range 20 {
+				if a, err = send("POST", url+"/v1/charges", "order-2", body); err != nil || a.status != http.StatusConflict {
+					break
+				}
+				mu.Lock()
+				saw409 = true
+				mu.Unlock()
+				secs, _ := strconv.Atoi(a.header.Get("Retry-After"))
+				time.Sleep(time.Duration(secs) * time.Second)
+			}
 			mu.Lock()
 			defer mu.Unlock()
 			answers, errs = append(answers, a), append(errs, err)
@@ -170,8 +187,8 @@ func testCharges(t *testing.T, svc service, provider *FakeProvider) {
 			t.Fatalf("duplicate: %d %s, first %d %s", a.status, a.body, answers[0].status, answers[0].body)
 		}
 	}
-	if n := provider.Calls("payments:demo-account:order-2"); n != 1 {
-		t.Fatalf("provider called %d times for order-2, want 1", n)
+	if !saw409 {
+		t.Fatal("no duplicate saw a 409 while the provider call ran")
 	}
 
 	// A decline is a result: stored and replayed.
@@ -206,5 +223,10 @@ func testCharges(t *testing.T, svc service, provider *FakeProvider) {
 	}
 	if n := provider.Charges(); n != 4 || rows != 4 {
 		t.Fatalf("the provider made %d charges and the table holds %d, want 4 and 4 (orders 1 to 4)", n, rows)
+	}
+	// One call per key, and two for order-4, whose first call failed.
+	counts := slices.Sorted(maps.Values(provider.Calls()))
+	if !slices.Equal(counts, []int{1, 1, 1, 2}) {
+		t.Fatalf("provider calls per key: %v, want 1, 1, 1 and 2", provider.Calls())
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	crand "crypto/rand"
 	"errors"
+	"maps"
 	"math/rand/v2"
 	"sync"
 	"time"
@@ -95,11 +96,11 @@ func (p *FakeProvider) SetFailRate(f float64) {
 	p.failRate = f
 }
 
-// Calls returns how many calls the provider received with key.
-func (p *FakeProvider) Calls(key string) int {
+// Calls returns how many calls the provider received, by key.
+func (p *FakeProvider) Calls() map[string]int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.calls[key]
+	return maps.Clone(p.calls)
 }
 
 // Charges returns how many distinct charges the provider made.

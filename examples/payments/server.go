@@ -37,6 +37,7 @@ func (a *app) handler(ctx context.Context) (http.Handler, error) {
 	mw, err := idemhttp.New(idemhttp.Config{
 		Store:    a.store,
 		DB:       a.db,
+		Mode:     idemhttp.ModeClaim,
 		Required: true,
 		Logger:   a.log,
 		// A real service would return the authenticated account here.
@@ -73,11 +74,14 @@ type chargeJSON struct {
 	ProviderRef string `json:"provider_ref"`
 }
 
-// createCharge charges a card and records the charge, in the transaction
-// idemhttp opened: the charge row and the idempotency record commit
-// together. The provider is called with a key derived from the client's
-// Idempotency-Key, so that even a rerun of this handler (after a
-// serialization failure, or a retry after a 502) charges the card once.
+// createCharge charges a card and records the charge. It runs under a
+// claim on the client's Idempotency-Key (idemhttp.ModeClaim): no
+// transaction is open during the provider call, and duplicates that arrive
+// meanwhile get a 409 with Retry-After. The provider is called with the
+// claim's RelayKey, so even a rerun of this handler (after a 502, or after
+// a takeover of a claim whose lease ran out) charges the card once. The
+// charge row is written through idemhttp.Tx, where the middleware also
+// completes the claim: both commit together.
 func (a *app) createCharge(w http.ResponseWriter, r *http.Request) {
 	var in struct {
 		Amount   int64  `json:"amount"`
@@ -94,9 +98,8 @@ func (a *app) createCharge(w http.ResponseWriter, r *http.Request) {
 		problem(w, http.StatusBadRequest, `want {"amount": a positive integer in minor units, "currency": a 3-letter code, "card": a card number}`)
 		return
 	}
-	req, _ := idemhttp.RequestFrom(r.Context())
-	relayKey := "payments:" + req.Scope + ":" + req.Key
-	res, err := a.provider.Charge(r.Context(), relayKey, Charge{Amount: in.Amount, Currency: in.Currency, Card: in.Card})
+	claim := idemhttp.ClaimFrom(r.Context())
+	res, err := a.provider.Charge(r.Context(), claim.RelayKey(), Charge{Amount: in.Amount, Currency: in.Currency, Card: in.Card})
 	if err != nil {
 		a.log.WarnContext(r.Context(), "provider call failed", "err", err)
 		w.Header().Set("Retry-After", "1")
@@ -108,7 +111,12 @@ func (a *app) createCharge(w http.ResponseWriter, r *http.Request) {
 	if res.Declined {
 		c.Status, status = "declined", http.StatusPaymentRequired
 	}
-	_, err = idemhttp.Tx(r.Context()).ExecContext(r.Context(), a.rebind(
+	tx := idemhttp.Tx(r.Context()) // begins the transaction, now that the slow part is done
+	if tx == nil {
+		problem(w, http.StatusServiceUnavailable, "the database is unavailable; retry with the same Idempotency-Key")
+		return
+	}
+	_, err = tx.ExecContext(r.Context(), a.rebind(
 		`INSERT INTO `+a.charges+` (id, amount, currency, status, provider_ref) VALUES (?, ?, ?, ?, ?)`),
 		c.ID, c.Amount, c.Currency, c.Status, c.ProviderRef)
 	if err != nil {
