@@ -28,7 +28,7 @@ type Dialect interface {
 }
 
 // dialects are the Dialects IsRetryable consults.
-var dialects = []Dialect{Postgres, MySQL}
+var dialects = []Dialect{Postgres, MySQL, SQLite}
 
 // queries holds a dialect's statements for one table. The comment on each
 // gives its arguments in order; times are computed by the database clock,

@@ -1,0 +1,121 @@
+package idem
+
+import (
+	"database/sql"
+	"errors"
+	"strings"
+
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/idemkit/idem/schema"
+)
+
+// SQLite is the dialect for SQLite 3.42 and later through modernc.org/sqlite
+// (pure Go, driver name "sqlite"), for demos, tests and single-node
+// applications.
+//
+// SQLite has one writer at a time, and idem leaves the caller's connection
+// as it found it, so it sets no pragma itself: the caller configures the
+// connections in the DSN. Use a database file (":memory:" gives every pooled
+// connection a database of its own) and these parameters:
+//
+//	file:/path/to/app.db?_txlock=immediate&_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)
+//
+// What each does:
+//
+//   - _txlock=immediate makes every read-write transaction take the write
+//     lock at BEGIN, so concurrent requests for one key queue there, and
+//     each sees what the one before it committed. Without it, a transaction
+//     that read before Do fails with SQLITE_BUSY when it tries to write after
+//     another one committed; IsRetryable reports that, so RunTx still gets
+//     it right, at the cost of retries.
+//   - busy_timeout is how long (in milliseconds) a transaction waits for the
+//     write lock before failing with SQLITE_BUSY (retryable). Without it,
+//     concurrent writers fail at once.
+//   - journal_mode(WAL) lets readers run beside the writer.
+//
+// Every SQLite transaction is SERIALIZABLE: the driver accepts any
+// sql.IsolationLevel and ignores it. Times are INTEGER microseconds since
+// the Unix epoch from the database clock, which has millisecond resolution.
+var SQLite Dialect = sqliteDialect{}
+
+type sqliteDialect struct{}
+
+func (sqliteDialect) Name() string { return "sqlite" }
+
+func (sqliteDialect) quote(parts []string) string {
+	return `"` + strings.Join(parts, `"."`) + `"`
+}
+
+// schema renders the DDL. SQLite qualifies an index's name with the schema
+// (the attached database) and never the table it is on.
+func (d sqliteDialect) schema(parts []string) []string {
+	base := parts[len(parts)-1]
+	stmts := schemaStatements(schema.SQLite, d.quote(parts), base)
+	if len(parts) == 2 {
+		index := base + "_created_at_idx"
+		for i, s := range stmts {
+			stmts[i] = strings.Replace(s, " "+index+" ON "+d.quote(parts)+" ",
+				" "+d.quote([]string{parts[0], index})+" ON "+d.quote(parts[1:])+" ", 1)
+		}
+	}
+	return stmts
+}
+
+// sqNow is the database clock in microseconds since the Unix epoch. SQLite's
+// 'now' has millisecond resolution and is the same for every use within one
+// statement.
+const sqNow = "(CAST(ROUND(unixepoch('now', 'subsec') * 1000) AS INTEGER) * 1000)"
+
+func (sqliteDialect) queries(t string) queries {
+	return queries{
+		insert: `INSERT INTO ` + t + ` (scope, idem_key, operation, fingerprint, status, token, lease_until, created_at)
+VALUES (?, ?, ?, ?, 'processing', ` + sqNow + `, ` + sqNow + ` + ?, ` + sqNow + `)
+ON CONFLICT (scope, idem_key) DO NOTHING`,
+		get: `SELECT operation, fingerprint, status, token,
+  (CASE WHEN status = 'completed' THEN completed_at ELSE lease_until END) + ? <= ` + sqNow + `,
+  lease_until - ` + sqNow + `,
+  response_status, response_headers, response_body
+FROM ` + t + ` WHERE scope = ? AND idem_key = ?`,
+		takeover: `UPDATE ` + t + ` SET operation = ?, fingerprint = ?, status = 'processing',
+  token = max(token + 1, ` + sqNow + `), lease_until = ` + sqNow + ` + ?, created_at = ` + sqNow + `,
+  completed_at = NULL, response_status = NULL, response_headers = NULL, response_body = NULL
+WHERE scope = ? AND idem_key = ? AND token = ?`,
+		complete: `UPDATE ` + t + ` SET status = 'completed', completed_at = ` + sqNow + `,
+  response_status = ?, response_headers = ?, response_body = ?
+WHERE scope = ? AND idem_key = ?`,
+		remove: `DELETE FROM ` + t + ` WHERE scope = ? AND idem_key = ?`,
+		// DELETE ... LIMIT needs a compile-time option; a subquery does
+		// not. created_at is never later than completed_at or lease_until,
+		// so its index bounds the scan.
+		purge: `DELETE FROM ` + t + ` WHERE (scope, idem_key) IN (
+  SELECT scope, idem_key FROM ` + t + `
+  WHERE created_at <= ` + sqNow + ` - ?
+    AND (CASE WHEN status = 'completed' THEN completed_at ELSE lease_until END) <= ` + sqNow + ` - ?
+  ORDER BY created_at LIMIT ?)`,
+	}
+}
+
+func (sqliteDialect) inserted(res sql.Result, err error) (bool, error) {
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	return n == 1, err
+}
+
+// retryable reports SQLITE_BUSY (the write lock was not free within
+// busy_timeout, or a deferred transaction's snapshot went stale) and
+// SQLITE_LOCKED, with any extended code.
+func (sqliteDialect) retryable(err error) bool {
+	e, ok := errors.AsType[*sqlite.Error](err)
+	if !ok {
+		return false
+	}
+	switch e.Code() & 0xff {
+	case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED:
+		return true
+	}
+	return false
+}
