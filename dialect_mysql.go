@@ -38,6 +38,11 @@ const (
 	myToken = "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', " + myNow + ")"
 )
 
+// myEpoch is a DATETIME(6) column (UTC) in microseconds since the Unix epoch.
+func myEpoch(col string) string {
+	return "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', " + col + ")"
+}
+
 func (mysqlDialect) queries(t string) queries {
 	return queries{
 		insert: `INSERT INTO ` + t + ` (scope, idem_key, operation, fingerprint, status, token, lease_until, created_at)
@@ -57,6 +62,16 @@ WHERE scope = ? AND idem_key = ? AND token = ?`,
   response_status = ?, response_headers = ?, response_body = ?
 WHERE scope = ? AND idem_key = ?`,
 		remove: `DELETE FROM ` + t + ` WHERE scope = ? AND idem_key = ?`,
+		inspect: `SELECT operation, fingerprint, status, token,
+  ` + myEpoch("lease_until") + `, ` + myEpoch("created_at") + `, ` + myEpoch("completed_at") + `, ` + myToken + `,
+  (CASE WHEN status = 'completed' THEN completed_at ELSE lease_until END) + INTERVAL ? MICROSECOND <= ` + myNow + `,
+  response_status, response_headers, response_body
+FROM ` + t + ` WHERE scope = ? AND idem_key = ?`,
+		stats: `SELECT status, COUNT(*), MIN(` + myEpoch("created_at") + `),
+  COUNT(CASE WHEN created_at <= ` + myNow + ` - INTERVAL ? MICROSECOND
+    AND (CASE WHEN status = 'completed' THEN completed_at ELSE lease_until END) <= ` + myNow + ` - INTERVAL ? MICROSECOND THEN 1 END),
+  ` + myToken + `
+FROM ` + t + ` GROUP BY status ORDER BY status`,
 		// created_at is never later than completed_at or lease_until, so
 		// its index bounds the scan.
 		purge: `DELETE FROM ` + t + `
@@ -64,6 +79,18 @@ WHERE created_at <= ` + myNow + ` - INTERVAL ? MICROSECOND
   AND (CASE WHEN status = 'completed' THEN completed_at ELSE lease_until END) <= ` + myNow + ` - INTERVAL ? MICROSECOND
 ORDER BY created_at LIMIT ?`,
 	}
+}
+
+// size reads information_schema, whose figures InnoDB refreshes from time
+// to time (ANALYZE TABLE refreshes them at once). The primary key is the
+// table's clustered index, so it counts in the table's bytes.
+func (mysqlDialect) size(parts []string) (string, []any) {
+	var schema any
+	if len(parts) == 2 {
+		schema = parts[0]
+	}
+	return `SELECT data_length, index_length FROM information_schema.TABLES
+WHERE table_schema = COALESCE(?, DATABASE()) AND table_name = ?`, []any{schema, parts[len(parts)-1]}
 }
 
 // MySQL error numbers idem reads.

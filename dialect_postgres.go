@@ -36,6 +36,9 @@ const (
 	pgToken = "(extract(epoch FROM " + pgNow + ") * 1000000)::bigint"
 )
 
+// pgEpoch is a timestamptz column in microseconds since the Unix epoch.
+func pgEpoch(col string) string { return "(extract(epoch FROM " + col + ") * 1000000)::bigint" }
+
 func pgMicros(param string) string { return "(" + param + "::bigint * interval '1 microsecond')" }
 
 func (postgres) queries(t string) queries {
@@ -59,6 +62,16 @@ WHERE scope = $4 AND idem_key = $5`,
 		// created_at is never later than completed_at or lease_until, so
 		// its index bounds the scan; SKIP LOCKED passes over rows a live
 		// transaction holds instead of waiting for them.
+		inspect: `SELECT operation, fingerprint, status, token,
+  ` + pgEpoch("lease_until") + `, ` + pgEpoch("created_at") + `, ` + pgEpoch("completed_at") + `, ` + pgToken + `,
+  (CASE WHEN status = 'completed' THEN completed_at ELSE lease_until END) + ` + pgMicros("$1") + ` <= ` + pgNow + `,
+  response_status, response_headers, response_body
+FROM ` + t + ` WHERE scope = $2 AND idem_key = $3`,
+		stats: `SELECT status, COUNT(*), MIN(` + pgEpoch("created_at") + `),
+  COUNT(CASE WHEN created_at <= ` + pgNow + ` - ` + pgMicros("$1") + `
+    AND (CASE WHEN status = 'completed' THEN completed_at ELSE lease_until END) <= ` + pgNow + ` - ` + pgMicros("$2") + ` THEN 1 END),
+  ` + pgToken + `
+FROM ` + t + ` GROUP BY status ORDER BY status`,
 		purge: `DELETE FROM ` + t + ` WHERE (scope, idem_key) IN (
   SELECT scope, idem_key FROM ` + t + `
   WHERE created_at <= ` + pgNow + ` - ` + pgMicros("$1") + `
@@ -73,6 +86,12 @@ func (postgres) inserted(res sql.Result, err error) (bool, error) {
 	}
 	n, err := res.RowsAffected()
 	return n == 1, err
+}
+
+// size asks Postgres for the table's size (with its TOAST data) and that of
+// its indexes.
+func (p postgres) size(parts []string) (string, []any) {
+	return `SELECT pg_table_size($1::regclass), pg_indexes_size($1::regclass)`, []any{p.quote(parts)}
 }
 
 // sqlState is implemented by the errors of lib/pq (*pq.Error) and pgx

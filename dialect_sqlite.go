@@ -86,6 +86,15 @@ WHERE scope = ? AND idem_key = ? AND token = ?`,
   response_status = ?, response_headers = ?, response_body = ?
 WHERE scope = ? AND idem_key = ?`,
 		remove: `DELETE FROM ` + t + ` WHERE scope = ? AND idem_key = ?`,
+		inspect: `SELECT operation, fingerprint, status, token, lease_until, created_at, completed_at, ` + sqNow + `,
+  (CASE WHEN status = 'completed' THEN completed_at ELSE lease_until END) + ? <= ` + sqNow + `,
+  response_status, response_headers, response_body
+FROM ` + t + ` WHERE scope = ? AND idem_key = ?`,
+		stats: `SELECT status, COUNT(*), MIN(created_at),
+  COUNT(CASE WHEN created_at <= ` + sqNow + ` - ?
+    AND (CASE WHEN status = 'completed' THEN completed_at ELSE lease_until END) <= ` + sqNow + ` - ? THEN 1 END),
+  ` + sqNow + `
+FROM ` + t + ` GROUP BY status ORDER BY status`,
 		// DELETE ... LIMIT needs a compile-time option; a subquery does
 		// not. created_at is never later than completed_at or lease_until,
 		// so its index bounds the scan.
@@ -95,6 +104,17 @@ WHERE scope = ? AND idem_key = ?`,
     AND (CASE WHEN status = 'completed' THEN completed_at ELSE lease_until END) <= ` + sqNow + ` - ?
   ORDER BY created_at LIMIT ?)`,
 	}
+}
+
+// size sums the pages of the table's b-tree (which holds the primary key:
+// WITHOUT ROWID) and of its index, from the dbstat virtual table.
+func (sqliteDialect) size(parts []string) (string, []any) {
+	schema, base := "main", parts[len(parts)-1]
+	if len(parts) == 2 {
+		schema = parts[0]
+	}
+	return `SELECT (SELECT SUM(pgsize) FROM dbstat(?) WHERE name = ?),
+  (SELECT SUM(pgsize) FROM dbstat(?) WHERE name = ?)`, []any{schema, base, schema, base + "_created_at_idx"}
 }
 
 func (sqliteDialect) inserted(res sql.Result, err error) (bool, error) {
