@@ -132,24 +132,28 @@ func (f *dbFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.table, "table", idem.DefaultTable, "the idempotency table, optionally schema-qualified")
 }
 
-// open connects to the flags' database and checks that it answers. create
-// allows a SQLite file that does not exist yet; other commands refuse it,
-// rather than leave an empty file behind.
-func (f *dbFlags) open(ctx context.Context, create bool) (*sql.DB, target, error) {
+// open makes the Store the flags name and connects to their database,
+// checking that it answers. create allows a SQLite file that does not exist
+// yet; other commands refuse it rather than leave an empty file behind.
+func (f *dbFlags) open(ctx context.Context, create bool, opts ...idem.Option) (*sql.DB, target, *idem.Store, error) {
 	if f.dsn == "" {
-		return nil, target{}, usageErr("--dsn is required (or set IDEM_DSN)")
+		return nil, target{}, nil, usageErr("--dsn is required (or set IDEM_DSN)")
 	}
 	t, err := parseDSN(f.dsn)
 	if err != nil {
-		return nil, t, err
+		return nil, t, nil, err
+	}
+	s := idem.New(t.dialect, append([]idem.Option{idem.WithTable(f.table)}, opts...)...)
+	if err := s.Err(); err != nil {
+		return nil, t, nil, usageErr("%v", err)
 	}
 	if t.file != "" && !create {
 		if _, err := os.Stat(t.file); err != nil {
-			return nil, t, usageErr("no SQLite database at %s: %v", t.file, errors.Unwrap(err))
+			return nil, t, nil, usageErr("no SQLite database at %s: %v", t.file, errors.Unwrap(err))
 		}
 	}
 	db, err := connect(ctx, t)
-	return db, t, err
+	return db, t, s, err
 }
 
 // connect opens t and pings it; any failure is exit code 2 with one line.
@@ -167,13 +171,4 @@ func connect(ctx context.Context, t target) (*sql.DB, error) {
 	db.SetMaxOpenConns(40)
 	db.SetMaxIdleConns(40)
 	return db, nil
-}
-
-// store makes the Store the flags name, refusing a bad table name.
-func (f *dbFlags) store(t target, opts ...idem.Option) (*idem.Store, error) {
-	s := idem.New(t.dialect, append([]idem.Option{idem.WithTable(f.table)}, opts...)...)
-	if err := s.Err(); err != nil {
-		return nil, usageErr("%v", err)
-	}
-	return s, nil
 }

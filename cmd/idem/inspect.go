@@ -37,15 +37,11 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if key == "" {
 		return usageErr("inspect: --key is required")
 	}
-	db, t, err := f.open(ctx, false)
+	db, _, s, err := f.open(ctx, false, idem.WithRetention(retention))
 	if err != nil {
 		return err
 	}
 	defer db.Close()
-	s, err := f.store(t, idem.WithRetention(retention))
-	if err != nil {
-		return err
-	}
 	rec, err := s.Inspect(ctx, db, scope, key)
 	if err != nil {
 		return err

@@ -14,15 +14,11 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	db, t, err := f.open(ctx, true)
+	db, t, s, err := f.open(ctx, true)
 	if err != nil {
 		return err
 	}
 	defer db.Close()
-	s, err := f.store(t)
-	if err != nil {
-		return err
-	}
 	if err := s.Migrate(ctx, db); err != nil {
 		return err
 	}

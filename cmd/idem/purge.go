@@ -26,15 +26,11 @@ func runPurge(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if batch <= 0 {
 		return usageErr("purge: --batch must be positive, got %d", batch)
 	}
-	db, t, err := f.open(ctx, false)
+	db, _, s, err := f.open(ctx, false, idem.WithRetention(retention))
 	if err != nil {
 		return err
 	}
 	defer db.Close()
-	s, err := f.store(t, idem.WithRetention(retention))
-	if err != nil {
-		return err
-	}
 	start := time.Now()
 	var total int64
 	for i := 1; ; i++ {

@@ -26,15 +26,11 @@ func runStats(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	db, t, err := f.open(ctx, false)
+	db, t, s, err := f.open(ctx, false, idem.WithRetention(retention))
 	if err != nil {
 		return err
 	}
 	defer db.Close()
-	s, err := f.store(t, idem.WithRetention(retention))
-	if err != nil {
-		return err
-	}
 	st, err := s.Stats(ctx, db)
 	if err != nil {
 		return err
