@@ -602,11 +602,16 @@ func TestMigrate(t *testing.T) {
 		must(t, s.Migrate(ctx, e.db))
 
 		var qualified string
-		if e.dialect == idem.MySQL {
+		switch e.dialect {
+		case idem.MySQL:
 			var database string
 			must(t, e.db.QueryRow("SELECT DATABASE()").Scan(&database))
 			qualified = database + "." + randName("idem")
-		} else {
+		case idem.SQLite:
+			// A schema is an attached database; ATTACH holds for one
+			// connection only, so the pool can use just "main".
+			qualified = "main." + randName("Keys")
+		default:
 			schemaName := randName("s")
 			e.exec("CREATE SCHEMA " + schemaName)
 			t.Cleanup(func() { _, _ = e.db.Exec("DROP SCHEMA " + schemaName + " CASCADE") })
@@ -615,7 +620,7 @@ func TestMigrate(t *testing.T) {
 		q := idem.New(e.dialect, idem.WithTable(qualified))
 		must(t, q.Migrate(ctx, e.db))
 		must(t, q.Migrate(ctx, e.db))
-		if e.dialect == idem.MySQL {
+		if e.dialect != idem.Postgres {
 			e.dropLater(qualified)
 		}
 		res, err := e.do(q, charge("qualified", "1"), func(idem.DBTX) func(context.Context) (idem.Response, error) {
