@@ -128,7 +128,7 @@ type dbFlags struct {
 }
 
 func (f *dbFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.dsn, "dsn", os.Getenv("IDEM_DSN"), "database: postgres://..., mysql://user:pass@host:port/db, sqlite:path or file:path (default $IDEM_DSN)")
+	fs.StringVar(&f.dsn, "dsn", "", "database: postgres://..., mysql://user:pass@host:port/db, sqlite:path or file:path (default $IDEM_DSN)")
 	fs.StringVar(&f.table, "table", idem.DefaultTable, "the idempotency table, optionally schema-qualified")
 }
 
@@ -136,6 +136,10 @@ func (f *dbFlags) register(fs *flag.FlagSet) {
 // checking that it answers. create allows a SQLite file that does not exist
 // yet; other commands refuse it rather than leave an empty file behind.
 func (f *dbFlags) open(ctx context.Context, create bool, opts ...idem.Option) (*sql.DB, target, *idem.Store, error) {
+	if f.dsn == "" {
+		// Not the flag's default: --help would print the password.
+		f.dsn = os.Getenv("IDEM_DSN")
+	}
 	if f.dsn == "" {
 		return nil, target{}, nil, usageErr("--dsn is required (or set IDEM_DSN)")
 	}
