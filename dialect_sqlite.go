@@ -69,19 +69,34 @@ func (d sqliteDialect) schema(parts []string) []string {
 const sqNow = "(CAST(ROUND(unixepoch('now', 'subsec') * 1000) AS INTEGER) * 1000)"
 
 func (sqliteDialect) queries(t string) queries {
-	return queries{
-		insert: `INSERT INTO ` + t + ` (scope, idem_key, operation, fingerprint, status, token, lease_until, created_at)
+	const fenced = ` WHERE scope = ? AND idem_key = ? AND token = ? AND status = 'processing'`
+	insert := `INSERT INTO ` + t + ` (scope, idem_key, operation, fingerprint, status, token, lease_until, created_at)
 VALUES (?, ?, ?, ?, 'processing', ` + sqNow + `, ` + sqNow + ` + ?, ` + sqNow + `)
-ON CONFLICT (scope, idem_key) DO NOTHING`,
+ON CONFLICT (scope, idem_key) DO NOTHING`
+	// A writer holds the database's only write lock, so the WHERE reads the
+	// row as last committed.
+	takeover := `UPDATE ` + t + ` SET operation = ?, fingerprint = ?, status = 'processing',
+  token = max(token + 1, ` + sqNow + `), lease_until = ` + sqNow + ` + ?, created_at = ` + sqNow + `,
+  completed_at = NULL, response_status = NULL, response_headers = NULL, response_body = NULL
+WHERE scope = ? AND idem_key = ? AND token = ?
+  AND (status = 'released'
+    OR status = 'processing' AND lease_until <= ` + sqNow + `
+    OR status = 'completed' AND completed_at + ? <= ` + sqNow + `)`
+	return queries{
+		insert:        insert,
+		insertToken:   insert + "\nRETURNING token",
+		takeover:      takeover,
+		takeoverToken: takeover + "\nRETURNING token",
+		state:         `SELECT status, token FROM ` + t + ` WHERE scope = ? AND idem_key = ?`,
+		completeClaim: `UPDATE ` + t + ` SET status = 'completed', completed_at = ` + sqNow + `,
+  response_status = ?, response_headers = ?, response_body = ?` + fenced,
+		extend:  `UPDATE ` + t + ` SET lease_until = max(` + sqNow + ` + ?, lease_until + 1)` + fenced,
+		release: `UPDATE ` + t + ` SET status = 'released', lease_until = ` + sqNow + fenced,
 		get: `SELECT operation, fingerprint, status, token,
   (CASE WHEN status = 'completed' THEN completed_at ELSE lease_until END) + ? <= ` + sqNow + `,
   lease_until - ` + sqNow + `,
   response_status, response_headers, response_body
 FROM ` + t + ` WHERE scope = ? AND idem_key = ?`,
-		takeover: `UPDATE ` + t + ` SET operation = ?, fingerprint = ?, status = 'processing',
-  token = max(token + 1, ` + sqNow + `), lease_until = ` + sqNow + ` + ?, created_at = ` + sqNow + `,
-  completed_at = NULL, response_status = NULL, response_headers = NULL, response_body = NULL
-WHERE scope = ? AND idem_key = ? AND token = ?`,
 		complete: `UPDATE ` + t + ` SET status = 'completed', completed_at = ` + sqNow + `,
   response_status = ?, response_headers = ?, response_body = ?
 WHERE scope = ? AND idem_key = ?`,

@@ -151,6 +151,21 @@ func (tg target) open(t *testing.T) *env {
 	return &env{target: tg, t: t, db: db, dsn: s.dsn}
 }
 
+// embedded reports an in-process database (SQLite): there is no network
+// connection to cut and no server session to kill.
+func (e *env) embedded() bool { return servers[e.server].local }
+
+// needServer skips a fault test on an embedded target, saying why: the
+// fault it injects does not exist there. (A process that crashes with a
+// SQLite transaction open leaves it in the journal, and SQLite rolls it
+// back when the file is next opened.)
+func (e *env) needServer(fault string) {
+	e.t.Helper()
+	if e.embedded() {
+		e.t.Skipf("%s is an embedded database: no %s to inject", e.name, fault)
+	}
+}
+
 // forEach runs body as a parallel subtest per target.
 func forEach(t *testing.T, body func(t *testing.T, e *env)) {
 	t.Helper()
