@@ -73,14 +73,17 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 // demo holds the tables of one run: idem's, the charges idem guards, and
 // the naive design's cache and charges.
 type demo struct {
-	db                                *sql.DB
-	t                                 target
-	bind                              int // sqlx bind type for the driver
-	burst                             int
-	prefix                            string
-	store                             *idem.Store
-	charges, naiveCache, naiveCharges string
-	seq                               atomic.Int64 // charge ids
+	db     *sql.DB
+	t      target
+	bind   int // sqlx bind type for the driver
+	burst  int
+	prefix string
+	store  *idem.Store
+	claims *idem.Store  // the same table, with a short lease, for Begin
+	seq    atomic.Int64 // charge ids
+	// The charges idem guards, the naive design's cache and charges, and
+	// the payment provider's charges.
+	charges, naiveCache, naiveCharges, provider string
 }
 
 func newDemo(ctx context.Context, db *sql.DB, t target, burst int) (*demo, error) {
@@ -90,7 +93,9 @@ func newDemo(ctx context.Context, db *sql.DB, t target, burst int) (*demo, error
 	d := &demo{
 		db: db, t: t, bind: sqlx.BindType(t.driver), burst: burst, prefix: p,
 		store:   idem.New(t.dialect, idem.WithTable(p+"keys")),
+		claims:  idem.New(t.dialect, idem.WithTable(p+"keys"), idem.WithLease(demoLease)),
 		charges: p + "charges", naiveCache: p + "naive_cache", naiveCharges: p + "naive_charges",
+		provider: p + "provider",
 	}
 	if err := d.store.Migrate(ctx, db); err != nil {
 		d.drop()
@@ -100,6 +105,7 @@ func newDemo(ctx context.Context, db *sql.DB, t target, burst int) (*demo, error
 		"CREATE TABLE " + d.charges + " (idem_key VARCHAR(255) NOT NULL, amount INTEGER NOT NULL)",
 		"CREATE TABLE " + d.naiveCharges + " (idem_key VARCHAR(255) NOT NULL, amount INTEGER NOT NULL)",
 		"CREATE TABLE " + d.naiveCache + " (idem_key VARCHAR(255) NOT NULL PRIMARY KEY, body VARCHAR(1000) NOT NULL)",
+		"CREATE TABLE " + d.provider + " (provider_key VARCHAR(255) NOT NULL PRIMARY KEY, idem_key VARCHAR(255) NOT NULL, amount INTEGER NOT NULL)",
 	} {
 		if _, err := db.ExecContext(ctx, stmt); err != nil {
 			d.drop()
@@ -113,7 +119,7 @@ func newDemo(ctx context.Context, db *sql.DB, t target, burst int) (*demo, error
 func (d *demo) drop() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	for _, t := range []string{d.store.Table(), d.charges, d.naiveCache, d.naiveCharges} {
+	for _, t := range []string{d.store.Table(), d.charges, d.naiveCache, d.naiveCharges, d.provider} {
 		_, _ = d.db.ExecContext(ctx, "DROP TABLE IF EXISTS "+t)
 	}
 }
@@ -139,6 +145,8 @@ func (d *demo) scenarios() []scenario {
 		{"retry 100 ms into a 500 ms payment", (*demo).lateRetryScenario},
 		{"same key, another amount", (*demo).otherAmountScenario},
 		{"worker dies before responding", (*demo).diesScenario},
+		{"worker dies after claiming", (*demo).takeoverScenario},
+		{"zombie returns after takeover", (*demo).zombieScenario},
 	}
 }
 
@@ -298,8 +306,10 @@ func (d *demo) burstScenario(ctx context.Context, key string) (outcome, error) {
 		return outcome{}, errors.Join(errs...)
 	}
 	var naiveErrs []error
+	start = make(chan struct{})
 	for range d.burst {
 		wg.Go(func() {
+			<-start
 			if _, _, err := d.naivePay(ctx, key, 1000, 50*time.Millisecond, false); err != nil {
 				mu.Lock()
 				naiveErrs = append(naiveErrs, err)
@@ -307,6 +317,7 @@ func (d *demo) burstScenario(ctx context.Context, key string) (outcome, error) {
 			}
 		})
 	}
+	close(start)
 	wg.Wait()
 	if len(naiveErrs) > 0 {
 		return outcome{}, errors.Join(naiveErrs...)
@@ -466,6 +477,173 @@ func (d *demo) diesScenario(ctx context.Context, key string) (outcome, error) {
 		o.broken = fmt.Errorf("%d charges, want 1", n)
 	case retry.Replayed:
 		o.broken = errors.New("the retry replayed a response nobody stored")
+	}
+	return o, nil
+}
+
+// demoLease is the lease of the claim scenarios: short, so that the demo
+// waits little for it to end.
+const demoLease = 500 * time.Millisecond
+
+// callProvider is a payment provider that honours its own idempotency key,
+// as real ones do: a second call with one key charges nothing.
+func (d *demo) callProvider(ctx context.Context, providerKey, key string, amount int) error {
+	query := "INSERT INTO " + d.provider + " (provider_key, idem_key, amount) VALUES (?, ?, ?) ON CONFLICT (provider_key) DO NOTHING"
+	if d.t.dialect == idem.MySQL {
+		query = "INSERT INTO " + d.provider + " (provider_key, idem_key, amount) VALUES (?, ?, ?) ON DUPLICATE KEY UPDATE provider_key = provider_key"
+	}
+	_, err := d.db.ExecContext(ctx, d.q(query), providerKey, key, amount)
+	return err
+}
+
+// claimAfterLease calls Begin until the live claim on the key has run out
+// and Begin takes it over, for at most ten seconds.
+func (d *demo) claimAfterLease(ctx context.Context, req idem.Request) (*idem.Claim, error) {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c, replay, err := d.claims.Begin(ctx, d.db, req)
+		switch {
+		case c != nil:
+			return c, nil
+		case replay != nil:
+			return nil, errors.New("Begin replayed a response nobody stored")
+		case !errors.Is(err, idem.ErrInFlight) || time.Now().After(deadline):
+			return nil, err
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// complete records the charge and completes the claim in one transaction.
+func (d *demo) complete(ctx context.Context, c *idem.Claim, key string, amount int, body string) error {
+	return idem.RunTx(ctx, d.db, nil, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, d.q("INSERT INTO "+d.charges+" (idem_key, amount) VALUES (?, ?)"), key, amount); err != nil {
+			return err
+		}
+		return c.Complete(ctx, tx, idem.Response{StatusCode: 201, Body: []byte(body)})
+	})
+}
+
+func (d *demo) takeoverScenario(ctx context.Context, key string) (outcome, error) {
+	req := request(key, 1000)
+	dead, replay, err := d.claims.Begin(ctx, d.db, req)
+	if err != nil || replay != nil {
+		return outcome{}, fmt.Errorf("first Begin: claim %v, replay %v, %v", dead, replay, err)
+	}
+	if err := d.callProvider(ctx, dead.RelayKey(), key, 1000); err != nil {
+		return outcome{}, err
+	}
+	// The worker dies here: no Complete, no Release. A retry at once is
+	// told to come back later.
+	_, _, early := d.claims.Begin(ctx, d.db, req)
+	var inflight *idem.InFlightError
+	if early != nil && !errors.As(early, &inflight) {
+		return outcome{}, early
+	}
+	c, err := d.claimAfterLease(ctx, req)
+	if err != nil {
+		return outcome{}, err
+	}
+	if err := d.callProvider(ctx, c.RelayKey(), key, 1000); err != nil {
+		return outcome{}, err
+	}
+	if err := d.complete(ctx, c, key, 1000, d.chargeBody(1000)); err != nil {
+		return outcome{}, err
+	}
+
+	if _, _, err := d.naivePay(ctx, key, 1000, 0, true); !errors.Is(err, errDied) {
+		return outcome{}, fmt.Errorf("the dying naive worker: %v", err)
+	}
+	if _, _, err := d.naivePay(ctx, key, 1000, 0, false); err != nil {
+		return outcome{}, err
+	}
+	n, err := d.count(ctx, d.provider, key)
+	if err != nil {
+		return outcome{}, err
+	}
+	naive, err := d.count(ctx, d.naiveCharges, key)
+	if err != nil {
+		return outcome{}, err
+	}
+	o := outcome{
+		idem:  fmt.Sprintf("409 during the lease, then taken over; %s", charges(n)),
+		naive: charges(naive),
+	}
+	switch {
+	case inflight == nil:
+		o.broken = errors.New("a retry during the dead worker's lease was not told 409")
+	case c.Token() <= dead.Token():
+		o.broken = fmt.Errorf("takeover token %d, not above the dead claim's %d", c.Token(), dead.Token())
+	case c.RelayKey() != dead.RelayKey():
+		o.broken = errors.New("the takeover passed the provider another relay key")
+	case n != 1:
+		o.broken = fmt.Errorf("the provider charged %d times, want 1", n)
+	}
+	return o, nil
+}
+
+func (d *demo) zombieScenario(ctx context.Context, key string) (outcome, error) {
+	req := request(key, 1000)
+	zombie, replay, err := d.claims.Begin(ctx, d.db, req)
+	if err != nil || replay != nil {
+		return outcome{}, fmt.Errorf("first Begin: claim %v, replay %v, %v", zombie, replay, err)
+	}
+	if err := d.callProvider(ctx, zombie.RelayKey(), key, 1000); err != nil {
+		return outcome{}, err
+	}
+	// The worker stalls (a GC pause, a partition) past its lease; a retry
+	// takes the key over and completes.
+	c, err := d.claimAfterLease(ctx, req)
+	if err != nil {
+		return outcome{}, err
+	}
+	if err := d.callProvider(ctx, c.RelayKey(), key, 1000); err != nil {
+		return outcome{}, err
+	}
+	winner := d.chargeBody(1000)
+	if err := d.complete(ctx, c, key, 1000, winner); err != nil {
+		return outcome{}, err
+	}
+	// The zombie comes back and completes with a response of its own.
+	late := d.complete(ctx, zombie, key, 1000, d.chargeBody(1000))
+	if late != nil && !errors.Is(late, idem.ErrLeaseLost) {
+		return outcome{}, late
+	}
+	_, stored, err := d.claims.Begin(ctx, d.db, req)
+	if err != nil {
+		return outcome{}, err
+	}
+
+	naiveZombie := make(chan error, 1)
+	go func() {
+		_, _, err := d.naivePay(ctx, key, 1000, demoLease+200*time.Millisecond, false)
+		naiveZombie <- err
+	}()
+	time.Sleep(demoLease + 50*time.Millisecond)
+	_, _, err = d.naivePay(ctx, key, 1000, 0, false)
+	if err = errors.Join(err, <-naiveZombie); err != nil {
+		return outcome{}, err
+	}
+
+	n, err := d.count(ctx, d.charges, key)
+	if err != nil {
+		return outcome{}, err
+	}
+	naive, err := d.count(ctx, d.naiveCharges, key)
+	if err != nil {
+		return outcome{}, err
+	}
+	o := outcome{
+		idem:  fmt.Sprintf("its late Complete fenced out; %s", charges(n)),
+		naive: charges(naive),
+	}
+	switch {
+	case late == nil:
+		o.broken = errors.New("the zombie's late Complete was accepted")
+	case n != 1:
+		o.broken = fmt.Errorf("%d charges recorded, want 1", n)
+	case stored == nil || string(stored.Body) != winner:
+		o.broken = fmt.Errorf("stored response %v, want the winner's %q", stored, winner)
 	}
 	return o, nil
 }
