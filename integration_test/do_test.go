@@ -363,6 +363,8 @@ func TestOldSnapshotSeesWinner(t *testing.T) {
 		must(t, err)
 		res, err := s.Do(ctx, tx, req, o.fn(tx, req.Key))
 		switch {
+		case e.dialect == idem.SQLite && !idem.IsRetryable(err):
+			t.Fatalf("Do in a deferred SQLite transaction with an old snapshot: %v (replayed %v), want SQLITE_BUSY_SNAPSHOT", err, res.Replayed)
 		case e.dialect != idem.MySQL && idem.IsRetryable(err):
 		case err != nil:
 			t.Fatalf("Do with an old snapshot: %v", err)
