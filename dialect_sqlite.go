@@ -3,17 +3,15 @@ package idem
 import (
 	"database/sql"
 	"errors"
+	"reflect"
 	"strings"
-
-	"modernc.org/sqlite"
-	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/idemkit/idem/schema"
 )
 
 // SQLite is the dialect for SQLite 3.42 and later through modernc.org/sqlite
 // (pure Go, driver name "sqlite"), for demos, tests and single-node
-// applications.
+// applications. Import the driver yourself: package idem does not.
 //
 // SQLite has one writer at a time, and idem leaves the caller's connection
 // as it found it, so it sets no pragma itself: the caller configures the
@@ -142,16 +140,36 @@ func (sqliteDialect) inserted(res sql.Result, err error) (bool, error) {
 	return n == 1, err
 }
 
-// retryable reports SQLITE_BUSY (the write lock was not free within
-// busy_timeout, or a deferred transaction's snapshot went stale) and
-// SQLITE_LOCKED, with any extended code.
+// SQLite's primary result codes that mean "retry the transaction"; an
+// extended code carries one of them in its low byte.
+const (
+	sqliteBusy   = 5 // SQLITE_BUSY: the write lock was not free within busy_timeout, or a stale snapshot
+	sqliteLocked = 6 // SQLITE_LOCKED: a conflict within one connection's shared cache
+)
+
+// sqliteErrorPkg is the package of modernc.org/sqlite's *Error. idem
+// recognises it by its package and its Code method instead of importing
+// the driver: an import would link SQLite into every program that uses
+// idem, and register the "sqlite" driver name in it, which panics beside
+// another driver that registers that name (such as github.com/glebarez/sqlite).
+const sqliteErrorPkg = "modernc.org/sqlite"
+
+// retryable reports SQLITE_BUSY and SQLITE_LOCKED, with any extended code,
+// from modernc.org/sqlite's *Error.
 func (sqliteDialect) retryable(err error) bool {
-	e, ok := errors.AsType[*sqlite.Error](err)
-	if !ok {
+	var e interface{ Code() int }
+	if !errors.As(err, &e) {
+		return false
+	}
+	t := reflect.TypeOf(e)
+	if t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t.PkgPath() != sqliteErrorPkg || t.Name() != "Error" {
 		return false
 	}
 	switch e.Code() & 0xff {
-	case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED:
+	case sqliteBusy, sqliteLocked:
 		return true
 	}
 	return false

@@ -32,6 +32,9 @@ func TestSQLiteBusyIsRetryable(t *testing.T) {
 		if !idem.IsRetryable(err) {
 			t.Fatalf("BEGIN while another transaction writes: %v, want a retryable SQLITE_BUSY", err)
 		}
+		if _, err := impatient.QueryContext(ctx, "SELEC 1"); err == nil || idem.IsRetryable(err) {
+			t.Fatalf("a syntax error: %v, want an error IsRetryable rejects", err)
+		}
 
 		done := make(chan error, 1)
 		var res idem.Result
