@@ -78,9 +78,6 @@ WHERE scope = $4 AND idem_key = $5`,
 			fmt.Sprintf(fenced, 2, 3, 4),
 		release: `UPDATE ` + t + ` SET status = 'released', lease_until = ` + pgNow + fmt.Sprintf(fenced, 1, 2, 3),
 		remove:  `DELETE FROM ` + t + ` WHERE scope = $1 AND idem_key = $2`,
-		// created_at is never later than completed_at or lease_until, so
-		// its index bounds the scan; SKIP LOCKED passes over rows a live
-		// transaction holds instead of waiting for them.
 		inspect: `SELECT operation, fingerprint, status, token,
   ` + pgEpoch("lease_until") + `, ` + pgEpoch("created_at") + `, ` + pgEpoch("completed_at") + `, ` + pgToken + `,
   (CASE WHEN status = 'completed' THEN completed_at ELSE lease_until END) + ` + pgMicros("$1") + ` <= ` + pgNow + `,
@@ -91,6 +88,9 @@ FROM ` + t + ` WHERE scope = $2 AND idem_key = $3`,
     AND (CASE WHEN status = 'completed' THEN completed_at ELSE lease_until END) <= ` + pgNow + ` - ` + pgMicros("$2") + ` THEN 1 END),
   ` + pgToken + `
 FROM ` + t + ` GROUP BY status ORDER BY status`,
+		// created_at is never later than completed_at or lease_until, so
+		// its index bounds the scan; SKIP LOCKED passes over rows a live
+		// transaction holds instead of waiting for them.
 		purge: `DELETE FROM ` + t + ` WHERE (scope, idem_key) IN (
   SELECT scope, idem_key FROM ` + t + `
   WHERE created_at <= ` + pgNow + ` - ` + pgMicros("$1") + `

@@ -13,8 +13,9 @@ import (
 // in a short statement of its own on db, until none is left, and returns
 // how many it deleted. A PROCESSING claim with a live lease is never
 // touched, and rows a live transaction holds are skipped (Postgres) or
-// waited for briefly (MySQL), so Purge may run from several processes at
-// once and beside live traffic.
+// waited for briefly (MySQL); on SQLite each batch waits for the write lock
+// like any writer. So Purge may run from several processes at once and
+// beside live traffic.
 func (s *Store) Purge(ctx context.Context, db *sql.DB, batch int) (int64, error) {
 	if s.err != nil {
 		return 0, s.err
