@@ -19,7 +19,7 @@ import (
 )
 
 // sqliteDefaults are the connection settings the SQLite dialect documents;
-// openDSN adds each one the DSN does not set itself.
+// parseSQLite adds each one the DSN does not set itself.
 var sqliteDefaults = []struct{ key, match, value string }{
 	{"_txlock", "_txlock=", "immediate"},
 	{"_pragma", "busy_timeout", "busy_timeout(10000)"},
