@@ -50,11 +50,13 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 		defer os.RemoveAll(dir)
 		t, _ = parseSQLite(filepath.Join(dir, "demo.db"))
+		t = withWAL(t)
 	} else {
 		var err error
 		if t, err = parseDSN(dsn); err != nil {
 			return err
 		}
+		t = withWAL(t)
 	}
 	db, err := connect(ctx, t)
 	if err != nil {

@@ -18,12 +18,22 @@ import (
 	"github.com/idemkit/idem"
 )
 
-// sqliteDefaults are the connection settings the SQLite dialect documents;
-// parseSQLite adds each one the DSN does not set itself.
+// sqliteDefaults are connection settings the SQLite dialect documents;
+// parseSQLite adds each one the DSN does not set itself. journal_mode is
+// not among them: it changes the file for good, so only the commands that
+// create one set it (withWAL).
 var sqliteDefaults = []struct{ key, match, value string }{
 	{"_txlock", "_txlock=", "immediate"},
 	{"_pragma", "busy_timeout", "busy_timeout(10000)"},
-	{"_pragma", "journal_mode", "journal_mode(WAL)"},
+}
+
+// withWAL adds journal_mode(WAL) to a SQLite target whose DSN does not set a
+// journal mode, for the commands that create the database.
+func withWAL(t target) target {
+	if t.file != "" && !strings.Contains(t.dsn, "journal_mode") {
+		t.dsn += "&_pragma=journal_mode(WAL)"
+	}
+	return t
 }
 
 // target is a parsed DSN: the dialect, the database/sql driver and the DSN
@@ -151,7 +161,10 @@ func (f *dbFlags) open(ctx context.Context, create bool, opts ...idem.Option) (*
 	if err := s.Err(); err != nil {
 		return nil, t, nil, usageErr("%v", err)
 	}
-	if t.file != "" && !create {
+	switch {
+	case create:
+		t = withWAL(t)
+	case t.file != "":
 		if _, err := os.Stat(t.file); err != nil {
 			return nil, t, nil, usageErr("no SQLite database at %s: %v", t.file, errors.Unwrap(err))
 		}
