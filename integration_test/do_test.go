@@ -525,7 +525,7 @@ func TestInvalidRequests(t *testing.T) {
 // 12. A key past retention is forgotten and may be reused with any payload.
 func TestRetention(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
-		s, o := e.store(idem.WithRetention(300*time.Millisecond)), e.op()
+		s, o := e.store(idem.WithRetention(time.Second)), e.op() // the replay must come within it, under load
 		req := charge("retention", "100")
 		_, err := e.do(s, req, func(tx idem.DBTX) func(context.Context) (idem.Response, error) { return o.fn(tx, req.Key) })
 		must(t, err)
@@ -534,7 +534,7 @@ func TestRetention(t *testing.T) {
 		if !res.Replayed {
 			t.Fatalf("within retention: not replayed")
 		}
-		time.Sleep(400 * time.Millisecond)
+		time.Sleep(1100 * time.Millisecond)
 		res, err = e.do(s, charge(req.Key, "999"), func(tx idem.DBTX) func(context.Context) (idem.Response, error) { return o.fn(tx, req.Key) })
 		must(t, err)
 		if res.Replayed || o.calls.Load() != 2 || e.records(s, req.Key) != 1 {
