@@ -13,8 +13,9 @@ import (
 // in a short statement of its own on db, until none is left, and returns
 // how many it deleted. A PROCESSING claim with a live lease is never
 // touched, and rows a live transaction holds are skipped (Postgres) or
-// waited for briefly (MySQL), so Purge may run from several processes at
-// once and beside live traffic.
+// waited for briefly (MySQL); on SQLite each batch waits for the write lock
+// like any writer. So Purge may run from several processes at once and
+// beside live traffic.
 func (s *Store) Purge(ctx context.Context, db *sql.DB, batch int) (int64, error) {
 	if s.err != nil {
 		return 0, s.err
@@ -27,12 +28,7 @@ func (s *Store) Purge(ctx context.Context, db *sql.DB, batch int) (int64, error)
 	}
 	var total int64
 	for {
-		r := micros(s.retention)
-		res, err := db.ExecContext(ctx, s.q.purge, r, r, batch)
-		if err != nil {
-			return total, fmt.Errorf("idem: purge %s after %d rows: %w", s.table, total, err)
-		}
-		n, err := res.RowsAffected()
+		n, err := s.purgeBatch(ctx, db, batch)
 		if err != nil {
 			return total, fmt.Errorf("idem: purge %s after %d rows: %w", s.table, total, err)
 		}
@@ -41,4 +37,34 @@ func (s *Store) Purge(ctx context.Context, db *sql.DB, batch int) (int64, error)
 			return total, nil
 		}
 	}
+}
+
+// PurgeBatch deletes at most limit records past retention, as Purge does,
+// in one statement, and returns how many it deleted. Purge calls it until
+// a batch comes back short; call it yourself to pace a purge or to report
+// its progress.
+func (s *Store) PurgeBatch(ctx context.Context, db *sql.DB, limit int) (int64, error) {
+	if s.err != nil {
+		return 0, s.err
+	}
+	if db == nil {
+		return 0, errors.New("idem: PurgeBatch needs a *sql.DB, got nil")
+	}
+	if limit <= 0 {
+		return 0, fmt.Errorf("idem: PurgeBatch limit must be positive, got %d", limit)
+	}
+	n, err := s.purgeBatch(ctx, db, limit)
+	if err != nil {
+		return n, fmt.Errorf("idem: purge %s: %w", s.table, err)
+	}
+	return n, nil
+}
+
+func (s *Store) purgeBatch(ctx context.Context, db *sql.DB, limit int) (int64, error) {
+	r := micros(s.retention)
+	res, err := db.ExecContext(ctx, s.q.purge, r, r, limit)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
 }
