@@ -1,7 +1,7 @@
 // Command payments is a small card-payments API that shows idem's HTTP
 // middleware: POST /v1/charges is safe to retry with an Idempotency-Key,
 // and GET /v1/charges/{id} reads a charge back. It runs on PostgreSQL or
-// MySQL, chosen by the DSN, and charges cards through a fake provider that
+// MySQL or SQLite, chosen by the DSN, and charges cards through a fake provider that
 // can be made slow or unreliable. See README.md.
 package main
 
@@ -14,14 +14,16 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
 	"time"
 
-	_ "github.com/go-sql-driver/mysql"
+	"github.com/go-sql-driver/mysql"
 	_ "github.com/jackc/pgx/v5/stdlib"
+	_ "modernc.org/sqlite"
 
 	"github.com/idemkit/idem"
 )
@@ -29,12 +31,15 @@ import (
 func main() {
 	var (
 		addr     = flag.String("addr", "127.0.0.1:8080", "address to listen on")
-		dsn      = flag.String("dsn", os.Getenv("PAYMENTS_DSN"), "database: postgres://user@host:port/db?sslmode=disable or mysql://user@tcp(host:port)/db (default $PAYMENTS_DSN)")
+		dsn      = flag.String("dsn", "sqlite:payments.db", "database: postgres://user:pass@host:port/db, mysql://user:pass@host:port/db or sqlite:path (default $PAYMENTS_DSN, else a SQLite file)")
 		delay    = flag.Duration("provider-delay", 0, "how long each call to the fake card provider takes")
 		failRate = flag.Float64("provider-fail", 0, "fraction (0..1) of provider calls that fail without charging")
 		lease    = flag.Duration("lease", 10*time.Second, "how long a charge in progress holds its key before a retry may take it over")
 	)
 	flag.Parse()
+	if env := os.Getenv("PAYMENTS_DSN"); env != "" && !flagSet("dsn") {
+		*dsn = env
+	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	provider := NewFakeProvider()
 	provider.SetDelay(*delay)
@@ -51,6 +56,13 @@ func main() {
 		log.Error("payments", "err", err)
 		os.Exit(1)
 	}
+}
+
+// flagSet reports whether the flag was given on the command line.
+func flagSet(name string) bool {
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
 
 // config is what run needs besides the listener.
@@ -87,21 +99,13 @@ func run(ctx context.Context, ln net.Listener, cfg config) error {
 	return srv.Shutdown(shutdown)
 }
 
-// open opens the database a DSN names and returns its dialect.
+// open opens the database a DSN names and returns its dialect. The forms
+// are those of the idem command: postgres://..., mysql://user:pass@host:port/db
+// and sqlite:path (with the settings the SQLite dialect documents).
 func open(dsn string) (*sql.DB, idem.Dialect, error) {
-	var (
-		driver  string
-		dialect idem.Dialect
-	)
-	switch {
-	case strings.HasPrefix(dsn, "postgres://"), strings.HasPrefix(dsn, "postgresql://"):
-		driver, dialect = "pgx", idem.Postgres
-	case strings.HasPrefix(dsn, "mysql://"):
-		driver, dialect, dsn = "mysql", idem.MySQL, strings.TrimPrefix(dsn, "mysql://")
-	case dsn == "":
-		return nil, nil, errors.New("no database: pass -dsn or set PAYMENTS_DSN (postgres://... or mysql://...)")
-	default:
-		return nil, nil, errors.New("unknown DSN scheme: want postgres://... or mysql://user@tcp(host:port)/db")
+	driver, dialect, dsn, err := parseDSN(dsn)
+	if err != nil {
+		return nil, nil, err
 	}
 	db, err := sql.Open(driver, dsn)
 	if err != nil {
@@ -114,4 +118,32 @@ func open(dsn string) (*sql.DB, idem.Dialect, error) {
 		return nil, nil, fmt.Errorf("reach the database: %w", err)
 	}
 	return db, dialect, nil
+}
+
+// parseDSN returns the database/sql driver, the dialect and the DSN in the
+// driver's own format.
+func parseDSN(dsn string) (driver string, dialect idem.Dialect, driverDSN string, err error) {
+	scheme, rest, _ := strings.Cut(dsn, ":")
+	switch scheme {
+	case "postgres", "postgresql":
+		return "pgx", idem.Postgres, dsn, nil
+	case "mysql":
+		u, err := url.Parse(dsn)
+		if err != nil || u.Host == "" {
+			return "", nil, "", errors.New("a MySQL DSN is mysql://user:pass@host:port/db")
+		}
+		cfg := mysql.NewConfig()
+		cfg.User = u.User.Username()
+		cfg.Passwd, _ = u.User.Password()
+		cfg.Net, cfg.Addr, cfg.DBName = "tcp", u.Host, strings.TrimPrefix(u.Path, "/")
+		return "mysql", idem.MySQL, cfg.FormatDSN(), nil
+	case "sqlite":
+		if rest == "" || strings.Contains(rest, "?") {
+			return "", nil, "", errors.New("a SQLite DSN is sqlite:path/to/file.db, without parameters")
+		}
+		// Write lock at BEGIN, wait up to 10s for it, readers beside the
+		// writer: see the documentation of idem.SQLite.
+		return "sqlite", idem.SQLite, "file:" + rest + "?_txlock=immediate&_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)", nil
+	}
+	return "", nil, "", errors.New("unknown DSN scheme: want postgres://..., mysql://user:pass@host:port/db or sqlite:path")
 }

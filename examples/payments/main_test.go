@@ -12,7 +12,9 @@ import (
 	"maps"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -20,14 +22,34 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
+
 	"github.com/idemkit/idem"
 )
 
-// databases are the servers the test runs the service against, found as
-// the conformance suite finds them.
-var databases = []struct{ name, env, prefix string }{
-	{"postgres", "IDEM_TEST_POSTGRES_DSN", ""},
-	{"mysql", "IDEM_TEST_MYSQL_DSN", "mysql://"},
+// dsn returns the service's DSN for a database: a fresh SQLite file, or the
+// server the conformance suite's variable names (skipping the test when it
+// is unset, failing it when IDEM_TEST_REQUIRE=1).
+func dsn(t *testing.T, name string) string {
+	env := map[string]string{"postgres": "IDEM_TEST_POSTGRES_DSN", "mysql": "IDEM_TEST_MYSQL_DSN"}[name]
+	v := os.Getenv(env)
+	switch {
+	case name == "sqlite":
+		return "sqlite:" + filepath.Join(t.TempDir(), "payments.db")
+	case v == "" && os.Getenv("IDEM_TEST_REQUIRE") == "1":
+		t.Fatalf("IDEM_TEST_REQUIRE=1 and %s is unset", env)
+	case v == "":
+		t.Skipf("%s is unset; set it to a DSN to run the service against %s", env, name)
+	case name == "mysql":
+		// The suite's variable is in the driver's format; the service takes
+		// the idem command's mysql://user:pass@host:port/db.
+		cfg, err := mysql.ParseDSN(v)
+		if err != nil {
+			t.Fatalf("%s: %v", env, err)
+		}
+		return "mysql://" + url.UserPassword(cfg.User, cfg.Passwd).String() + "@" + cfg.Addr + "/" + cfg.DBName
+	}
+	return v
 }
 
 // service is the service running for a test.
@@ -79,8 +101,8 @@ type answer struct {
 	body   []byte
 }
 
-func send(method, url, key, body string) (answer, error) {
-	req, err := http.NewRequest(method, url, strings.NewReader(body))
+func send(method, target, key, body string) (answer, error) {
+	req, err := http.NewRequest(method, target, strings.NewReader(body))
 	if err != nil {
 		return answer{}, err
 	}
@@ -97,9 +119,9 @@ func send(method, url, key, body string) (answer, error) {
 	return answer{resp.StatusCode, resp.Header, b}, err
 }
 
-func call(t *testing.T, method, url, key, body string) answer {
+func call(t *testing.T, method, target, key, body string) answer {
 	t.Helper()
-	a, err := send(method, url, key, body)
+	a, err := send(method, target, key, body)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,28 +129,21 @@ func call(t *testing.T, method, url, key, body string) answer {
 }
 
 func TestPayments(t *testing.T) {
-	for _, d := range databases {
-		t.Run(d.name, func(t *testing.T) {
+	for _, name := range []string{"sqlite", "postgres", "mysql"} {
+		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			dsn := os.Getenv(d.env)
-			if dsn == "" {
-				if os.Getenv("IDEM_TEST_REQUIRE") == "1" {
-					t.Fatalf("IDEM_TEST_REQUIRE=1 and %s is unset", d.env)
-				}
-				t.Skipf("%s is unset; set it to a DSN to run the service against %s", d.env, d.name)
-			}
 			provider := NewFakeProvider()
-			testCharges(t, start(t, d.prefix+dsn, provider), provider)
+			testCharges(t, start(t, dsn(t, name), provider), provider)
 		})
 	}
 }
 
 func testCharges(t *testing.T, svc service, provider *FakeProvider) {
-	url := svc.url
+	base := svc.url
 	const body = `{"amount": 1999, "currency": "EUR", "card": "4242424242424242"}`
 
-	first := call(t, "POST", url+"/v1/charges", "order-1", body)
-	again := call(t, "POST", url+"/v1/charges", "order-1", body)
+	first := call(t, "POST", base+"/v1/charges", "order-1", body)
+	again := call(t, "POST", base+"/v1/charges", "order-1", body)
 	if first.status != 201 || again.status != 201 || !bytes.Equal(first.body, again.body) || again.header.Get("Idempotent-Replayed") != "true" {
 		t.Fatalf("charge and retry: %d %s / %d %s %v", first.status, first.body, again.status, again.body, again.header)
 	}
@@ -139,7 +154,7 @@ func testCharges(t *testing.T, svc service, provider *FakeProvider) {
 	if loc := again.header.Get("Location"); loc != "/v1/charges/"+c.ID {
 		t.Fatalf("replayed Location %q", loc)
 	}
-	got := call(t, "GET", url+"/v1/charges/"+c.ID, "", "")
+	got := call(t, "GET", base+"/v1/charges/"+c.ID, "", "")
 	var read chargeJSON
 	if err := json.Unmarshal(got.body, &read); err != nil || got.status != 200 || read != c {
 		t.Fatalf("GET: %d %s, want %+v", got.status, got.body, c)
@@ -163,7 +178,7 @@ func testCharges(t *testing.T, svc service, provider *FakeProvider) {
 			var a answer
 			var err error
 			for range 20 {
-				if a, err = send("POST", url+"/v1/charges", "order-2", body); err != nil || a.status != http.StatusConflict {
+				if a, err = send("POST", base+"/v1/charges", "order-2", body); err != nil || a.status != http.StatusConflict {
 					break
 				}
 				mu.Lock()
@@ -194,7 +209,7 @@ func testCharges(t *testing.T, svc service, provider *FakeProvider) {
 	// A decline is a result: stored and replayed.
 	declined := strings.Replace(body, "4242424242424242", DeclinedCard, 1)
 	for i := range 2 {
-		a := call(t, "POST", url+"/v1/charges", "order-3", declined)
+		a := call(t, "POST", base+"/v1/charges", "order-3", declined)
 		if a.status != 402 || (a.header.Get("Idempotent-Replayed") == "true") != (i == 1) {
 			t.Fatalf("declined card, request %d: %d %s", i, a.status, a.body)
 		}
@@ -202,19 +217,19 @@ func testCharges(t *testing.T, svc service, provider *FakeProvider) {
 
 	// A provider failure is a 502 that is not stored: the retry charges.
 	provider.SetFailRate(1)
-	if a := call(t, "POST", url+"/v1/charges", "order-4", body); a.status != 502 {
+	if a := call(t, "POST", base+"/v1/charges", "order-4", body); a.status != 502 {
 		t.Fatalf("failing provider: %d %s", a.status, a.body)
 	}
 	provider.SetFailRate(0)
-	if a := call(t, "POST", url+"/v1/charges", "order-4", body); a.status != 201 || a.header.Get("Idempotent-Replayed") != "" {
+	if a := call(t, "POST", base+"/v1/charges", "order-4", body); a.status != 201 || a.header.Get("Idempotent-Replayed") != "" {
 		t.Fatalf("retry after the failure: %d %s", a.status, a.body)
 	}
 
 	// The middleware's own answers.
-	if a := call(t, "POST", url+"/v1/charges", "", body); a.status != 400 {
+	if a := call(t, "POST", base+"/v1/charges", "", body); a.status != 400 {
 		t.Fatalf("missing key: %d %s", a.status, a.body)
 	}
-	if a := call(t, "POST", url+"/v1/charges", "order-1", strings.Replace(body, "1999", "2000", 1)); a.status != 422 {
+	if a := call(t, "POST", base+"/v1/charges", "order-1", strings.Replace(body, "1999", "2000", 1)); a.status != 422 {
 		t.Fatalf("reused key: %d %s", a.status, a.body)
 	}
 	var rows int
@@ -228,5 +243,23 @@ func testCharges(t *testing.T, svc service, provider *FakeProvider) {
 	counts := slices.Sorted(maps.Values(provider.Calls()))
 	if !slices.Equal(counts, []int{1, 1, 1, 2}) {
 		t.Fatalf("provider calls per key: %v, want 1, 1, 1 and 2", provider.Calls())
+	}
+}
+
+func TestParseDSN(t *testing.T) {
+	for in, want := range map[string]string{
+		"postgres://u:p@h:5432/db?sslmode=disable": "pgx postgres://u:p@h:5432/db?sslmode=disable",
+		"mysql://root:secret@127.0.0.1:3306/test":  "mysql root:secret@tcp(127.0.0.1:3306)/test",
+		"sqlite:data/payments.db":                  "sqlite file:data/payments.db?_txlock=immediate&_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)",
+	} {
+		driver, _, dsn, err := parseDSN(in)
+		if got := driver + " " + dsn; err != nil || got != want {
+			t.Errorf("parseDSN(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", "root@tcp(h:3306)/db", "mysql://", "sqlite:", "sqlite:x.db?mode=memory", "oracle://h/db"} {
+		if _, _, _, err := parseDSN(bad); err == nil {
+			t.Errorf("parseDSN(%q) accepted it", bad)
+		}
 	}
 }

@@ -53,11 +53,17 @@ func (a *app) handler(ctx context.Context) (http.Handler, error) {
 }
 
 func chargesDDL(d idem.Dialect, table string) string {
-	if d == idem.MySQL {
+	switch d {
+	case idem.MySQL:
 		return `CREATE TABLE IF NOT EXISTS ` + table + ` (
   id VARCHAR(40) PRIMARY KEY, amount BIGINT NOT NULL, currency VARCHAR(3) NOT NULL,
   status VARCHAR(10) NOT NULL, provider_ref VARCHAR(40) NOT NULL,
   created_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6))`
+	case idem.SQLite:
+		return `CREATE TABLE IF NOT EXISTS ` + table + ` (
+  id TEXT PRIMARY KEY, amount INTEGER NOT NULL, currency TEXT NOT NULL,
+  status TEXT NOT NULL, provider_ref TEXT NOT NULL,
+  created_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ')))`
 	}
 	return `CREATE TABLE IF NOT EXISTS ` + table + ` (
   id text PRIMARY KEY, amount bigint NOT NULL, currency text NOT NULL,
