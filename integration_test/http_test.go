@@ -258,13 +258,13 @@ func TestHTTPRetryingClientsConverge(t *testing.T) {
 		api := e.chargeAPI()
 		srv, s := e.serve(idemhttp.Config{}, api)
 		body := `{"amount": 250}`
-		e.leaveClaim(s, probe(t, e, s, "/v1/charges", body, "converge-1"), 1500*time.Millisecond)
+		e.leaveClaim(s, probe(t, e, s, "/v1/charges", body, "converge-1"), 2500*time.Millisecond)
 
 		first, err := post(srv.Client(), srv.URL+"/v1/charges", body, "converge-1")
 		must(t, err)
 		checkProblem(t, first, http.StatusConflict, idemhttp.TypeInFlight, "retry after")
-		if ra := first.header.Get("Retry-After"); ra != "1" && ra != "2" {
-			t.Fatalf("Retry-After %q, want the lease's remaining 1 or 2 seconds", ra)
+		if ra := first.header.Get("Retry-After"); ra != "2" && ra != "3" {
+			t.Fatalf("Retry-After %q, want the lease's remaining 2 or 3 seconds", ra)
 		}
 
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
