@@ -112,6 +112,7 @@ type Store struct {
 	lease     time.Duration
 	retention time.Duration
 	q         queries
+	observer  Observer
 	err       error // a configuration error, returned by every method
 }
 
@@ -194,7 +195,8 @@ func (s *Store) Migrate(ctx context.Context, db DBTX) error {
 // Response is returned with Replayed true and fn is not called. When fn
 // returns an error, Do returns that error unchanged, removes its claim from
 // tx and stores nothing; the caller should roll back. See docs/semantics.md.
-func (s *Store) Do(ctx context.Context, tx DBTX, req Request, fn func(ctx context.Context) (Response, error)) (Result, error) {
+func (s *Store) Do(ctx context.Context, tx DBTX, req Request, fn func(ctx context.Context) (Response, error)) (res Result, err error) {
+	start := time.Now()
 	if s.err != nil {
 		return Result{}, s.err
 	}
@@ -207,6 +209,7 @@ func (s *Store) Do(ctx context.Context, tx DBTX, req Request, fn func(ctx contex
 	if err := req.validate(); err != nil {
 		return Result{}, err
 	}
+	defer s.observeDo(ctx, req, start, &res, &err)
 	replay, err := s.acquire(ctx, tx, req)
 	if err != nil {
 		return Result{}, err

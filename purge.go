@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Purge deletes the records past retention: completed ones whose response
@@ -27,18 +28,25 @@ func (s *Store) Purge(ctx context.Context, db *sql.DB, batch int) (int64, error)
 	}
 	var total int64
 	for {
-		r := micros(s.retention)
-		res, err := db.ExecContext(ctx, s.q.purge, r, r, batch)
+		start := time.Now()
+		n, err := s.purgeBatch(ctx, db, batch)
+		s.observe(ctx, Event{Kind: EventPurgeBatch, Duration: time.Since(start), Rows: n, Err: err})
 		if err != nil {
-			return total, fmt.Errorf("idem: purge %s after %d rows: %w", s.table, total, err)
-		}
-		n, err := res.RowsAffected()
-		if err != nil {
-			return total, fmt.Errorf("idem: purge %s after %d rows: %w", s.table, total, err)
+			return total, fmt.Errorf("idem: purge %s stopped after deleting %d records: %w; the deleted ones stay deleted, run Purge again", s.table, total, err)
 		}
 		total += n
 		if n < int64(batch) {
 			return total, nil
 		}
 	}
+}
+
+// purgeBatch deletes one batch and returns how many records it deleted.
+func (s *Store) purgeBatch(ctx context.Context, db *sql.DB, batch int) (int64, error) {
+	r := micros(s.retention)
+	res, err := db.ExecContext(ctx, s.q.purge, r, r, batch)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
 }

@@ -47,7 +47,7 @@ type record struct {
 // taken over with an update fenced on the token read, so two takeovers of
 // one record have one winner.
 func (s *Store) acquire(ctx context.Context, db DBTX, req Request) (replay *Result, err error) {
-	lease := micros(s.lease)
+	lease, start := micros(s.lease), time.Now()
 	for range maxContention {
 		res, err := db.ExecContext(ctx, s.q.insert, req.Scope, req.Key, req.Operation, req.Fingerprint, lease)
 		ok, err := s.dialect.inserted(res, err)
@@ -79,6 +79,7 @@ func (s *Store) acquire(ctx context.Context, db DBTX, req Request) (replay *Resu
 		if err == nil {
 			var n int64
 			if n, err = res.RowsAffected(); err == nil && n == 1 {
+				s.observe(ctx, Event{Kind: EventTakeover, Scope: req.Scope, Key: req.Key, Operation: req.Operation, Duration: time.Since(start), Token: rec.token})
 				return nil, nil
 			}
 		}

@@ -124,7 +124,8 @@ func TestPurgeUnderLoad(t *testing.T) {
 		recent      = 2_000
 		claims      = 500
 		liveClaims  = 100
-		baselineFor = 3 * time.Second
+		warmUp      = time.Second
+		baselineFor = 2 * time.Second
 	)
 	forEach(t, func(t *testing.T, e *env) {
 		s, o := e.store(idem.WithRetention(retention)), e.op()
@@ -172,6 +173,7 @@ func TestPurgeUnderLoad(t *testing.T) {
 			wg.Wait()
 		}
 
+		time.Sleep(warmUp)
 		baseStart := time.Now()
 		time.Sleep(baselineFor)
 		purgeStart := time.Now()
@@ -185,7 +187,8 @@ func TestPurgeUnderLoad(t *testing.T) {
 		}
 		pwg.Wait()
 		purgeEnd := time.Now()
-		time.Sleep(100 * time.Millisecond) // a few requests after the purge, to see the workers kept going
+		time.Sleep(baselineFor)
+		afterEnd := time.Now()
 		stopWorkers()
 
 		for _, err := range append(failures, errs...) {
@@ -216,14 +219,15 @@ func TestPurgeUnderLoad(t *testing.T) {
 
 		all := slices.Concat(samples...)
 		took := purgeEnd.Sub(purgeStart)
-		baseP99, baseN := percentile(all, baseStart, purgeStart, 99)
-		purgeP99, purgeN := percentile(all, purgeStart, purgeEnd, 99)
-		baseP50, _ := percentile(all, baseStart, purgeStart, 50)
-		purgeP50, _ := percentile(all, purgeStart, purgeEnd, 50)
 		t.Logf("purged %d records with %d purgers, batch %d, in %v: %.0f rows/s", purged, purgers, batch, took.Round(time.Millisecond), float64(purged)/took.Seconds())
-		t.Logf("workers without purge: %d requests in %v (%.0f/s), p50 %v, p99 %v", baseN, purgeStart.Sub(baseStart).Round(time.Millisecond),
-			float64(baseN)/purgeStart.Sub(baseStart).Seconds(), baseP50.Round(time.Microsecond), baseP99.Round(time.Microsecond))
-		t.Logf("workers during purge:  %d requests in %v (%.0f/s), p50 %v, p99 %v", purgeN, took.Round(time.Millisecond),
-			float64(purgeN)/took.Seconds(), purgeP50.Round(time.Microsecond), purgeP99.Round(time.Microsecond))
+		for _, w := range []struct {
+			name     string
+			from, to time.Time
+		}{{"before purge", baseStart, purgeStart}, {"during purge", purgeStart, purgeEnd}, {"after purge", purgeEnd, afterEnd}} {
+			p50, n := percentile(all, w.from, w.to, 50)
+			p99, _ := percentile(all, w.from, w.to, 99)
+			d := w.to.Sub(w.from)
+			t.Logf("workers %s: %6d requests in %7v (%4.0f/s), p50 %v, p99 %v", w.name, n, d.Round(time.Millisecond), float64(n)/d.Seconds(), p50.Round(10*time.Microsecond), p99.Round(10*time.Microsecond))
+		}
 	})
 }
