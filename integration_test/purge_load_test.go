@@ -128,7 +128,17 @@ func TestPurgeUnderLoad(t *testing.T) {
 		baselineFor = 2 * time.Second
 	)
 	forEach(t, func(t *testing.T, e *env) {
-		s, o := e.store(idem.WithRetention(retention)), e.op()
+		var (
+			batchesMu sync.Mutex
+			batches   []sample // the purge batches, from the Observer
+		)
+		s, o := e.store(idem.WithRetention(retention), idem.WithObserver(idem.ObserverFunc(func(_ context.Context, ev idem.Event) {
+			if ev.Kind == idem.EventPurgeBatch {
+				batchesMu.Lock()
+				defer batchesMu.Unlock()
+				batches = append(batches, sample{time.Now(), ev.Duration})
+			}
+		}))), e.op()
 
 		seeded := time.Now()
 		e.seed(s, scopeExpired, rows, 2*retention, -2*retention, "completed")
@@ -220,6 +230,13 @@ func TestPurgeUnderLoad(t *testing.T) {
 		all := slices.Concat(samples...)
 		took := purgeEnd.Sub(purgeStart)
 		t.Logf("purged %d records with %d purgers, batch %d, in %v: %.0f rows/s", purged, purgers, batch, took.Round(time.Millisecond), float64(purged)/took.Seconds())
+		half := purgeStart.Add(took / 2)
+		b50, nb := percentile(batches, purgeStart, purgeEnd, 50)
+		b99, _ := percentile(batches, purgeStart, purgeEnd, 99)
+		first, _ := percentile(batches, purgeStart, half, 50)
+		last, _ := percentile(batches, half, purgeEnd, 50)
+		t.Logf("purge batches: %d, p50 %v, p99 %v, max %v; p50 in the first half %v, in the second %v", nb, b50.Round(10*time.Microsecond), b99.Round(10*time.Microsecond),
+			slices.MaxFunc(batches, func(a, b sample) int { return int(a.took - b.took) }).took.Round(10*time.Microsecond), first.Round(10*time.Microsecond), last.Round(10*time.Microsecond))
 		for _, w := range []struct {
 			name     string
 			from, to time.Time
