@@ -57,6 +57,9 @@ type queries struct {
 	// purge deletes at most limit records past retention, never a live
 	// claim. Args: retention, retention (again), limit.
 	purge string
+	// purgeIsolation is the isolation level of the short transaction each
+	// purge batch runs in (sql.LevelDefault: the server's default).
+	purgeIsolation sql.IsolationLevel
 }
 
 // parseTable splits a table name into its identifier parts, or explains

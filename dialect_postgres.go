@@ -64,6 +64,9 @@ WHERE scope = $4 AND idem_key = $5`,
   WHERE created_at <= ` + pgNow + ` - ` + pgMicros("$1") + `
     AND (CASE WHEN status = 'completed' THEN completed_at ELSE lease_until END) <= ` + pgNow + ` - ` + pgMicros("$2") + `
   ORDER BY created_at LIMIT $3 FOR UPDATE SKIP LOCKED)`,
+		// Whatever the server's default: no serialization failures
+		// against live traffic.
+		purgeIsolation: sql.LevelReadCommitted,
 	}
 }
 
