@@ -180,7 +180,7 @@ func (s *Store) Migrate(ctx context.Context, db DBTX) error {
 	parts, _ := parseTable(s.table)
 	for _, stmt := range s.dialect.schema(parts) {
 		if _, err := db.ExecContext(ctx, stmt); err != nil {
-			return fmt.Errorf("idem: migrate %s: %w", s.table, err)
+			return fmt.Errorf("idem: migrate table %s: %w; check that the database user may create tables and indexes, then run Migrate again (it is safe to repeat)", s.table, err)
 		}
 	}
 	return nil
@@ -238,16 +238,26 @@ func (s *Store) Do(ctx context.Context, tx DBTX, req Request, fn func(ctx contex
 func (s *Store) exec1(ctx context.Context, db DBTX, query, what string, req Request, args ...any) error {
 	res, err := db.ExecContext(ctx, query, args...)
 	if err != nil {
-		return fmt.Errorf("idem: %s for key %q: %w", what, req.Key, err)
+		return stmtErr(what, req, err)
 	}
 	n, err := res.RowsAffected()
 	if err != nil {
-		return fmt.Errorf("idem: %s for key %q: %w", what, req.Key, err)
+		return stmtErr(what, req, err)
 	}
 	if n != 1 {
-		return fmt.Errorf("idem: %s for key %q: %d rows changed, want 1; was the record deleted inside the transaction?", what, req.Key, n)
+		return fmt.Errorf("idem: %s for key %q in scope %q: %d records changed, want 1: a statement in this transaction deleted or changed the claim; roll back the transaction", what, req.Key, req.Scope, n)
 	}
 	return nil
+}
+
+// stmtErr reports that one of idem's statements failed: what idem was
+// doing, for which key, the database's error, and what to do next.
+func stmtErr(what string, req Request, err error) error {
+	next := "roll back the transaction"
+	if IsRetryable(err) {
+		next = "roll back and run the whole transaction again (RunTx does this)"
+	}
+	return fmt.Errorf("idem: %s for key %q in scope %q: %w; %s", what, req.Key, req.Scope, err, next)
 }
 
 // checkTx refuses handles that are not a transaction: anything that can
@@ -282,7 +292,7 @@ func (r Request) validate() error {
 func ValidateKey(key string) error {
 	switch {
 	case key == "":
-		return fmt.Errorf("%w: empty", ErrInvalidKey)
+		return fmt.Errorf("%w: empty; send 1..%d bytes of visible ASCII (0x21..0x7E)", ErrInvalidKey, MaxKeyLen)
 	case len(key) > MaxKeyLen:
 		return fmt.Errorf("%w: %d bytes, at most %d allowed", ErrInvalidKey, len(key), MaxKeyLen)
 	}
@@ -311,7 +321,7 @@ func checkField(name, v string, limit int) error {
 
 func (r Response) validate() error {
 	if r.StatusCode < 100 || r.StatusCode > 999 {
-		return fmt.Errorf("idem: response status code %d is not a valid HTTP status (100..999); nothing was stored", r.StatusCode)
+		return fmt.Errorf("idem: response status code %d is not a valid HTTP status (100..999); nothing was stored: return a valid status from fn, and roll back the transaction", r.StatusCode)
 	}
 	return nil
 }

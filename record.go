@@ -52,7 +52,7 @@ func (s *Store) acquire(ctx context.Context, db DBTX, req Request) (replay *Resu
 		res, err := db.ExecContext(ctx, s.q.insert, req.Scope, req.Key, req.Operation, req.Fingerprint, lease)
 		ok, err := s.dialect.inserted(res, err)
 		if err != nil {
-			return nil, fmt.Errorf("idem: claim key %q: %w", req.Key, err)
+			return nil, stmtErr("claim", req, err)
 		}
 		if ok {
 			return nil, nil
@@ -84,7 +84,7 @@ func (s *Store) acquire(ctx context.Context, db DBTX, req Request) (replay *Resu
 			}
 		}
 		if err != nil {
-			return nil, fmt.Errorf("idem: take over key %q: %w", req.Key, err)
+			return nil, stmtErr("take over", req, err)
 		}
 		// Another request took the record over first: look again.
 	}
@@ -113,12 +113,12 @@ func (s *Store) get(ctx context.Context, db DBTX, req Request) (rec record, foun
 		return record{}, false, nil
 	}
 	if err != nil {
-		return record{}, false, fmt.Errorf("idem: read key %q: %w", req.Key, err)
+		return record{}, false, stmtErr("read the record", req, err)
 	}
 	rec.leaseLeft = time.Duration(leaseLeft) * time.Microsecond
 	rec.resp.StatusCode = int(status.Int64)
 	if rec.resp.Header, err = decodeHeader(header); err != nil {
-		return record{}, false, fmt.Errorf("idem: read key %q: %w", req.Key, err)
+		return record{}, false, fmt.Errorf("idem: read the record for key %q in scope %q: %w (not written by idem?); delete the record by hand (docs/operations.md) or wait for it to pass retention", req.Key, req.Scope, err)
 	}
 	return rec, true, nil
 }
