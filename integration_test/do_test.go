@@ -526,3 +526,56 @@ func TestStatementCounts(t *testing.T) {
 		}
 	})
 }
+
+// Migrate is safe to repeat, and a schema-qualified table name works.
+func TestMigrate(t *testing.T) {
+	forEach(t, func(t *testing.T, e *env) {
+		s := e.store()
+		must(t, s.Migrate(ctx, e.db))
+
+		var qualified string
+		if e.dialect == idem.MySQL {
+			var database string
+			must(t, e.db.QueryRow("SELECT DATABASE()").Scan(&database))
+			qualified = database + "." + randName("idem")
+		} else {
+			schemaName := randName("s")
+			e.exec("CREATE SCHEMA " + schemaName)
+			t.Cleanup(func() { _, _ = e.db.Exec("DROP SCHEMA " + schemaName + " CASCADE") })
+			qualified = schemaName + ".Keys"
+		}
+		q := idem.New(e.dialect, idem.WithTable(qualified))
+		must(t, q.Migrate(ctx, e.db))
+		must(t, q.Migrate(ctx, e.db))
+		if e.dialect == idem.MySQL {
+			e.dropLater(qualified)
+		}
+		res, err := e.do(q, charge("qualified", "1"), func(idem.DBTX) func(context.Context) (idem.Response, error) {
+			return func(context.Context) (idem.Response, error) { return idem.Response{StatusCode: 204}, nil }
+		})
+		must(t, err)
+		if res.StatusCode != 204 {
+			t.Fatalf("Do on %s: %+v", qualified, res)
+		}
+	})
+}
+
+// On Postgres a replay writes nothing: the transaction gets no transaction
+// id, so its commit needs no WAL flush and hot keys replay in parallel.
+func TestPostgresReplayWritesNothing(t *testing.T) {
+	forDialect(t, idem.Postgres, func(t *testing.T, e *env) {
+		s := e.store()
+		req := charge("read-only-replay", "100")
+		ok := func(context.Context) (idem.Response, error) { return idem.Response{StatusCode: 200}, nil }
+		_, err := e.do(s, req, func(idem.DBTX) func(context.Context) (idem.Response, error) { return ok })
+		must(t, err)
+		tx := e.begin(nil)
+		res, err := s.Do(ctx, tx, req, ok)
+		must(t, err)
+		var xid sql.NullInt64
+		must(t, tx.QueryRow("SELECT txid_current_if_assigned()").Scan(&xid))
+		if !res.Replayed || xid.Valid {
+			t.Fatalf("replayed=%v, transaction id %v; want a replay that assigned none", res.Replayed, xid)
+		}
+	})
+}

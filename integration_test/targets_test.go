@@ -129,7 +129,17 @@ func (tg target) open(t *testing.T) *env {
 // forEach runs body as a parallel subtest per target.
 func forEach(t *testing.T, body func(t *testing.T, e *env)) {
 	t.Helper()
+	forDialect(t, nil, body)
+}
+
+// forDialect runs body as a parallel subtest per target of dialect d (of
+// every dialect when d is nil), for behaviour only one database has.
+func forDialect(t *testing.T, d idem.Dialect, body func(t *testing.T, e *env)) {
+	t.Helper()
 	for _, tg := range targets {
+		if d != nil && tg.dialect != d {
+			continue
+		}
 		t.Run(tg.name, func(t *testing.T) {
 			t.Parallel()
 			body(t, tg.open(t))
