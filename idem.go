@@ -292,7 +292,7 @@ func (r Request) validate() error {
 func ValidateKey(key string) error {
 	switch {
 	case key == "":
-		return fmt.Errorf("%w: empty; send 1..%d bytes of visible ASCII (0x21..0x7E)", ErrInvalidKey, MaxKeyLen)
+		return fmt.Errorf("%w: empty", ErrInvalidKey)
 	case len(key) > MaxKeyLen:
 		return fmt.Errorf("%w: %d bytes, at most %d allowed", ErrInvalidKey, len(key), MaxKeyLen)
 	}
