@@ -1,9 +1,11 @@
 package idem
 
 import (
+	"context"
 	"database/sql"
 	"fmt"
 	"strings"
+	"time"
 )
 
 // Dialect adapts idem to one database family: the SQL text it runs and how
@@ -46,9 +48,39 @@ type queries struct {
 	// Args: retention, scope, key.
 	get string
 	// takeover makes the record a new PROCESSING claim and grows its token,
-	// if the token is still the one read.
-	// Args: operation, fingerprint, lease, scope, key, token.
+	// if the token is still the one read and the record may still be taken
+	// over (released, lease ended, or past retention), as the statement
+	// sees it: a Complete or Extend that committed between acquire's read
+	// and this write wins.
+	// Args: operation, fingerprint, lease, scope, key, token, retention.
 	takeover string
+	// insertToken and takeoverToken are insert and takeover returning the
+	// token they wrote, for Begin; empty where the dialect cannot return it
+	// (MySQL), and token is read after the claim instead.
+	insertToken, takeoverToken string
+	// token reads the token of a record the transaction has just claimed.
+	// Args: scope, key.
+	token string
+	// state reads a record's status and token as last committed (on MySQL
+	// a locking read), to explain why a fenced statement changed nothing.
+	// Args: scope, key.
+	state string
+	// completeClaim, extend and release are fenced: they change the record
+	// only while it is the PROCESSING claim with the given token, and then
+	// always change a column, so that MySQL, which counts changed rows,
+	// reports the match.
+	// completeClaim stores the final response.
+	// Args: response status, header, body, scope, key, token.
+	completeClaim string
+	// extend moves the lease's end to at least lease from now, and at least
+	// one microsecond later than it was. Args: lease, scope, key, token.
+	extend string
+	// release ends the claim without a result: the next attempt takes the
+	// record over at once. Args: scope, key, token.
+	release string
+	// The statements that bound a lock wait (WithLockTimeout) inside the
+	// caller's transaction; their use is the dialect's boundLockWait.
+	lockWaitSave, lockWaitSet, lockWaitRestore, lockWaitUndo, lockWaitRelease string
 	// complete stores the final response of the claim the transaction holds.
 	// Args: response status, header, body, scope, key.
 	complete string
@@ -60,6 +92,16 @@ type queries struct {
 	// purgeIsolation is the isolation level of the short transaction each
 	// purge batch runs in (sql.LevelDefault: the server's default).
 	purgeIsolation sql.IsolationLevel
+}
+
+// lockWaiter is implemented by the dialects that can bound a lock wait
+// inside a transaction, for WithLockTimeout.
+type lockWaiter interface {
+	// boundLockWait runs fn with every lock wait of db's session bounded by
+	// d, and leaves the session's own bound as it found it. timedOut
+	// reports that fn failed because a wait ran out; db is then usable,
+	// with nothing fn did in it.
+	boundLockWait(ctx context.Context, db DBTX, q queries, d time.Duration, fn func() error) (timedOut bool, err error)
 }
 
 // parseTable splits a table name into its identifier parts, or explains

@@ -1,9 +1,11 @@
 package idem
 
 import (
+	"context"
 	"database/sql"
 	"errors"
 	"strings"
+	"time"
 
 	"github.com/go-sql-driver/mysql"
 
@@ -39,6 +41,7 @@ const (
 )
 
 func (mysqlDialect) queries(t string) queries {
+	const fenced = ` WHERE scope = ? AND idem_key = ? AND token = ? AND status = 'processing'`
 	return queries{
 		insert: `INSERT INTO ` + t + ` (scope, idem_key, operation, fingerprint, status, token, lease_until, created_at)
 VALUES (?, ?, ?, ?, 'processing', ` + myToken + `, ` + myNow + ` + INTERVAL ? MICROSECOND, ` + myNow + `)`,
@@ -48,15 +51,25 @@ VALUES (?, ?, ?, ?, 'processing', ` + myToken + `, ` + myNow + ` + INTERVAL ? MI
   response_status, response_headers, response_body
 FROM ` + t + ` WHERE scope = ? AND idem_key = ? LOCK IN SHARE MODE`,
 		// MySQL evaluates SET from left to right; token is read before it
-		// is assigned and nothing after it reads it.
+		// is assigned and nothing after it reads it. The WHERE reads the row
+		// as last committed (an UPDATE's read is a locking one).
 		takeover: `UPDATE ` + t + ` SET operation = ?, fingerprint = ?, status = 'processing',
   token = GREATEST(token + 1, ` + myToken + `), lease_until = ` + myNow + ` + INTERVAL ? MICROSECOND, created_at = ` + myNow + `,
   completed_at = NULL, response_status = NULL, response_headers = NULL, response_body = NULL
-WHERE scope = ? AND idem_key = ? AND token = ?`,
+WHERE scope = ? AND idem_key = ? AND token = ?
+  AND (status = 'released'
+    OR status = 'processing' AND lease_until <= ` + myNow + `
+    OR status = 'completed' AND completed_at + INTERVAL ? MICROSECOND <= ` + myNow + `)`,
+		token: `SELECT token FROM ` + t + ` WHERE scope = ? AND idem_key = ?`,
+		state: `SELECT status, token FROM ` + t + ` WHERE scope = ? AND idem_key = ? LOCK IN SHARE MODE`,
 		complete: `UPDATE ` + t + ` SET status = 'completed', completed_at = ` + myNow + `,
   response_status = ?, response_headers = ?, response_body = ?
 WHERE scope = ? AND idem_key = ?`,
-		remove: `DELETE FROM ` + t + ` WHERE scope = ? AND idem_key = ?`,
+		completeClaim: `UPDATE ` + t + ` SET status = 'completed', completed_at = ` + myNow + `,
+  response_status = ?, response_headers = ?, response_body = ?` + fenced,
+		extend:  `UPDATE ` + t + ` SET lease_until = GREATEST(` + myNow + ` + INTERVAL ? MICROSECOND, lease_until + INTERVAL 1 MICROSECOND)` + fenced,
+		release: `UPDATE ` + t + ` SET status = 'released', lease_until = ` + myNow + fenced,
+		remove:  `DELETE FROM ` + t + ` WHERE scope = ? AND idem_key = ?`,
 		// created_at is never later than completed_at or lease_until, so
 		// its index bounds the scan.
 		purge: `DELETE FROM ` + t + `
@@ -68,7 +81,39 @@ ORDER BY created_at LIMIT ?`,
 		// key, so each fresh claim waits for the batch to commit; READ
 		// COMMITTED takes no gap locks.
 		purgeIsolation: sql.LevelReadCommitted,
+		// innodb_lock_wait_timeout is a session variable in whole seconds.
+		// lockWaitSave reads it and whether a timeout rolls back the whole
+		// transaction; lockWaitSet and lockWaitRestore set it (arg: seconds).
+		lockWaitSave:    `SELECT @@SESSION.innodb_lock_wait_timeout, @@GLOBAL.innodb_rollback_on_timeout`,
+		lockWaitSet:     `SET SESSION innodb_lock_wait_timeout = ?`,
+		lockWaitRestore: `SET SESSION innodb_lock_wait_timeout = ?`,
 	}
+}
+
+// boundLockWait sets innodb_lock_wait_timeout to d, rounded up to whole
+// seconds, for fn and sets it back afterwards, whatever fn returned. A lock
+// wait timeout rolls back only the statement that waited (unless the server
+// runs with innodb_rollback_on_timeout, which rolls back the whole
+// transaction: then the error is passed on as it is, and IsRetryable
+// reports it), and idem writes nothing before its last statement, so the
+// transaction is left as it was before fn.
+func (mysqlDialect) boundLockWait(ctx context.Context, db DBTX, q queries, d time.Duration, fn func() error) (bool, error) {
+	var (
+		old             int64
+		rollbackWholeTx bool
+	)
+	if err := db.QueryRowContext(ctx, q.lockWaitSave).Scan(&old, &rollbackWholeTx); err != nil {
+		return false, err
+	}
+	if _, err := db.ExecContext(ctx, q.lockWaitSet, int64((d+time.Second-1)/time.Second)); err != nil {
+		return false, err
+	}
+	err := fn()
+	if _, rerr := db.ExecContext(ctx, q.lockWaitRestore, old); rerr != nil {
+		return false, errors.Join(err, rerr)
+	}
+	e, ok := errors.AsType[*mysql.MySQLError](err)
+	return ok && e.Number == erLockWaitTimeout && !rollbackWholeTx, err
 }
 
 // MySQL error numbers idem reads.

@@ -3,9 +3,14 @@ package idem_test
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
 
 	_ "github.com/lib/pq"
 
@@ -78,4 +83,109 @@ func ExampleStore_Do() {
 	default:
 		fmt.Println(res.StatusCode, string(res.Body), "replayed:", res.Replayed)
 	}
+}
+
+// chargeCard asks a payment provider to charge amount cents, passing
+// relayKey as the provider's own idempotency key, so that a retried call
+// (after a crash, a timeout or a takeover) charges once.
+func chargeCard(ctx context.Context, relayKey string, amount int) (chargeID string, err error) {
+	form := url.Values{"amount": {fmt.Sprint(amount)}, "currency": {"eur"}}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "https://payments.example/v1/charges", strings.NewReader(form.Encode()))
+	if err != nil {
+		return "", err
+	}
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Idempotency-Key", relayKey)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("provider: %s", resp.Status)
+	}
+	var charge struct{ ID string }
+	if err := json.NewDecoder(resp.Body).Decode(&charge); err != nil {
+		return "", err
+	}
+	return charge.ID, nil
+}
+
+// Two-phase use: claim the key, call the provider outside any transaction
+// with a heartbeat keeping the lease, then store the result and the
+// business row together. It needs a PostgreSQL database with the table
+// (Store.Migrate) and a charges table, so it is compiled but not run.
+func ExampleStore_Begin() {
+	ctx := context.Background()
+	db, err := sql.Open("postgres", "postgres://localhost/shop?sslmode=disable")
+	if err != nil {
+		log.Fatal(err)
+	}
+	store := idem.New(idem.Postgres, idem.WithLease(time.Minute))
+	req := idem.Request{
+		Scope:       "customer-42",
+		Key:         "6f1d2c9e-5b0a-4c1e-9d8e-3a7b2f0c4d11", // the client's Idempotency-Key
+		Operation:   "POST /v1/payments",
+		Fingerprint: idem.Fingerprint([]byte("amount=1000&currency=eur")),
+	}
+
+	claim, replay, err := store.Begin(ctx, db, req)
+	if inflight, ok := errors.AsType[*idem.InFlightError](err); ok {
+		fmt.Printf("409, Retry-After: %.0f\n", inflight.RetryAfter.Seconds())
+		return
+	}
+	if err != nil {
+		log.Fatal(err) // 422 for ErrMismatch, 400 for ErrInvalidKey, else 500
+	}
+	if replay != nil {
+		fmt.Printf("%d %s (replayed)\n", replay.StatusCode, replay.Body)
+		return
+	}
+
+	// Heartbeat: keep the lease while the provider call runs; stop the
+	// call if another request took the key over.
+	work, stop := context.WithCancel(ctx)
+	go func() {
+		tick := time.NewTicker(20 * time.Second) // a third of the lease
+		defer tick.Stop()
+		for {
+			select {
+			case <-work.Done():
+				return
+			case <-tick.C:
+				if err := claim.Extend(work, db, time.Minute); errors.Is(err, idem.ErrLeaseLost) {
+					stop()
+					return
+				}
+			}
+		}
+	}()
+	chargeID, err := chargeCard(work, claim.RelayKey(), 1000)
+	stop()
+	if err != nil {
+		// The next retry runs again, and the provider, seeing the same
+		// RelayKey, does not charge twice.
+		if rerr := claim.Release(ctx, db); rerr != nil {
+			log.Print(rerr)
+		}
+		log.Fatal(err)
+	}
+
+	resp := idem.Response{StatusCode: 201, Body: []byte(`{"charge":"` + chargeID + `"}`)}
+	err = idem.RunTx(ctx, db, nil, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, "INSERT INTO charges (id, customer, amount) VALUES ($1, $2, $3)", chargeID, req.Scope, 1000); err != nil {
+			return err
+		}
+		return claim.Complete(ctx, tx, resp) // ErrLeaseLost rolls the row back
+	})
+	if errors.Is(err, idem.ErrLeaseLost) {
+		// Another request took the key over and stores the result; the
+		// provider gave it the same charge.
+		log.Print(err)
+		return
+	}
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("%d %s\n", resp.StatusCode, resp.Body)
 }

@@ -44,9 +44,12 @@ var (
 	// ErrInFlight reports that another live claim holds the key. The error
 	// is an *InFlightError that says when to retry. HTTP: 409.
 	ErrInFlight = errors.New("idem: a request with this idempotency key is in flight")
-	// ErrLeaseLost reports that a claim was taken over after its lease ran
-	// out (or was released), so its completion, heartbeat or release changed
-	// nothing. Roll back the transaction it was part of.
+	// ErrLeaseLost reports that a Claim is no longer current: another
+	// request took the key over after the lease ran out or after Release,
+	// or the claim was already completed or released, or its record was
+	// purged. Its completion, heartbeat or release changed nothing; the
+	// message says which case it is. Roll back the transaction it was part
+	// of.
 	ErrLeaseLost = errors.New("idem: lease lost")
 )
 
@@ -111,9 +114,12 @@ type Store struct {
 	table     string
 	lease     time.Duration
 	retention time.Duration
+	lockWait  time.Duration // with hasLockWait: the bound of WithLockTimeout
 	q         queries
 	observer  Observer
-	err       error // a configuration error, returned by every method
+	// hasLockWait reports that WithLockTimeout was given.
+	hasLockWait bool
+	err         error // a configuration error, returned by every method
 }
 
 // Option configures a Store.
@@ -135,6 +141,27 @@ func WithLease(d time.Duration) Option { return func(s *Store) { s.lease = d } }
 // positive.
 func WithRetention(d time.Duration) Option { return func(s *Store) { s.retention = d } }
 
+// MaxLockTimeout is the largest bound WithLockTimeout accepts.
+const MaxLockTimeout = 24 * time.Hour
+
+// WithLockTimeout bounds how long Do and Begin wait for another open
+// transaction that holds the same key (a duplicate request still running
+// inside Do). After d the duplicate gives up with an *InFlightError whose
+// RetryAfter is d rounded up to a second, and the caller's transaction is
+// left usable and as it was: idem runs the claim inside a savepoint with
+// lock_timeout set for it (PostgreSQL), or with innodb_lock_wait_timeout
+// set for it, in whole seconds, rounded up (MySQL), and sets the session's
+// own value back. This costs four more statements per Do on PostgreSQL
+// and three on MySQL. d must be positive and at most MaxLockTimeout.
+//
+// Without it, a duplicate waits as long as the database lets it: for ever
+// on PostgreSQL unless lock_timeout, statement_timeout or
+// idle_in_transaction_session_timeout ends the wait or the holder, and
+// innodb_lock_wait_timeout (default 50s) on MySQL. See docs/claims.md.
+func WithLockTimeout(d time.Duration) Option {
+	return func(s *Store) { s.lockWait, s.hasLockWait = d, true }
+}
+
 // New returns a Store for the dialect. A bad option does not panic: every
 // method of the Store then returns the error.
 func New(d Dialect, opts ...Option) *Store {
@@ -155,6 +182,14 @@ func (s *Store) configure() error {
 	}
 	if s.retention <= 0 {
 		return fmt.Errorf("idem: retention must be positive, got %v", s.retention)
+	}
+	if s.hasLockWait {
+		if s.lockWait <= 0 || s.lockWait > MaxLockTimeout {
+			return fmt.Errorf("idem: lock timeout must be positive and at most %v, got %v", MaxLockTimeout, s.lockWait)
+		}
+		if _, ok := s.dialect.(lockWaiter); !ok {
+			return fmt.Errorf("idem: WithLockTimeout is not supported by the %s dialect", s.dialect.Name())
+		}
 	}
 	parts, err := parseTable(s.table)
 	if err != nil {
@@ -196,7 +231,7 @@ func (s *Store) Migrate(ctx context.Context, db DBTX) error {
 // returns an error, Do returns that error unchanged, removes its claim from
 // tx and stores nothing; the caller should roll back. See docs/semantics.md.
 func (s *Store) Do(ctx context.Context, tx DBTX, req Request, fn func(ctx context.Context) (Response, error)) (res Result, err error) {
-	start := time.Now()
+	start := startWatch()
 	if s.err != nil {
 		return Result{}, s.err
 	}
@@ -210,7 +245,7 @@ func (s *Store) Do(ctx context.Context, tx DBTX, req Request, fn func(ctx contex
 		return Result{}, err
 	}
 	defer s.observeDo(ctx, req, start, &res, &err)
-	replay, err := s.acquire(ctx, tx, req)
+	replay, err := s.claim(ctx, tx, req, nil)
 	if err != nil {
 		return Result{}, err
 	}

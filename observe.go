@@ -12,28 +12,37 @@ type EventKind int
 
 // The outcomes idem reports to an Observer.
 const (
-	// EventExecuted: fn ran and its response was stored in the caller's
-	// transaction (which may still roll back).
+	// EventExecuted: the operation's response was stored, by Do after fn
+	// ran or by Claim.Complete, in the caller's transaction (which may
+	// still roll back).
 	EventExecuted EventKind = iota + 1
-	// EventReplayed: a stored response was returned; fn did not run.
+	// EventReplayed: a stored response was returned (by Do or Begin); fn
+	// did not run.
 	EventReplayed
 	// EventInFlight: another live claim holds the key (ErrInFlight).
 	EventInFlight
 	// EventMismatch: the key was used with another request (ErrMismatch).
 	EventMismatch
 	// EventTakeover: a claim whose lease had ended, a released claim or a
-	// record past retention was taken over; fn runs next. Token is the
-	// token of the claim taken over. Many takeovers mean processes die or
-	// stall after Begin, or leases are too short.
+	// record past retention was taken over by Do or Begin; the operation
+	// runs again. Token is the token of the claim taken over. Many
+	// takeovers mean processes die or stall after Begin, or leases are too
+	// short. It is followed by the outcome of the Do or Begin.
 	EventTakeover
-	// EventLeaseLost: a claim's completion, heartbeat or release found it
-	// taken over (ErrLeaseLost). Token is the token of the claim that lost.
+	// EventLeaseLost: a Claim's Complete, Extend or Release found it no
+	// longer current (ErrLeaseLost). Token is the token of the claim that
+	// lost.
 	EventLeaseLost
-	// EventFailed: fn or one of idem's statements returned an error, which
-	// is in Err; nothing was stored.
+	// EventFailed: fn, a Claim method's input or one of idem's statements
+	// returned an error, which is in Err; nothing was stored.
 	EventFailed
 	// EventPurgeBatch: Purge ran one batch and deleted Rows records.
 	EventPurgeBatch
+	// EventClaimed: Begin committed a claim for a key; Token is its token.
+	// The caller runs the operation, then completes or releases the claim.
+	EventClaimed
+	// EventReleased: Claim.Release ended a claim without a result.
+	EventReleased
 )
 
 var eventNames = [...]string{
@@ -45,6 +54,8 @@ var eventNames = [...]string{
 	EventLeaseLost:  "lease_lost",
 	EventFailed:     "failed",
 	EventPurgeBatch: "purge_batch",
+	EventClaimed:    "claimed",
+	EventReleased:   "released",
 }
 
 // String is the kind's name in snake case, e.g. "in_flight".
@@ -64,7 +75,7 @@ type Event struct {
 	Key       string        // the request's Key; empty for a purge batch
 	Operation string        // the request's Operation; empty for a purge batch
 	Duration  time.Duration // of the call (Do, Begin, Complete, ...) or of the purge batch
-	Token     int64         // EventTakeover, EventLeaseLost: the claim's fencing token
+	Token     int64         // of the claim, for the events of Begin and of a Claim's methods, and for EventTakeover
 	Rows      int64         // EventPurgeBatch: records deleted by the batch
 	Err       error         // EventFailed, or a purge batch that failed
 }
@@ -84,9 +95,22 @@ type ObserverFunc func(ctx context.Context, ev Event)
 func (f ObserverFunc) Observe(ctx context.Context, ev Event) { f(ctx, ev) }
 
 // WithObserver sets the Observer that receives an Event for every outcome
-// of Do and Purge (and of the two-phase calls). By default there is none.
+// of Do, Begin, Claim.Complete, Claim.Release and each Purge batch, and for
+// a Claim.Extend that fails (not for each heartbeat that succeeds). Calls
+// refused as invalid before any statement (ErrInvalidKey,
+// ErrInvalidRequest) are not reported. By default there is no Observer.
 // Use SlogObserver to log the events, or count them into your own metrics.
 func WithObserver(o Observer) Option { return func(s *Store) { s.observer = o } }
+
+// stopwatch measures how long a call took, for its Event. It is the only
+// reader of the application's clock in the package: durations are
+// reported, never compared with leases or retention, which use the
+// database clock alone.
+type stopwatch struct{ start time.Time }
+
+func startWatch() stopwatch { return stopwatch{time.Now()} }
+
+func (w stopwatch) elapsed() time.Duration { return time.Since(w.start) }
 
 // observe reports ev to the Store's Observer, if any.
 func (s *Store) observe(ctx context.Context, ev Event) {
@@ -99,24 +123,54 @@ func (s *Store) observe(ctx context.Context, ev Event) {
 
 // observeDo reports the outcome of a Do that began at start and returns
 // res, err. It is deferred by Do, so that every return reports once.
-func (s *Store) observeDo(ctx context.Context, req Request, start time.Time, res *Result, err *error) {
+func (s *Store) observeDo(ctx context.Context, req Request, start stopwatch, res *Result, err *error) {
 	if s.observer == nil {
 		return
 	}
-	ev := Event{Scope: req.Scope, Key: req.Key, Operation: req.Operation, Duration: time.Since(start)}
-	switch e := *err; {
-	case e == nil && res.Replayed:
-		ev.Kind = EventReplayed
-	case e == nil:
-		ev.Kind = EventExecuted
-	case errors.Is(e, ErrInFlight):
+	done := EventExecuted
+	if res.Replayed {
+		done = EventReplayed
+	}
+	s.observeErr(ctx, Event{Kind: done, Scope: req.Scope, Key: req.Key, Operation: req.Operation, Duration: start.elapsed()}, *err)
+}
+
+// observeBegin reports the outcome of a Begin that began at start. It is
+// deferred by Begin.
+func (s *Store) observeBegin(ctx context.Context, req Request, start stopwatch, claim **Claim, replay **Result, err *error) {
+	if s.observer == nil {
+		return
+	}
+	ev := Event{Kind: EventReplayed, Scope: req.Scope, Key: req.Key, Operation: req.Operation, Duration: start.elapsed()}
+	if *claim != nil {
+		ev.Kind, ev.Token = EventClaimed, (*claim).token
+	}
+	s.observeErr(ctx, ev, *err)
+}
+
+// observeClaim reports the outcome of a Claim's method that began at
+// start: done when it succeeded (nothing for a zero done), lease lost or
+// failed when it did not. It is deferred by Complete, Extend and Release.
+func (c *Claim) observeClaim(ctx context.Context, done EventKind, start stopwatch, err *error) {
+	if c.s.observer == nil || *err == nil && done == 0 {
+		return
+	}
+	c.s.observeErr(ctx, Event{Kind: done, Scope: c.req.Scope, Key: c.req.Key, Operation: c.req.Operation,
+		Duration: start.elapsed(), Token: c.token}, *err)
+}
+
+// observeErr reports ev when err is nil, and otherwise the kind of
+// failure err is.
+func (s *Store) observeErr(ctx context.Context, ev Event, err error) {
+	switch {
+	case err == nil:
+	case errors.Is(err, ErrInFlight):
 		ev.Kind = EventInFlight
-	case errors.Is(e, ErrMismatch):
+	case errors.Is(err, ErrMismatch):
 		ev.Kind = EventMismatch
-	case errors.Is(e, ErrLeaseLost):
+	case errors.Is(err, ErrLeaseLost):
 		ev.Kind = EventLeaseLost
 	default:
-		ev.Kind, ev.Err = EventFailed, e
+		ev.Kind, ev.Err = EventFailed, err
 	}
 	s.observe(ctx, ev)
 }
@@ -124,9 +178,10 @@ func (s *Store) observeDo(ctx context.Context, req Request, start time.Time, res
 // SlogObserver returns an Observer that logs every Event on l, message
 // "idem " plus the kind, with the attributes table, scope, key, operation,
 // duration, and token, rows or err where they apply. The levels: executed,
-// replayed and purge_batch at Debug; in_flight and mismatch (a client's
-// doing) at Info; takeover, lease_lost and failed (a process died or
-// stalled, or a statement failed) and a failed purge batch at Warn.
+// replayed, claimed, released and purge_batch at Debug; in_flight and
+// mismatch (a client's doing) at Info; takeover, lease_lost and failed (a
+// process died or stalled, or a statement failed) and a failed purge batch
+// at Warn.
 func SlogObserver(l *slog.Logger) Observer {
 	return ObserverFunc(func(ctx context.Context, ev Event) {
 		level := slog.LevelDebug
@@ -145,10 +200,10 @@ func SlogObserver(l *slog.Logger) Observer {
 			attrs = append(attrs, slog.String("scope", ev.Scope), slog.String("key", ev.Key), slog.String("operation", ev.Operation))
 		}
 		attrs = append(attrs, slog.Duration("duration", ev.Duration))
-		switch ev.Kind {
-		case EventTakeover, EventLeaseLost:
+		if ev.Token != 0 {
 			attrs = append(attrs, slog.Int64("token", ev.Token))
-		case EventPurgeBatch:
+		}
+		if ev.Kind == EventPurgeBatch {
 			attrs = append(attrs, slog.Int64("rows", ev.Rows))
 		}
 		if ev.Err != nil {

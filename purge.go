@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"time"
 )
 
 // Purge deletes the records past retention: completed ones whose response
@@ -30,9 +29,9 @@ func (s *Store) Purge(ctx context.Context, db *sql.DB, batch int) (int64, error)
 	}
 	var total int64
 	for {
-		start := time.Now()
+		start := startWatch()
 		n, err := s.purgeBatch(ctx, db, batch)
-		s.observe(ctx, Event{Kind: EventPurgeBatch, Duration: time.Since(start), Rows: n, Err: err})
+		s.observe(ctx, Event{Kind: EventPurgeBatch, Duration: start.elapsed(), Rows: n, Err: err})
 		if err != nil {
 			return total, fmt.Errorf("idem: purge %s stopped after deleting %d records: %w; the deleted ones stay deleted, run Purge again", s.table, total, err)
 		}

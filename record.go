@@ -38,19 +38,42 @@ type record struct {
 	resp        Response
 }
 
+// claim is acquire, with its lock waits bounded when the Store has
+// WithLockTimeout: a wait that runs out is an *InFlightError, and db is
+// left as it was before.
+func (s *Store) claim(ctx context.Context, db DBTX, req Request, token *int64) (*Result, error) {
+	if !s.hasLockWait {
+		return s.acquire(ctx, db, req, token)
+	}
+	var replay *Result
+	timedOut, err := s.dialect.(lockWaiter).boundLockWait(ctx, db, s.q, s.lockWait, func() error {
+		var err error
+		replay, err = s.acquire(ctx, db, req, token)
+		return err
+	})
+	if timedOut {
+		return nil, inFlight(s.lockWait)
+	}
+	return replay, err
+}
+
 // acquire claims (Scope, Key) inside db and returns nil, or returns the
-// stored result to replay. db is the caller's transaction
-// in Do and a short transaction of its own in Begin. The insert waits on the
-// row lock of any other open transaction that holds the key, so of
-// concurrent requests exactly one proceeds; the others see its committed
-// outcome. A record that is forgotten, released or whose lease expired is
-// taken over with an update fenced on the token read, so two takeovers of
-// one record have one winner.
-func (s *Store) acquire(ctx context.Context, db DBTX, req Request) (replay *Result, err error) {
-	lease, start := micros(s.lease), time.Now()
+// stored result to replay. db is the caller's transaction in Do and a short
+// transaction of its own in Begin. The insert waits on the row lock of any
+// other open transaction that holds the key, so of concurrent requests
+// exactly one proceeds; the others see its committed outcome. A record that
+// is forgotten, released or whose lease expired is taken over with an
+// update fenced on the token read and on the record still being free, so
+// two takeovers of one record have one winner, and a claim completed or
+// extended since the read is not taken.
+//
+// When token is not nil, acquire stores there the token of the claim it
+// made (Begin); Do passes nil and runs no statement for it.
+func (s *Store) acquire(ctx context.Context, db DBTX, req Request, token *int64) (replay *Result, err error) {
+	lease, start := micros(s.lease), startWatch()
 	for range maxContention {
-		res, err := db.ExecContext(ctx, s.q.insert, req.Scope, req.Key, req.Operation, req.Fingerprint, lease)
-		ok, err := s.dialect.inserted(res, err)
+		ok, err := s.claimRow(ctx, db, req, true, token,
+			req.Scope, req.Key, req.Operation, req.Fingerprint, lease)
 		if err != nil {
 			return nil, stmtErr("claim", req, err)
 		}
@@ -75,20 +98,55 @@ func (s *Store) acquire(ctx context.Context, db DBTX, req Request) (replay *Resu
 				return nil, inFlight(rec.leaseLeft)
 			}
 		}
-		res, err = db.ExecContext(ctx, s.q.takeover, req.Operation, req.Fingerprint, lease, req.Scope, req.Key, rec.token)
-		if err == nil {
-			var n int64
-			if n, err = res.RowsAffected(); err == nil && n == 1 {
-				s.observe(ctx, Event{Kind: EventTakeover, Scope: req.Scope, Key: req.Key, Operation: req.Operation, Duration: time.Since(start), Token: rec.token})
-				return nil, nil
-			}
-		}
+		ok, err = s.claimRow(ctx, db, req, false, token,
+			req.Operation, req.Fingerprint, lease, req.Scope, req.Key, rec.token, micros(s.retention))
 		if err != nil {
 			return nil, stmtErr("take over", req, err)
 		}
-		// Another request took the record over first: look again.
+		if ok {
+			s.observe(ctx, Event{Kind: EventTakeover, Scope: req.Scope, Key: req.Key, Operation: req.Operation, Duration: start.elapsed(), Token: rec.token})
+			return nil, nil
+		}
+		// Another request took the record over, or its owner completed or
+		// extended it, since the read: look again.
 	}
 	return nil, errContended
+}
+
+// claimRow runs the insert (insert true) or the takeover and reports
+// whether it claimed the record. With token not nil it also learns the new
+// token: from the same statement where the dialect can return it, else by
+// reading it in db.
+func (s *Store) claimRow(ctx context.Context, db DBTX, req Request, insert bool, token *int64, args ...any) (bool, error) {
+	query, withToken := s.q.takeover, s.q.takeoverToken
+	if insert {
+		query, withToken = s.q.insert, s.q.insertToken
+	}
+	if token != nil && withToken != "" {
+		err := db.QueryRowContext(ctx, withToken, args...).Scan(token)
+		switch {
+		case err == nil:
+			return true, nil
+		case errors.Is(err, sql.ErrNoRows):
+			return false, nil
+		case insert:
+			return s.dialect.inserted(nil, err)
+		}
+		return false, err
+	}
+	res, err := db.ExecContext(ctx, query, args...)
+	var ok bool
+	if insert {
+		ok, err = s.dialect.inserted(res, err)
+	} else if err == nil {
+		var n int64
+		n, err = res.RowsAffected()
+		ok = n == 1
+	}
+	if err != nil || !ok || token == nil {
+		return ok, err
+	}
+	return true, db.QueryRowContext(ctx, s.q.token, req.Scope, req.Key).Scan(token)
 }
 
 func mismatch(req Request, rec record) error {

@@ -122,3 +122,65 @@ func TestObserver(t *testing.T) {
 		}
 	})
 }
+
+// The two-phase calls report their outcomes too: a claim, a replay, a
+// takeover, a completion, a release and a fenced-out claim's lease lost;
+// a heartbeat that succeeds reports nothing.
+func TestObserverClaims(t *testing.T) {
+	forEach(t, func(t *testing.T, e *env) {
+		rec := &recorder{}
+		s, o := e.store(idem.WithObserver(rec)), e.op()
+		expect := func(step string, want ...idem.EventKind) []idem.Event {
+			t.Helper()
+			evs := rec.take()
+			if got := kinds(evs); !slices.Equal(got, want) {
+				t.Fatalf("%s: events %v, want %v", step, got, want)
+			}
+			for _, ev := range evs {
+				if ev.Table != s.Table() || ev.Scope != "tenant-1" || ev.Duration <= 0 {
+					t.Errorf("%s: %v event with table %q, scope %q, duration %v", step, ev.Kind, ev.Table, ev.Scope, ev.Duration)
+				}
+			}
+			return evs
+		}
+
+		req := charge("two-phase", "100")
+		zombie := mustClaim(t, s, e.db, req)
+		if ev := expect("Begin", idem.EventClaimed)[0]; ev.Token != zombie.Token() {
+			t.Errorf("claimed event token %d, want %d", ev.Token, zombie.Token())
+		}
+		_, _, err := s.Begin(ctx, e.db, req)
+		wantInFlight(t, err, time.Second, idem.DefaultLease)
+		expect("Begin on a live claim", idem.EventInFlight)
+		must(t, zombie.Extend(ctx, e.db, time.Minute))
+		expect("Extend")
+
+		e.exec(expire(e, s), req.Key)
+		owner := mustClaim(t, s, e.db, req)
+		if evs := expect("Begin on an expired claim", idem.EventTakeover, idem.EventClaimed); evs[0].Token != zombie.Token() || evs[1].Token != owner.Token() {
+			t.Errorf("takeover token %d, claimed token %d; want %d and %d", evs[0].Token, evs[1].Token, zombie.Token(), owner.Token())
+		}
+		wantLeaseLost(t, e.complete(zombie, o.biz, req.Key, "zombie"))
+		if ev := expect("the zombie's Complete", idem.EventLeaseLost)[0]; ev.Token != zombie.Token() {
+			t.Errorf("lease lost event token %d, want the zombie's %d", ev.Token, zombie.Token())
+		}
+		wantLeaseLost(t, zombie.Extend(ctx, e.db, time.Minute))
+		expect("the zombie's Extend", idem.EventLeaseLost)
+		must(t, e.complete(owner, o.biz, req.Key, "owner"))
+		expect("the owner's Complete", idem.EventExecuted)
+		_, replay, err := s.Begin(ctx, e.db, req)
+		must(t, err)
+		if replay == nil {
+			t.Fatalf("Begin after Complete: no replay")
+		}
+		expect("Begin after Complete", idem.EventReplayed)
+
+		released := mustClaim(t, s, e.db, charge("released", "1"))
+		expect("Begin", idem.EventClaimed)
+		must(t, released.Release(ctx, e.db))
+		expect("Release", idem.EventReleased)
+		if n := e.count(o.biz, req.Key); n != 1 {
+			t.Errorf("%d business rows, want the owner's only", n)
+		}
+	})
+}

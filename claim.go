@@ -1,0 +1,180 @@
+package idem
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Claim is the right to run one operation, committed by Begin as a
+// PROCESSING record with a lease. Its methods are fenced on its token: once
+// another request has taken the key over (after the lease ran out, or after
+// Release), or the claim has been completed, they change nothing and return
+// an error wrapping ErrLeaseLost. A Claim's fields do not change, so its
+// methods may be called from several goroutines (a heartbeat calling Extend
+// beside the work that ends in Complete).
+type Claim struct {
+	s     *Store
+	req   Request
+	token int64
+}
+
+// Begin claims req for work that must not hold a transaction open, such as
+// a call to a payment provider. It commits a PROCESSING record with a lease
+// of the Store's WithLease (default 30s) in a short transaction of its own
+// on db, with the same claiming rules as Do, and returns exactly one of:
+//
+//   - claim: the caller runs the operation, then calls Complete in the
+//     transaction that writes its business rows, or Release to give up;
+//   - replay: an earlier execution completed; its Response, with Replayed
+//     true;
+//   - err: ErrInvalidKey or ErrInvalidRequest (before any statement),
+//     ErrMismatch, an *InFlightError whose RetryAfter is the remaining lease
+//     of the live claim that holds the key, or a database error.
+//
+// A claim whose lease ran out, or that was released, is taken over by the
+// next Begin or Do, with a larger token. Begin retries its own transaction
+// on the errors IsRetryable reports, as RunTx does. See docs/claims.md.
+func (s *Store) Begin(ctx context.Context, db *sql.DB, req Request) (claim *Claim, replay *Result, err error) {
+	if s.err != nil {
+		return nil, nil, s.err
+	}
+	if db == nil {
+		return nil, nil, errors.New("idem: Begin needs a *sql.DB, got nil")
+	}
+	if err := req.validate(); err != nil {
+		return nil, nil, err
+	}
+	defer s.observeBegin(ctx, req, startWatch(), &claim, &replay, &err)
+	var token int64
+	err = RunTx(ctx, db, nil, func(tx *sql.Tx) error {
+		var err error
+		replay, err = s.claim(ctx, tx, req, &token)
+		return err
+	})
+	switch {
+	case err != nil:
+		return nil, nil, err
+	case replay != nil:
+		return nil, replay, nil
+	}
+	return &Claim{s: s, req: req, token: token}, nil, nil
+}
+
+// Token is the claim's fencing token. It comes from the database's
+// microsecond clock and grows with every takeover of the key, also across
+// a purge of the record, so no two claims of one key ever share it.
+func (c *Claim) Token() int64 { return c.token }
+
+// RelayKey is the key to pass on as the idempotency key of the downstream
+// provider the operation calls (for example Stripe's Idempotency-Key), so
+// that a retry after a crash or a takeover does not repeat the provider's
+// effect. It depends only on (Scope, Key): it is the same for every attempt
+// and every takeover, and differs across scopes. It is "idem-" followed by
+// 40 hex digits (45 visible ASCII characters), derived with SHA-256. Note
+// that after the Store's retention a key may be reused for another request;
+// keep the retention at least as long as the provider remembers its keys.
+func (c *Claim) RelayKey() string {
+	return "idem-" + Fingerprint([]byte("idem relay key v1"), []byte(c.req.Scope), []byte(c.req.Key))[:40]
+}
+
+// Extend is the claim's heartbeat: it moves the end of the lease to at
+// least d from now by the database clock (it never shortens the lease). It
+// succeeds while no other request has taken the key, even after the lease
+// ran out; once one has, or the claim was completed or released, it
+// changes nothing and returns an error wrapping ErrLeaseLost, and the
+// caller should stop the work and not complete it. db may be a *sql.DB.
+func (c *Claim) Extend(ctx context.Context, db DBTX, d time.Duration) (err error) {
+	if err := c.check(db, "Extend"); err != nil {
+		return err
+	}
+	defer c.observeClaim(ctx, 0, startWatch(), &err)
+	if d <= 0 {
+		return fmt.Errorf("idem: Extend needs a positive duration, got %v", d)
+	}
+	return c.fenced(ctx, db, c.s.q.extend, "extend the lease", "stop the work and do not complete it",
+		micros(d), c.req.Scope, c.req.Key, c.token)
+}
+
+// Complete stores resp as the final result of the claim, through tx: the
+// transaction that writes the operation's business rows, so that both
+// commit or neither does (a *sql.DB works when there are none). It
+// succeeds while no other request has taken the key, even after the lease
+// ran out. Once one has, it changes nothing and returns an error wrapping
+// ErrLeaseLost: the caller must roll back tx, which discards its business
+// rows, since the new owner runs the operation.
+func (c *Claim) Complete(ctx context.Context, tx DBTX, resp Response) (err error) {
+	if err := c.check(tx, "Complete"); err != nil {
+		return err
+	}
+	defer c.observeClaim(ctx, EventExecuted, startWatch(), &err)
+	if err := resp.validate(); err != nil {
+		return err
+	}
+	return c.fenced(ctx, tx, c.s.q.completeClaim, "complete", "roll back this transaction",
+		resp.StatusCode, encodeHeader(resp.Header), resp.Body, c.req.Scope, c.req.Key, c.token)
+}
+
+// Release ends the claim without a result, for an operation that did not
+// happen (the provider declined to start, the input turned out invalid): the
+// next attempt takes the key over at once and runs again, with a larger
+// token. A release of a claim that is no longer current changes nothing and
+// returns an error wrapping ErrLeaseLost. db may be a *sql.DB.
+func (c *Claim) Release(ctx context.Context, db DBTX) (err error) {
+	if err := c.check(db, "Release"); err != nil {
+		return err
+	}
+	defer c.observeClaim(ctx, EventReleased, startWatch(), &err)
+	return c.fenced(ctx, db, c.s.q.release, "release", "the key is no longer this claim's to release",
+		c.req.Scope, c.req.Key, c.token)
+}
+
+func (c *Claim) check(db DBTX, method string) error {
+	switch {
+	case c == nil || c.s == nil:
+		return fmt.Errorf("idem: %s on a nil Claim; use the claim Begin returned", method)
+	case db == nil:
+		return fmt.Errorf("idem: %s needs a database handle, got nil", method)
+	}
+	return nil
+}
+
+// fenced runs a statement fenced on the claim's token. When it changes
+// nothing, fenced reads the record to say why.
+func (c *Claim) fenced(ctx context.Context, db DBTX, query, what, advice string, args ...any) error {
+	res, err := db.ExecContext(ctx, query, args...)
+	if err != nil {
+		return fmt.Errorf("idem: %s key %q (token %d): %w", what, c.req.Key, c.token, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return fmt.Errorf("idem: %s key %q (token %d): %w", what, c.req.Key, c.token, err)
+	}
+	if n == 1 {
+		return nil
+	}
+	var (
+		status string
+		token  int64
+	)
+	err = db.QueryRowContext(ctx, c.s.q.state, c.req.Scope, c.req.Key).Scan(&status, &token)
+	var why string
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		why = "no longer exists (purged)"
+	case err != nil:
+		return fmt.Errorf("%w: %s key %q (your token %d) changed nothing, and reading the key failed: %v; %s",
+			ErrLeaseLost, what, c.req.Key, c.token, err, advice)
+	case token != c.token:
+		why = fmt.Sprintf("was taken over by another request, whose token is %d", token)
+	case status == statusCompleted:
+		why = "was already completed by this claim"
+	case status == statusReleased:
+		why = "was already released by this claim"
+	default:
+		why = fmt.Sprintf("is %s and did not change", status)
+	}
+	return fmt.Errorf("%w: key %q %s (your token %d); %s", ErrLeaseLost, c.req.Key, why, c.token, advice)
+}
