@@ -98,7 +98,10 @@ func TestPurgeBatchDoesNotBlockClaims(t *testing.T) {
 			t.Fatalf("purged %d, want %d", n, rows)
 		}
 		t.Logf("one batch of %d rows took %v; the slowest fresh claim beside it %v", rows, batch.Duration, slowest)
-		if slowest > batch.Duration/4 {
+		// Waiting for the batch costs a claim most of it (45-72% measured
+		// under REPEATABLE READ); the floor keeps a slow machine's ordinary
+		// latency from failing the test.
+		if slowest > batch.Duration/3 && slowest > 200*time.Millisecond {
 			t.Fatalf("a fresh claim took %v beside a purge batch of %v: it waited for the batch", slowest, batch.Duration)
 		}
 	})
