@@ -34,7 +34,8 @@ const (
 	// lost.
 	EventLeaseLost
 	// EventFailed: fn, a Claim method's input or one of idem's statements
-	// returned an error, which is in Err; nothing was stored.
+	// returned an error, which is in Err, or fn panicked; nothing was
+	// stored.
 	EventFailed
 	// EventPurgeBatch: Purge ran one batch and deleted Rows records.
 	EventPurgeBatch
@@ -127,12 +128,19 @@ func (s *Store) observeDo(ctx context.Context, req Request, start stopwatch, res
 	if s.observer == nil {
 		return
 	}
-	done := EventExecuted
-	if res.Replayed {
+	done, e := EventExecuted, *err
+	switch {
+	case e == nil && res.StatusCode == 0:
+		e = errPanicked // every return with a nil error carries a valid status
+	case res.Replayed:
 		done = EventReplayed
 	}
-	s.observeErr(ctx, Event{Kind: done, Scope: req.Scope, Key: req.Key, Operation: req.Operation, Duration: start.elapsed()}, *err)
+	s.observeErr(ctx, Event{Kind: done, Scope: req.Scope, Key: req.Key, Operation: req.Operation, Duration: start.elapsed()}, e)
 }
+
+// errPanicked is the Err of the EventFailed reported for a Do or Begin
+// that is unwinding from a panic (in fn, most likely).
+var errPanicked = errors.New("idem: the call panicked")
 
 // observeBegin reports the outcome of a Begin that began at start. It is
 // deferred by Begin.
@@ -140,11 +148,14 @@ func (s *Store) observeBegin(ctx context.Context, req Request, start stopwatch, 
 	if s.observer == nil {
 		return
 	}
-	ev := Event{Kind: EventReplayed, Scope: req.Scope, Key: req.Key, Operation: req.Operation, Duration: start.elapsed()}
-	if *claim != nil {
+	ev, e := Event{Kind: EventReplayed, Scope: req.Scope, Key: req.Key, Operation: req.Operation, Duration: start.elapsed()}, *err
+	switch {
+	case *claim != nil:
 		ev.Kind, ev.Token = EventClaimed, (*claim).token
+	case e == nil && *replay == nil:
+		e = errPanicked
 	}
-	s.observeErr(ctx, ev, *err)
+	s.observeErr(ctx, ev, e)
 }
 
 // observeClaim reports the outcome of a Claim's method that began at

@@ -104,6 +104,20 @@ func TestObserver(t *testing.T) {
 			t.Errorf("failed event carries %v, want the fn's error", ev.Err)
 		}
 
+		func() {
+			defer func() {
+				if p := recover(); p != "fn panics" {
+					t.Fatalf("recovered %v, want fn's panic", p)
+				}
+			}()
+			_, _ = e.do(s, charge("panicking", "1"), func(idem.DBTX) func(context.Context) (idem.Response, error) {
+				return func(context.Context) (idem.Response, error) { panic("fn panics") }
+			})
+		}()
+		if ev := expect("panicking fn", idem.EventFailed)[0]; ev.Err == nil || ev.Key != "panicking" {
+			t.Errorf("failed event for a panic: %+v, want an Err naming the panic", ev)
+		}
+
 		e.seed(s, scopeExpired, 25, 48*time.Hour, -48*time.Hour, "completed")
 		n, err := s.Purge(ctx, e.db, 10)
 		must(t, err)
