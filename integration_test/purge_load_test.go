@@ -136,7 +136,7 @@ func TestPurgeUnderLoad(t *testing.T) {
 			if ev.Kind == idem.EventPurgeBatch {
 				batchesMu.Lock()
 				defer batchesMu.Unlock()
-				batches = append(batches, sample{time.Now(), ev.Duration})
+				batches = append(batches, sample{time.Now().Add(-ev.Duration), ev.Duration})
 			}
 		}))), e.op()
 
