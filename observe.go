@@ -27,7 +27,9 @@ const (
 	// record past retention was taken over by Do or Begin; the operation
 	// runs again. Token is the token of the claim taken over. Many
 	// takeovers mean processes die or stall after Begin, or leases are too
-	// short. It is followed by the outcome of the Do or Begin.
+	// short. It is followed by the outcome of the Do or Begin. Like
+	// EventExecuted it is reported inside the transaction, which may still
+	// roll back (and be retried).
 	EventTakeover
 	// EventLeaseLost: a Claim's Complete, Extend or Release found it no
 	// longer current (ErrLeaseLost). Token is the token of the claim that
