@@ -72,7 +72,7 @@ func (k EventKind) String() string {
 // Event describes one outcome. It never holds the request's payload or the
 // stored response: only the fields below.
 type Event struct {
-	Kind      EventKind
+	Kind      EventKind     // what happened
 	Table     string        // the Store's table
 	Scope     string        // the request's Scope; empty for a purge batch
 	Key       string        // the request's Key; empty for a purge batch
