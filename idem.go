@@ -199,6 +199,12 @@ func (s *Store) configure() error {
 	return nil
 }
 
+// Err reports a configuration error from New (a bad table name, lease,
+// retention or lock timeout, or an option the dialect does not support),
+// the one every method of the Store would return; nil when the Store is
+// usable. Check it at startup to fail early.
+func (s *Store) Err() error { return s.err }
+
 // Table returns the table name the Store was configured with.
 func (s *Store) Table() string { return s.table }
 

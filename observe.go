@@ -98,7 +98,8 @@ type ObserverFunc func(ctx context.Context, ev Event)
 func (f ObserverFunc) Observe(ctx context.Context, ev Event) { f(ctx, ev) }
 
 // WithObserver sets the Observer that receives an Event for every outcome
-// of Do, Begin, Claim.Complete, Claim.Release and each Purge batch, and for
+// of Do, Begin, Claim.Complete, Claim.Release and each purge batch (of
+// Purge or PurgeBatch), and for
 // a Claim.Extend that fails (not for each heartbeat that succeeds). Calls
 // refused as invalid before any statement (ErrInvalidKey,
 // ErrInvalidRequest) are not reported. By default there is no Observer.

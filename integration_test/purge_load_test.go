@@ -62,6 +62,17 @@ func (e *env) seed(s *idem.Store, scope string, n int, ago, lease time.Duration,
 	const chunk = 100_000
 	for from := 0; from < n; from += chunk {
 		count := min(chunk, n-from)
+		if e.dialect == idem.SQLite {
+			// Times are integer microseconds; the body is a BLOB (STRICT).
+			e.exec(`WITH RECURSIVE n(i) AS (SELECT ?1 UNION ALL SELECT i + 1 FROM n WHERE i + 1 < ?2)
+INSERT INTO `+s.Table()+` (scope, idem_key, operation, fingerprint, status, token, lease_until, created_at, completed_at, response_status, response_headers, response_body)
+SELECT ?3, 'k-' || i, 'POST /v1/charges', hex(randomblob(32)), ?4, i,
+  `+sqliteNow+` + ?5, `+sqliteNow+` - ?6 - i * 1000,
+  CASE WHEN ?4 = 'completed' THEN `+sqliteNow+` - ?6 - i * 1000 END, CASE WHEN ?4 = 'completed' THEN 201 END,
+  CASE WHEN ?4 = 'completed' THEN X'0100' END, CASE WHEN ?4 = 'completed' THEN zeroblob(200) END
+FROM n`, from, from+count, scope, status, lease.Microseconds(), ago.Microseconds())
+			continue
+		}
 		if e.dialect == idem.MySQL {
 			digits, sum := numbers(count)
 			e.exec(`INSERT INTO `+s.Table()+` (scope, idem_key, operation, fingerprint, status, token, lease_until, created_at, completed_at, response_status, response_headers, response_body)

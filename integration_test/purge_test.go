@@ -15,7 +15,7 @@ import (
 // a record within retention, not a live claim.
 func TestPurge(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
-		s := e.store(idem.WithRetention(300 * time.Millisecond))
+		s := e.store(idem.WithRetention(time.Second)) // "new" must outlive a stall of the loaded suite
 		ok := func(idem.DBTX) func(context.Context) (idem.Response, error) {
 			return func(context.Context) (idem.Response, error) { return idem.Response{StatusCode: 200}, nil }
 		}
@@ -25,7 +25,7 @@ func TestPurge(t *testing.T) {
 		}
 		e.leaveClaim(s, charge("old-dead-claim", "1"), 0)
 		e.leaveClaim(s, charge("live-claim", "1"), time.Hour)
-		time.Sleep(400 * time.Millisecond)
+		time.Sleep(1100 * time.Millisecond)
 		_, err := e.do(s, charge("new", "1"), ok)
 		must(t, err)
 
@@ -57,6 +57,9 @@ func TestPurge(t *testing.T) {
 func TestPurgeBatchDoesNotBlockClaims(t *testing.T) {
 	const rows = 100_000
 	forEach(t, func(t *testing.T, e *env) {
+		if e.dialect == idem.SQLite {
+			t.Skip("SQLite has one writer: a purge batch holds up every claim for its duration, by design")
+		}
 		var (
 			mu    sync.Mutex
 			batch idem.Event
