@@ -82,8 +82,10 @@ func TestPurgeBatchDoesNotBlockClaims(t *testing.T) {
 			defer close(purging)
 			n, purgeErr = s.Purge(ctx, e.db, 2*rows)
 		}()
-		var slowest time.Duration
-		var claimErr error
+		var (
+			slowest  time.Duration
+			claimErr error
+		)
 		for i := 0; claimErr == nil; i++ {
 			select {
 			case <-purging:
@@ -95,6 +97,7 @@ func TestPurgeBatchDoesNotBlockClaims(t *testing.T) {
 			}
 			break
 		}
+		<-purging
 		must(t, claimErr)
 		must(t, purgeErr)
 		if n != rows {
