@@ -92,6 +92,9 @@ type queries struct {
 	// purge deletes at most limit records past retention, never a live
 	// claim. Args: retention, retention (again), limit.
 	purge string
+	// purgeIsolation is the isolation level of the short transaction each
+	// purge batch runs in (sql.LevelDefault: the server's default).
+	purgeIsolation sql.IsolationLevel
 	// inspect reads a record for a person: operation, fingerprint, status,
 	// token, lease_until, created_at and completed_at (µs since the Unix
 	// epoch; completed_at may be NULL), the database clock (µs), forgotten,

@@ -91,6 +91,11 @@ FROM ` + t + ` GROUP BY status ORDER BY status`,
 WHERE created_at <= ` + myNow + ` - INTERVAL ? MICROSECOND
   AND (CASE WHEN status = 'completed' THEN completed_at ELSE lease_until END) <= ` + myNow + ` - INTERVAL ? MICROSECOND
 ORDER BY created_at LIMIT ?`,
+		// Under REPEATABLE READ, a batch the optimizer runs as a full scan
+		// (a batch near the table's size) locks every gap of the primary
+		// key, so each fresh claim waits for the batch to commit; READ
+		// COMMITTED takes no gap locks.
+		purgeIsolation: sql.LevelReadCommitted,
 		// innodb_lock_wait_timeout is a session variable in whole seconds.
 		// lockWaitSave reads it and whether a timeout rolls back the whole
 		// transaction; lockWaitSet and lockWaitRestore set it (arg: seconds).

@@ -96,6 +96,9 @@ FROM ` + t + ` GROUP BY status ORDER BY status`,
   WHERE created_at <= ` + pgNow + ` - ` + pgMicros("$1") + `
     AND (CASE WHEN status = 'completed' THEN completed_at ELSE lease_until END) <= ` + pgNow + ` - ` + pgMicros("$2") + `
   ORDER BY created_at LIMIT $3 FOR UPDATE SKIP LOCKED)`,
+		// Whatever the server's default: no serialization failures
+		// against live traffic.
+		purgeIsolation: sql.LevelReadCommitted,
 		// set_config(..., true) is SET LOCAL: it lasts to the end of the
 		// transaction, or until the savepoint is rolled back to.
 		// lockWaitSet evaluates its columns left to right, so it returns

@@ -374,7 +374,8 @@ func TestRelayKey(t *testing.T) {
 // Every time comes from the database clock. An application clock cannot be
 // skewed from inside a test, so this shows both halves of the argument:
 // (1) the package's code never reads the application's clock (no
-// time.Now, time.Since or time.Until outside tests), so a skewed clock has
+// time.Now, time.Since or time.Until outside tests, but for the stopwatch
+// in observe.go that times an Observer's events), so a skewed clock has
 // nothing to act on; (2) a lease written with the database's own clock to
 // end 7m13.2s from the database's now is reported as RetryAfter 7m14s,
 // whatever the application's time is, and a lease that ended by the
@@ -390,6 +391,9 @@ func TestDatabaseClockOnly(t *testing.T) {
 		file, err := parser.ParseFile(fset, f, nil, 0)
 		must(t, err)
 		ast.Inspect(file, func(n ast.Node) bool {
+			if fn, ok := n.(*ast.FuncDecl); ok && filepath.Base(f) == "observe.go" && (fn.Name.Name == "startWatch" || fn.Name.Name == "elapsed") {
+				return false // durations for the Observer, never compared with a lease
+			}
 			if sel, ok := n.(*ast.SelectorExpr); ok {
 				if id, ok := sel.X.(*ast.Ident); ok && id.Name == "time" && (sel.Sel.Name == "Now" || sel.Sel.Name == "Since" || sel.Sel.Name == "Until") {
 					t.Errorf("%s reads the application clock (time.%s)", fset.Position(sel.Pos()), sel.Sel.Name)
