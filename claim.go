@@ -47,6 +47,7 @@ func (s *Store) Begin(ctx context.Context, db *sql.DB, req Request) (claim *Clai
 	if err := req.validate(); err != nil {
 		return nil, nil, err
 	}
+	defer s.observeBegin(ctx, req, startWatch(), &claim, &replay, &err)
 	var token int64
 	err = RunTx(ctx, db, nil, func(tx *sql.Tx) error {
 		var err error
@@ -85,10 +86,11 @@ func (c *Claim) RelayKey() string {
 // ran out; once one has, or the claim was completed or released, it
 // changes nothing and returns an error wrapping ErrLeaseLost, and the
 // caller should stop the work and not complete it. db may be a *sql.DB.
-func (c *Claim) Extend(ctx context.Context, db DBTX, d time.Duration) error {
+func (c *Claim) Extend(ctx context.Context, db DBTX, d time.Duration) (err error) {
 	if err := c.check(db, "Extend"); err != nil {
 		return err
 	}
+	defer c.observeClaim(ctx, 0, startWatch(), &err)
 	if d <= 0 {
 		return fmt.Errorf("idem: Extend needs a positive duration, got %v", d)
 	}
@@ -103,10 +105,11 @@ func (c *Claim) Extend(ctx context.Context, db DBTX, d time.Duration) error {
 // ran out. Once one has, it changes nothing and returns an error wrapping
 // ErrLeaseLost: the caller must roll back tx, which discards its business
 // rows, since the new owner runs the operation.
-func (c *Claim) Complete(ctx context.Context, tx DBTX, resp Response) error {
+func (c *Claim) Complete(ctx context.Context, tx DBTX, resp Response) (err error) {
 	if err := c.check(tx, "Complete"); err != nil {
 		return err
 	}
+	defer c.observeClaim(ctx, EventExecuted, startWatch(), &err)
 	if err := resp.validate(); err != nil {
 		return err
 	}
@@ -119,10 +122,11 @@ func (c *Claim) Complete(ctx context.Context, tx DBTX, resp Response) error {
 // next attempt takes the key over at once and runs again, with a larger
 // token. A release of a claim that is no longer current changes nothing and
 // returns an error wrapping ErrLeaseLost. db may be a *sql.DB.
-func (c *Claim) Release(ctx context.Context, db DBTX) error {
+func (c *Claim) Release(ctx context.Context, db DBTX) (err error) {
 	if err := c.check(db, "Release"); err != nil {
 		return err
 	}
+	defer c.observeClaim(ctx, EventReleased, startWatch(), &err)
 	return c.fenced(ctx, db, c.s.q.release, "release", "the key is no longer this claim's to release",
 		c.req.Scope, c.req.Key, c.token)
 }

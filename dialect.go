@@ -27,6 +27,9 @@ type Dialect interface {
 	inserted(res sql.Result, err error) (bool, error)
 	// retryable reports a serialization failure, deadlock or lock timeout.
 	retryable(err error) bool
+	// size returns a query for the bytes of the table and of its indexes
+	// (NULL where the database cannot tell), and its arguments.
+	size(parts []string) (query string, args []any)
 }
 
 // inliner is implemented by a dialect that writes the arguments of idem's
@@ -55,7 +58,7 @@ func (s *Store) queryRow(ctx context.Context, db DBTX, query string, args ...any
 }
 
 // dialects are the Dialects IsRetryable consults.
-var dialects = []Dialect{Postgres, MySQL}
+var dialects = []Dialect{Postgres, MySQL, SQLite}
 
 // queries holds a dialect's statements for one table. The comment on each
 // gives its arguments in order; times are computed by the database clock,
@@ -114,6 +117,20 @@ type queries struct {
 	// purge deletes at most limit records past retention, never a live
 	// claim. Args: retention, retention (again), limit.
 	purge string
+	// purgeIsolation is the isolation level of the short transaction each
+	// purge batch runs in (sql.LevelDefault: the server's default).
+	purgeIsolation sql.IsolationLevel
+	// inspect reads a record for a person: operation, fingerprint, status,
+	// token, lease_until, created_at and completed_at (µs since the Unix
+	// epoch; completed_at may be NULL), the database clock (µs), forgotten,
+	// response status, header and body. A plain read that locks nothing.
+	// Args: retention, scope, key.
+	inspect string
+	// stats counts the records per status: status, count, oldest created_at
+	// (µs since the Unix epoch), how many are past retention (what purge
+	// would delete), and the database clock (µs).
+	// Args: retention, retention (again).
+	stats string
 }
 
 // lockWaiter is implemented by the dialects that can bound a lock wait

@@ -42,6 +42,11 @@ const (
 	myToken = "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', " + myNow + ")"
 )
 
+// myEpoch is a DATETIME(6) column (UTC) in microseconds since the Unix epoch.
+func myEpoch(col string) string {
+	return "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', " + col + ")"
+}
+
 func (mysqlDialect) queries(t string) queries {
 	const fenced = ` WHERE scope = ? AND idem_key = ? AND token = ? AND status = 'processing'`
 	return queries{
@@ -72,12 +77,27 @@ WHERE scope = ? AND idem_key = ?`,
 		extend:  `UPDATE ` + t + ` SET lease_until = GREATEST(` + myNow + ` + INTERVAL ? MICROSECOND, lease_until + INTERVAL 1 MICROSECOND)` + fenced,
 		release: `UPDATE ` + t + ` SET status = 'released', lease_until = ` + myNow + fenced,
 		remove:  `DELETE FROM ` + t + ` WHERE scope = ? AND idem_key = ?`,
+		inspect: `SELECT operation, fingerprint, status, token,
+  ` + myEpoch("lease_until") + `, ` + myEpoch("created_at") + `, ` + myEpoch("completed_at") + `, ` + myToken + `,
+  (CASE WHEN status = 'completed' THEN completed_at ELSE lease_until END) + INTERVAL ? MICROSECOND <= ` + myNow + `,
+  response_status, response_headers, response_body
+FROM ` + t + ` WHERE scope = ? AND idem_key = ?`,
+		stats: `SELECT status, COUNT(*), MIN(` + myEpoch("created_at") + `),
+  COUNT(CASE WHEN created_at <= ` + myNow + ` - INTERVAL ? MICROSECOND
+    AND (CASE WHEN status = 'completed' THEN completed_at ELSE lease_until END) <= ` + myNow + ` - INTERVAL ? MICROSECOND THEN 1 END),
+  ` + myToken + `
+FROM ` + t + ` GROUP BY status ORDER BY status`,
 		// created_at is never later than completed_at or lease_until, so
 		// its index bounds the scan.
 		purge: `DELETE FROM ` + t + `
 WHERE created_at <= ` + myNow + ` - INTERVAL ? MICROSECOND
   AND (CASE WHEN status = 'completed' THEN completed_at ELSE lease_until END) <= ` + myNow + ` - INTERVAL ? MICROSECOND
 ORDER BY created_at LIMIT ?`,
+		// Under REPEATABLE READ, a batch the optimizer runs as a full scan
+		// (a batch near the table's size) locks every gap of the primary
+		// key, so each fresh claim waits for the batch to commit; READ
+		// COMMITTED takes no gap locks.
+		purgeIsolation: sql.LevelReadCommitted,
 		// innodb_lock_wait_timeout is a session variable in whole seconds.
 		// lockWaitSave reads it and whether a timeout rolls back the whole
 		// transaction; lockWaitSet and lockWaitRestore set it (arg: seconds).
@@ -85,6 +105,18 @@ ORDER BY created_at LIMIT ?`,
 		lockWaitSet:     `SET SESSION innodb_lock_wait_timeout = ?`,
 		lockWaitRestore: `SET SESSION innodb_lock_wait_timeout = ?`,
 	}
+}
+
+// size reads information_schema, whose figures InnoDB refreshes from time
+// to time (ANALYZE TABLE refreshes them at once). The primary key is the
+// table's clustered index, so it counts in the table's bytes.
+func (mysqlDialect) size(parts []string) (string, []any) {
+	var schema any
+	if len(parts) == 2 {
+		schema = parts[0]
+	}
+	return `SELECT data_length, index_length FROM information_schema.TABLES
+WHERE table_schema = COALESCE(?, DATABASE()) AND table_name = ?`, []any{schema, parts[len(parts)-1]}
 }
 
 // boundLockWait sets innodb_lock_wait_timeout to d, rounded up to whole

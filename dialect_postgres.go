@@ -39,6 +39,9 @@ const (
 	pgToken = "(extract(epoch FROM " + pgNow + ") * 1000000)::bigint"
 )
 
+// pgEpoch is a timestamptz column in microseconds since the Unix epoch.
+func pgEpoch(col string) string { return "(extract(epoch FROM " + col + ") * 1000000)::bigint" }
+
 func pgMicros(param string) string { return "(" + param + "::bigint * interval '1 microsecond')" }
 
 func (postgres) queries(t string) queries {
@@ -75,6 +78,16 @@ WHERE scope = $4 AND idem_key = $5`,
 			fmt.Sprintf(fenced, 2, 3, 4),
 		release: `UPDATE ` + t + ` SET status = 'released', lease_until = ` + pgNow + fmt.Sprintf(fenced, 1, 2, 3),
 		remove:  `DELETE FROM ` + t + ` WHERE scope = $1 AND idem_key = $2`,
+		inspect: `SELECT operation, fingerprint, status, token,
+  ` + pgEpoch("lease_until") + `, ` + pgEpoch("created_at") + `, ` + pgEpoch("completed_at") + `, ` + pgToken + `,
+  (CASE WHEN status = 'completed' THEN completed_at ELSE lease_until END) + ` + pgMicros("$1") + ` <= ` + pgNow + `,
+  response_status, response_headers, response_body
+FROM ` + t + ` WHERE scope = $2 AND idem_key = $3`,
+		stats: `SELECT status, COUNT(*), MIN(` + pgEpoch("created_at") + `),
+  COUNT(CASE WHEN created_at <= ` + pgNow + ` - ` + pgMicros("$1") + `
+    AND (CASE WHEN status = 'completed' THEN completed_at ELSE lease_until END) <= ` + pgNow + ` - ` + pgMicros("$2") + ` THEN 1 END),
+  ` + pgToken + `
+FROM ` + t + ` GROUP BY status ORDER BY status`,
 		// created_at is never later than completed_at or lease_until, so
 		// its index bounds the scan; SKIP LOCKED passes over rows a live
 		// transaction holds instead of waiting for them.
@@ -83,6 +96,9 @@ WHERE scope = $4 AND idem_key = $5`,
   WHERE created_at <= ` + pgNow + ` - ` + pgMicros("$1") + `
     AND (CASE WHEN status = 'completed' THEN completed_at ELSE lease_until END) <= ` + pgNow + ` - ` + pgMicros("$2") + `
   ORDER BY created_at LIMIT $3 FOR UPDATE SKIP LOCKED)`,
+		// Whatever the server's default: no serialization failures
+		// against live traffic.
+		purgeIsolation: sql.LevelReadCommitted,
 		// set_config(..., true) is SET LOCAL: it lasts to the end of the
 		// transaction, or until the savepoint is rolled back to.
 		// lockWaitSet evaluates its columns left to right, so it returns
@@ -102,6 +118,12 @@ func (postgres) inserted(res sql.Result, err error) (bool, error) {
 	}
 	n, err := res.RowsAffected()
 	return n == 1, err
+}
+
+// size asks Postgres for the table's size (with its TOAST data) and that of
+// its indexes.
+func (p postgres) size(parts []string) (string, []any) {
+	return `SELECT pg_table_size($1::regclass), pg_indexes_size($1::regclass)`, []any{p.quote(parts)}
 }
 
 // sqlState is implemented by the errors of lib/pq (*pq.Error) and pgx

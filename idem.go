@@ -116,6 +116,7 @@ type Store struct {
 	retention time.Duration
 	lockWait  time.Duration // with hasLockWait: the bound of WithLockTimeout
 	q         queries
+	observer  Observer
 	// hasLockWait reports that WithLockTimeout was given.
 	hasLockWait bool
 	err         error // a configuration error, returned by every method
@@ -198,6 +199,12 @@ func (s *Store) configure() error {
 	return nil
 }
 
+// Err reports a configuration error from New (a bad table name, lease,
+// retention or lock timeout, or an option the dialect does not support),
+// the one every method of the Store would return; nil when the Store is
+// usable. Check it at startup to fail early.
+func (s *Store) Err() error { return s.err }
+
 // Table returns the table name the Store was configured with.
 func (s *Store) Table() string { return s.table }
 
@@ -214,7 +221,7 @@ func (s *Store) Migrate(ctx context.Context, db DBTX) error {
 	parts, _ := parseTable(s.table)
 	for _, stmt := range s.dialect.schema(parts) {
 		if _, err := db.ExecContext(ctx, stmt); err != nil {
-			return fmt.Errorf("idem: migrate %s: %w", s.table, err)
+			return fmt.Errorf("idem: migrate table %s: %w; check that the database user may create tables and indexes, then run Migrate again (it is safe to repeat)", s.table, err)
 		}
 	}
 	return nil
@@ -229,7 +236,8 @@ func (s *Store) Migrate(ctx context.Context, db DBTX) error {
 // Response is returned with Replayed true and fn is not called. When fn
 // returns an error, Do returns that error unchanged, removes its claim from
 // tx and stores nothing; the caller should roll back. See docs/semantics.md.
-func (s *Store) Do(ctx context.Context, tx DBTX, req Request, fn func(ctx context.Context) (Response, error)) (Result, error) {
+func (s *Store) Do(ctx context.Context, tx DBTX, req Request, fn func(ctx context.Context) (Response, error)) (res Result, err error) {
+	start := startWatch()
 	if s.err != nil {
 		return Result{}, s.err
 	}
@@ -242,6 +250,7 @@ func (s *Store) Do(ctx context.Context, tx DBTX, req Request, fn func(ctx contex
 	if err := req.validate(); err != nil {
 		return Result{}, err
 	}
+	defer s.observeDo(ctx, req, start, &res, &err)
 	replay, err := s.claim(ctx, tx, req, nil)
 	if err != nil {
 		return Result{}, err
@@ -270,16 +279,26 @@ func (s *Store) Do(ctx context.Context, tx DBTX, req Request, fn func(ctx contex
 func (s *Store) exec1(ctx context.Context, db DBTX, query, what string, req Request, args ...any) error {
 	res, err := s.exec(ctx, db, query, args...)
 	if err != nil {
-		return fmt.Errorf("idem: %s for key %q: %w", what, req.Key, err)
+		return stmtErr(what, req, err)
 	}
 	n, err := res.RowsAffected()
 	if err != nil {
-		return fmt.Errorf("idem: %s for key %q: %w", what, req.Key, err)
+		return stmtErr(what, req, err)
 	}
 	if n != 1 {
-		return fmt.Errorf("idem: %s for key %q: %d rows changed, want 1; was the record deleted inside the transaction?", what, req.Key, n)
+		return fmt.Errorf("idem: %s for key %q in scope %q: %d records changed, want 1: a statement in this transaction deleted or changed the claim; roll back the transaction", what, req.Key, req.Scope, n)
 	}
 	return nil
+}
+
+// stmtErr reports that one of idem's statements failed: what idem was
+// doing, for which key, the database's error, and what to do next.
+func stmtErr(what string, req Request, err error) error {
+	next := "roll back the transaction"
+	if IsRetryable(err) {
+		next = "roll back and run the whole transaction again (RunTx does this)"
+	}
+	return fmt.Errorf("idem: %s for key %q in scope %q: %w; %s", what, req.Key, req.Scope, err, next)
 }
 
 // checkTx refuses handles that are not a transaction: anything that can
@@ -343,7 +362,7 @@ func checkField(name, v string, limit int) error {
 
 func (r Response) validate() error {
 	if r.StatusCode < 100 || r.StatusCode > 999 {
-		return fmt.Errorf("idem: response status code %d is not a valid HTTP status (100..999); nothing was stored", r.StatusCode)
+		return fmt.Errorf("idem: response status code %d is not a valid HTTP status (100..999); nothing was stored: return a valid status from fn, and roll back the transaction", r.StatusCode)
 	}
 	return nil
 }

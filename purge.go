@@ -9,12 +9,15 @@ import (
 
 // Purge deletes the records past retention: completed ones whose response
 // was stored longer ago than the retention, and claims whose lease ended
-// longer ago than that. It deletes in batches of at most batch rows, each
-// in a short statement of its own on db, until none is left, and returns
-// how many it deleted. A PROCESSING claim with a live lease is never
-// touched, and rows a live transaction holds are skipped (Postgres) or
-// waited for briefly (MySQL), so Purge may run from several processes at
-// once and beside live traffic.
+// longer ago than that. It deletes in batches of at most batch rows, oldest
+// first, each one statement in a short transaction of its own on db (READ
+// COMMITTED on PostgreSQL and MySQL), until none is left, and returns how
+// many it deleted. A PROCESSING claim with a live lease is never touched,
+// and rows a live transaction holds are skipped (Postgres) or waited for
+// briefly (MySQL); on SQLite each batch waits for the write lock like any
+// writer. So Purge may run from several processes at once and beside live
+// traffic. Each batch is reported to the Store's Observer. See
+// docs/operations.md for batch sizes and cadence.
 func (s *Store) Purge(ctx context.Context, db *sql.DB, batch int) (int64, error) {
 	if s.err != nil {
 		return 0, s.err
@@ -27,18 +30,62 @@ func (s *Store) Purge(ctx context.Context, db *sql.DB, batch int) (int64, error)
 	}
 	var total int64
 	for {
-		r := micros(s.retention)
-		res, err := s.exec(ctx, db, s.q.purge, r, r, batch)
+		n, err := s.purgeBatch(ctx, db, batch)
 		if err != nil {
-			return total, fmt.Errorf("idem: purge %s after %d rows: %w", s.table, total, err)
-		}
-		n, err := res.RowsAffected()
-		if err != nil {
-			return total, fmt.Errorf("idem: purge %s after %d rows: %w", s.table, total, err)
+			return total, fmt.Errorf("idem: purge %s stopped after deleting %d records: %w; the deleted ones stay deleted, run Purge again", s.table, total, err)
 		}
 		total += n
 		if n < int64(batch) {
 			return total, nil
 		}
 	}
+}
+
+// PurgeBatch deletes at most limit records past retention, as Purge does,
+// in one statement, and returns how many it deleted. Purge calls it until
+// a batch comes back short; call it yourself to pace a purge or to report
+// its progress.
+func (s *Store) PurgeBatch(ctx context.Context, db *sql.DB, limit int) (int64, error) {
+	if s.err != nil {
+		return 0, s.err
+	}
+	if db == nil {
+		return 0, errors.New("idem: PurgeBatch needs a *sql.DB, got nil")
+	}
+	if limit <= 0 {
+		return 0, fmt.Errorf("idem: PurgeBatch limit must be positive, got %d", limit)
+	}
+	n, err := s.purgeBatch(ctx, db, limit)
+	if err != nil {
+		return n, fmt.Errorf("idem: purge %s: %w; nothing of this batch was deleted, run it again", s.table, err)
+	}
+	return n, nil
+}
+
+// purgeBatch deletes one batch, in a transaction of the dialect's purge
+// isolation level when it has one, and reports it to the Observer.
+func (s *Store) purgeBatch(ctx context.Context, db *sql.DB, limit int) (n int64, err error) {
+	start := startWatch()
+	defer func() { s.observe(ctx, Event{Kind: EventPurgeBatch, Duration: start.elapsed(), Rows: n, Err: err}) }()
+	r := micros(s.retention)
+	if s.q.purgeIsolation == sql.LevelDefault {
+		res, err := db.ExecContext(ctx, s.q.purge, r, r, limit)
+		if err != nil {
+			return 0, err
+		}
+		return res.RowsAffected()
+	}
+	tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: s.q.purgeIsolation})
+	if err != nil {
+		return 0, err
+	}
+	res, err := tx.ExecContext(ctx, s.q.purge, r, r, limit)
+	if err == nil {
+		n, err = res.RowsAffected()
+	}
+	if err != nil {
+		_ = tx.Rollback()
+		return 0, err
+	}
+	return n, tx.Commit()
 }

@@ -70,12 +70,12 @@ func (s *Store) claim(ctx context.Context, db DBTX, req Request, token *int64) (
 // When token is not nil, acquire stores there the token of the claim it
 // made (Begin); Do passes nil and runs no statement for it.
 func (s *Store) acquire(ctx context.Context, db DBTX, req Request, token *int64) (replay *Result, err error) {
-	lease := micros(s.lease)
+	lease, start := micros(s.lease), startWatch()
 	for range maxContention {
 		ok, err := s.claimRow(ctx, db, req, true, token,
 			req.Scope, req.Key, req.Operation, req.Fingerprint, lease)
 		if err != nil {
-			return nil, fmt.Errorf("idem: claim key %q: %w", req.Key, err)
+			return nil, stmtErr("claim", req, err)
 		}
 		if ok {
 			return nil, nil
@@ -101,9 +101,10 @@ func (s *Store) acquire(ctx context.Context, db DBTX, req Request, token *int64)
 		ok, err = s.claimRow(ctx, db, req, false, token,
 			req.Operation, req.Fingerprint, lease, req.Scope, req.Key, rec.token, micros(s.retention))
 		if err != nil {
-			return nil, fmt.Errorf("idem: take over key %q: %w", req.Key, err)
+			return nil, stmtErr("take over", req, err)
 		}
 		if ok {
+			s.observe(ctx, Event{Kind: EventTakeover, Scope: req.Scope, Key: req.Key, Operation: req.Operation, Duration: start.elapsed(), Token: rec.token})
 			return nil, nil
 		}
 		// Another request took the record over, or its owner completed or
@@ -170,12 +171,12 @@ func (s *Store) get(ctx context.Context, db DBTX, req Request) (rec record, foun
 		return record{}, false, nil
 	}
 	if err != nil {
-		return record{}, false, fmt.Errorf("idem: read key %q: %w", req.Key, err)
+		return record{}, false, stmtErr("read the record", req, err)
 	}
 	rec.leaseLeft = time.Duration(leaseLeft) * time.Microsecond
 	rec.resp.StatusCode = int(status.Int64)
 	if rec.resp.Header, err = decodeHeader(header); err != nil {
-		return record{}, false, fmt.Errorf("idem: read key %q: %w", req.Key, err)
+		return record{}, false, fmt.Errorf("idem: read the record for key %q in scope %q: %w (not written by idem?); delete the record by hand (docs/operations.md) or wait for it to pass retention", req.Key, req.Scope, err)
 	}
 	return rec, true, nil
 }

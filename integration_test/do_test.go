@@ -240,12 +240,18 @@ func (e *env) leaveClaim(s *idem.Store, req idem.Request, lease time.Duration) {
 	must(e.t, err)
 	must(e.t, tx.Commit())
 	shift := "lease_until = CURRENT_TIMESTAMP + ? * interval '1 microsecond'"
-	if e.dialect == idem.MySQL {
+	switch e.dialect {
+	case idem.MySQL:
 		shift = "lease_until = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND"
+	case idem.SQLite:
+		shift = "lease_until = " + sqliteNow + " + ?"
 	}
 	e.exec("UPDATE "+s.Table()+" SET status = 'processing', completed_at = NULL, response_status = NULL, "+shift+" WHERE idem_key = ?",
 		lease.Microseconds(), req.Key)
 }
+
+// sqliteNow is the SQLite dialect's clock: microseconds since the Unix epoch.
+const sqliteNow = "(CAST(ROUND(unixepoch('now', 'subsec') * 1000) AS INTEGER) * 1000)"
 
 // 5. One key under two scopes is two keys.
 func TestScopesAreSeparate(t *testing.T) {
@@ -305,7 +311,10 @@ func TestKeys(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
 		s, o := e.store(), e.op()
 		for name, key := range bad {
-			tx := &counting{DBTX: e.begin(nil)}
+			// One open transaction at a time: on SQLite a second waits for
+			// the first's write lock.
+			sqlTx := e.begin(nil)
+			tx := &counting{DBTX: sqlTx}
 			_, err := s.Do(ctx, tx, charge(key, "100"), func(context.Context) (idem.Response, error) {
 				t.Errorf("%s: fn ran", name)
 				return idem.Response{StatusCode: 200}, nil
@@ -313,6 +322,7 @@ func TestKeys(t *testing.T) {
 			if !errors.Is(err, idem.ErrInvalidKey) || tx.n.Load() != 0 {
 				t.Errorf("%s key: err = %v after %d statements; want ErrInvalidKey after none", name, err, tx.n.Load())
 			}
+			must(t, sqlTx.Rollback())
 		}
 		distinct := []idem.Request{
 			charge(long[:254]+"a", "100"), charge(long[:254]+"b", "100"),
@@ -339,18 +349,33 @@ func TestKeys(t *testing.T) {
 // 8. A caller whose REPEATABLE READ snapshot predates the winner's commit
 // still sees it: a replay on MySQL, a retryable error on Postgres (which
 // RunTx turns into a replay).
+//
+// On SQLite a transaction begun as the dialect documents (_txlock=immediate)
+// holds the write lock, so no other can commit while it is open; the old
+// snapshot comes from a deferred transaction begun by hand, whose write
+// then fails with SQLITE_BUSY_SNAPSHOT, which is retryable.
 func TestOldSnapshotSeesWinner(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
 		s, o := e.store(), e.op()
 		req := charge("snapshot", "100")
-		tx := e.begin(&sql.TxOptions{Isolation: sql.LevelRepeatableRead})
+		var tx interface {
+			idem.DBTX
+			Rollback() error
+		}
+		if e.dialect == idem.SQLite {
+			tx = e.beginDeferred()
+		} else {
+			tx = e.begin(&sql.TxOptions{Isolation: sql.LevelRepeatableRead})
+		}
 		var n int
-		must(t, tx.QueryRow("SELECT COUNT(*) FROM "+o.biz).Scan(&n)) // takes the snapshot
+		must(t, tx.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+o.biz).Scan(&n)) // takes the snapshot
 		_, err := e.do(s, req, func(tx idem.DBTX) func(context.Context) (idem.Response, error) { return o.fn(tx, req.Key) })
 		must(t, err)
 		res, err := s.Do(ctx, tx, req, o.fn(tx, req.Key))
 		switch {
-		case e.dialect == idem.Postgres && idem.IsRetryable(err):
+		case e.dialect == idem.SQLite && !idem.IsRetryable(err):
+			t.Fatalf("Do in a deferred SQLite transaction with an old snapshot: %v (replayed %v), want SQLITE_BUSY_SNAPSHOT", err, res.Replayed)
+		case e.dialect != idem.MySQL && idem.IsRetryable(err):
 		case err != nil:
 			t.Fatalf("Do with an old snapshot: %v", err)
 		case !res.Replayed:
@@ -364,6 +389,41 @@ func TestOldSnapshotSeesWinner(t *testing.T) {
 			t.Fatalf("%d business rows, want 1", n)
 		}
 	})
+}
+
+// deferredTx is a transaction begun with BEGIN DEFERRED on a connection of
+// its own, whatever the DSN's _txlock: it takes its snapshot at its first
+// read and the write lock only when it first writes.
+// It offers the statements of a DBTX but not the *sql.Conn's BeginTx, so
+// that Do accepts it as a transaction.
+type deferredTx struct{ conn *sql.Conn }
+
+func (d deferredTx) ExecContext(ctx context.Context, q string, args ...any) (sql.Result, error) {
+	return d.conn.ExecContext(ctx, q, args...)
+}
+
+func (d deferredTx) QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
+	return d.conn.QueryContext(ctx, q, args...)
+}
+
+func (d deferredTx) QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row {
+	return d.conn.QueryRowContext(ctx, q, args...)
+}
+
+func (d deferredTx) Rollback() error {
+	_, err := d.conn.ExecContext(ctx, "ROLLBACK")
+	return errors.Join(err, d.conn.Close())
+}
+
+func (e *env) beginDeferred() deferredTx {
+	e.t.Helper()
+	conn, err := e.db.Conn(ctx)
+	must(e.t, err)
+	if _, err := conn.ExecContext(ctx, "BEGIN DEFERRED"); err != nil {
+		_ = conn.Close()
+		e.t.Fatalf("BEGIN DEFERRED: %v", err)
+	}
+	return deferredTx{conn}
 }
 
 // 9. A *sqlx.Tx is a DBTX.
@@ -415,8 +475,11 @@ func TestLeftClaim(t *testing.T) {
 
 // expire is a statement that ends the lease of the key given as argument.
 func expire(e *env, s *idem.Store) string {
-	if e.dialect == idem.MySQL {
+	switch e.dialect {
+	case idem.MySQL:
 		return "UPDATE " + s.Table() + " SET lease_until = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND WHERE idem_key = ?"
+	case idem.SQLite:
+		return "UPDATE " + s.Table() + " SET lease_until = " + sqliteNow + " - 1000000 WHERE idem_key = ?"
 	}
 	return "UPDATE " + s.Table() + " SET lease_until = CURRENT_TIMESTAMP - interval '1 second' WHERE idem_key = ?"
 }
@@ -440,7 +503,8 @@ func TestInvalidRequests(t *testing.T) {
 			for field, mutate := range set {
 				req := charge("invalid", "100")
 				mutate(&req)
-				tx := &counting{DBTX: e.begin(nil)}
+				sqlTx := e.begin(nil) // one open at a time, as in TestKeys
+				tx := &counting{DBTX: sqlTx}
 				_, err := s.Do(ctx, tx, req, func(context.Context) (idem.Response, error) {
 					t.Errorf("%s: fn ran", field)
 					return idem.Response{StatusCode: 200}, nil
@@ -448,6 +512,7 @@ func TestInvalidRequests(t *testing.T) {
 				if !errors.Is(err, idem.ErrInvalidRequest) || !strings.Contains(err.Error(), field) || tx.n.Load() != 0 {
 					t.Errorf("bad %s: err = %v after %d statements; want ErrInvalidRequest naming it, before any statement", field, err, tx.n.Load())
 				}
+				must(t, sqlTx.Rollback())
 			}
 		}
 		for _, name := range []string{"keys; DROP TABLE users", `"quoted"`, "a.b.c", "1table", "", "tab le", strings.Repeat("t", 49)} {
@@ -455,12 +520,14 @@ func TestInvalidRequests(t *testing.T) {
 			if err := bad.Migrate(ctx, e.db); err == nil {
 				t.Errorf("Migrate with table %q: no error", name)
 			}
-			tx := &counting{DBTX: e.begin(nil)}
+			sqlTx := e.begin(nil)
+			tx := &counting{DBTX: sqlTx}
 			if _, err := bad.Do(ctx, tx, charge("k", "1"), func(context.Context) (idem.Response, error) {
 				return idem.Response{StatusCode: 200}, nil
 			}); err == nil || tx.n.Load() != 0 {
 				t.Errorf("Do with table %q: err = %v after %d statements", name, err, tx.n.Load())
 			}
+			must(t, sqlTx.Rollback())
 		}
 	})
 }
@@ -468,7 +535,7 @@ func TestInvalidRequests(t *testing.T) {
 // 12. A key past retention is forgotten and may be reused with any payload.
 func TestRetention(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
-		s, o := e.store(idem.WithRetention(300*time.Millisecond)), e.op()
+		s, o := e.store(idem.WithRetention(time.Second)), e.op() // the replay must come within it, under load
 		req := charge("retention", "100")
 		_, err := e.do(s, req, func(tx idem.DBTX) func(context.Context) (idem.Response, error) { return o.fn(tx, req.Key) })
 		must(t, err)
@@ -477,7 +544,7 @@ func TestRetention(t *testing.T) {
 		if !res.Replayed {
 			t.Fatalf("within retention: not replayed")
 		}
-		time.Sleep(400 * time.Millisecond)
+		time.Sleep(1100 * time.Millisecond)
 		res, err = e.do(s, charge(req.Key, "999"), func(tx idem.DBTX) func(context.Context) (idem.Response, error) { return o.fn(tx, req.Key) })
 		must(t, err)
 		if res.Replayed || o.calls.Load() != 2 || e.records(s, req.Key) != 1 {
@@ -492,8 +559,11 @@ func TestSessionUntouched(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
 		s, o := e.store(), e.op()
 		probe := "SELECT current_setting('transaction_isolation') || '|' || current_setting('lock_timeout') || '|' || current_setting('statement_timeout') || '|' || current_setting('TimeZone')"
-		if e.dialect == idem.MySQL {
+		switch e.dialect {
+		case idem.MySQL:
 			probe = "SELECT CONCAT_WS('|', LAST_INSERT_ID(), @@session.tx_isolation, @@session.time_zone, @@session.sql_mode, @@session.innodb_lock_wait_timeout, @@session.autocommit)"
+		case idem.SQLite:
+			probe = "SELECT last_insert_rowid() || '|' || (SELECT * FROM pragma_busy_timeout) || '|' || (SELECT * FROM pragma_query_only) || '|' || (SELECT * FROM pragma_foreign_keys) || '|' || (SELECT * FROM pragma_defer_foreign_keys)"
 		}
 		for _, path := range []string{"fresh", "replay"} {
 			req := charge("session", "100")
@@ -551,11 +621,16 @@ func TestMigrate(t *testing.T) {
 		must(t, s.Migrate(ctx, e.db))
 
 		var qualified string
-		if e.dialect == idem.MySQL {
+		switch e.dialect {
+		case idem.MySQL:
 			var database string
 			must(t, e.db.QueryRow("SELECT DATABASE()").Scan(&database))
 			qualified = database + "." + randName("idem")
-		} else {
+		case idem.SQLite:
+			// A schema is an attached database; ATTACH holds for one
+			// connection only, so the pool can use just "main".
+			qualified = "main." + randName("Keys")
+		default:
 			schemaName := randName("s")
 			e.exec("CREATE SCHEMA " + schemaName)
 			t.Cleanup(func() { _, _ = e.db.Exec("DROP SCHEMA " + schemaName + " CASCADE") })
@@ -564,7 +639,7 @@ func TestMigrate(t *testing.T) {
 		q := idem.New(e.dialect, idem.WithTable(qualified))
 		must(t, q.Migrate(ctx, e.db))
 		must(t, q.Migrate(ctx, e.db))
-		if e.dialect == idem.MySQL {
+		if e.dialect != idem.Postgres {
 			e.dropLater(qualified)
 		}
 		res, err := e.do(q, charge("qualified", "1"), func(idem.DBTX) func(context.Context) (idem.Response, error) {

@@ -62,6 +62,7 @@ func (e *env) killSession(id int64) error {
 // for the dead session goes on and runs fn itself.
 func TestKillMidDo(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
+		e.needServer("server session")
 		s, o := e.store(), e.op()
 		req := charge("killed", "100")
 		tx := e.begin(nil)
@@ -123,6 +124,7 @@ func TestKillMidDo(t *testing.T) {
 // key until its lease ends, then is taken over.
 func TestLostCommit(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
+		e.needServer("network connection")
 		s, o := e.store(idem.WithLease(300*time.Millisecond)), e.op()
 		p := e.startProxy()
 		db := p.open(e, 2)

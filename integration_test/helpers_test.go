@@ -109,3 +109,12 @@ func must(t *testing.T, err error) {
 		t.Fatal(err)
 	}
 }
+
+// doOK runs s.Do for req in a transaction of its own with an fn that
+// answers 200 and writes nothing.
+func (e *env) doOK(s *idem.Store, req idem.Request) error {
+	_, err := e.do(s, req, func(idem.DBTX) func(context.Context) (idem.Response, error) {
+		return func(context.Context) (idem.Response, error) { return idem.Response{StatusCode: 200}, nil }
+	})
+	return err
+}

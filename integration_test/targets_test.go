@@ -3,7 +3,8 @@
 // each on tables of its own.
 //
 // Targets find their databases through IDEM_TEST_POSTGRES_DSN and
-// IDEM_TEST_MYSQL_DSN. When one is unset and a Docker daemon answers, the
+// IDEM_TEST_MYSQL_DSN; the SQLite target needs no server and always runs, on
+// a database file in a temporary directory. When one is unset and a Docker daemon answers, the
 // suite starts a container for it. Otherwise its targets are skipped with a
 // message, unless IDEM_TEST_REQUIRE=1, which makes a missing database a
 // failure.
@@ -16,6 +17,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -25,6 +27,7 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib"
 	"github.com/jmoiron/sqlx"
 	_ "github.com/lib/pq"
+	_ "modernc.org/sqlite"
 
 	"github.com/idemkit/idem"
 )
@@ -42,12 +45,14 @@ var targets = []target{
 	{name: "postgres-libpq", dialect: idem.Postgres, driver: "postgres", server: "postgres"},
 	{name: "postgres-pgx", dialect: idem.Postgres, driver: "pgx", server: "postgres"},
 	{name: "mysql", dialect: idem.MySQL, driver: "mysql", server: "mysql"},
+	{name: "sqlite", dialect: idem.SQLite, driver: "sqlite", server: "sqlite"},
 }
 
 // server is how a test reaches one database server.
 type server struct {
 	env    string // the variable that names its DSN
 	image  string // the Docker image started when env is unset
+	local  bool   // an embedded database in a temporary directory
 	dsn    string
 	reason string // why there is no DSN
 	once   sync.Once
@@ -56,19 +61,39 @@ type server struct {
 var servers = map[string]*server{
 	"postgres": {env: "IDEM_TEST_POSTGRES_DSN", image: "postgres:16"},
 	"mysql":    {env: "IDEM_TEST_MYSQL_DSN", image: "mysql:8.4"},
+	"sqlite":   {local: true},
 }
+
+// sqliteParams are the DSN parameters the SQLite dialect documents: write
+// lock at BEGIN, wait for it, readers beside the writer. The busy timeout
+// is long because the suite's parallel tests share one database file, and
+// some hold a transaction open on purpose.
+const sqliteParams = "?_txlock=immediate&_pragma=busy_timeout(30000)&_pragma=journal_mode(WAL)"
+
+// tempDir holds the embedded databases; TestMain removes it.
+var tempDir string
 
 var require = os.Getenv("IDEM_TEST_REQUIRE") == "1"
 
 func TestMain(m *testing.M) {
+	var err error
+	if tempDir, err = os.MkdirTemp("", "idem-test-"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
 	code := m.Run()
 	stopContainers()
+	_ = os.RemoveAll(tempDir)
 	os.Exit(code)
 }
 
 // resolve finds the server's DSN: the environment, else a container.
 func (s *server) resolve(name string) {
 	s.once.Do(func() {
+		if s.local {
+			s.dsn = "file:" + filepath.Join(tempDir, name+".db") + sqliteParams
+			return
+		}
 		if s.dsn = os.Getenv(s.env); s.dsn != "" {
 			return
 		}
@@ -126,6 +151,21 @@ func (tg target) open(t *testing.T) *env {
 	return &env{target: tg, t: t, db: db, dsn: s.dsn}
 }
 
+// embedded reports an in-process database (SQLite): there is no network
+// connection to cut and no server session to kill.
+func (e *env) embedded() bool { return servers[e.server].local }
+
+// needServer skips a fault test on an embedded target, saying why: the
+// fault it injects does not exist there. (A process that crashes with a
+// SQLite transaction open leaves it in the journal, and SQLite rolls it
+// back when the file is next opened.)
+func (e *env) needServer(fault string) {
+	e.t.Helper()
+	if e.embedded() {
+		e.t.Skipf("%s is an embedded database: no %s to inject", e.name, fault)
+	}
+}
+
 // forEach runs body as a parallel subtest per target.
 func forEach(t *testing.T, body func(t *testing.T, e *env)) {
 	t.Helper()
@@ -178,8 +218,11 @@ func (e *env) business() string {
 }
 
 func (e *env) autoID() string {
-	if e.dialect == idem.MySQL {
+	switch e.dialect {
+	case idem.MySQL:
 		return "BIGINT AUTO_INCREMENT PRIMARY KEY"
+	case idem.SQLite:
+		return "INTEGER PRIMARY KEY"
 	}
 	return "BIGSERIAL PRIMARY KEY"
 }
@@ -213,7 +256,10 @@ func (e *env) count(table, key string) int {
 	return int(e.int64("SELECT COUNT(*) FROM "+table+" WHERE k = ?", key))
 }
 
-// isolationLevels are the levels every dialect promises to hold under.
+// isolationLevels are the levels every dialect promises to hold under. The
+// SQLite driver accepts each of them and runs every transaction as
+// SERIALIZABLE (SQLite's only level), so on SQLite they are three runs of
+// the same case, kept to show that asking for a weaker level is harmless.
 var isolationLevels = []sql.IsolationLevel{sql.LevelReadCommitted, sql.LevelRepeatableRead, sql.LevelSerializable}
 
 func levelName(l sql.IsolationLevel) string {

@@ -1,0 +1,191 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"flag"
+	"net"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	_ "github.com/jackc/pgx/v5/stdlib"
+	_ "modernc.org/sqlite"
+
+	"github.com/idemkit/idem"
+)
+
+// sqliteDefaults are connection settings the SQLite dialect documents;
+// parseSQLite adds each one the DSN does not set itself. journal_mode is
+// not among them: it changes the file for good, so only the commands that
+// create one set it (withWAL).
+var sqliteDefaults = []struct{ key, match, value string }{
+	{"_txlock", "_txlock=", "immediate"},
+	{"_pragma", "busy_timeout", "busy_timeout(10000)"},
+}
+
+// withWAL adds journal_mode(WAL) to a SQLite target whose DSN does not set a
+// journal mode, for the commands that create the database.
+func withWAL(t target) target {
+	if t.file != "" && !strings.Contains(t.dsn, "journal_mode") {
+		t.dsn += "&_pragma=journal_mode(WAL)"
+	}
+	return t
+}
+
+// target is a parsed DSN: the dialect, the database/sql driver and the DSN
+// in that driver's own format.
+type target struct {
+	dialect idem.Dialect
+	driver  string
+	dsn     string
+	where   string // for messages: host:port or file, never the password
+	file    string // SQLite: the database file
+}
+
+// parseDSN reads postgres://, postgresql://, mysql://, sqlite: and file:
+// DSNs.
+func parseDSN(dsn string) (target, error) {
+	scheme, rest, ok := strings.Cut(dsn, ":")
+	if !ok || dsn == "" {
+		return target{}, usageErr("DSN %q has no scheme; use postgres://..., mysql://user:pass@host:port/db, sqlite:path or file:path", dsn)
+	}
+	switch strings.ToLower(scheme) {
+	case "postgres", "postgresql":
+		u, err := url.Parse(dsn)
+		if err != nil {
+			return target{}, usageErr("bad Postgres DSN: %v", redact(err))
+		}
+		return target{dialect: idem.Postgres, driver: "pgx", dsn: dsn, where: "postgres at " + hostOr(u.Host, "localhost:5432")}, nil
+	case "mysql":
+		return parseMySQL(dsn)
+	case "sqlite", "file":
+		return parseSQLite(rest)
+	}
+	return target{}, usageErr("unknown DSN scheme %q; use postgres://, postgresql://, mysql://, sqlite: or file:", scheme)
+}
+
+func hostOr(h, def string) string {
+	if h == "" {
+		return def
+	}
+	return h
+}
+
+// parseMySQL turns mysql://user:pass@host:port/db?params into
+// go-sql-driver's user:pass@tcp(host:port)/db?params.
+func parseMySQL(dsn string) (target, error) {
+	u, err := url.Parse(dsn)
+	if err != nil {
+		return target{}, usageErr("bad MySQL DSN: %v", redact(err))
+	}
+	if u.Host == "" {
+		return target{}, usageErr("MySQL DSN needs a host: mysql://user:pass@host:port/db")
+	}
+	host := u.Host
+	if u.Port() == "" {
+		host = net.JoinHostPort(u.Hostname(), "3306")
+	}
+	cfg, err := mysql.ParseDSN("tcp(" + host + ")/" + strings.TrimPrefix(u.Path, "/") + "?" + u.RawQuery)
+	if err != nil {
+		return target{}, usageErr("bad MySQL DSN parameters: %v", err)
+	}
+	cfg.User = u.User.Username()
+	cfg.Passwd, _ = u.User.Password()
+	return target{dialect: idem.MySQL, driver: "mysql", dsn: cfg.FormatDSN(), where: "mysql at " + host}, nil
+}
+
+// parseSQLite turns sqlite:path or file:path into modernc.org/sqlite's
+// file:path?params, adding the documented settings the DSN leaves out.
+func parseSQLite(rest string) (target, error) {
+	rest = strings.TrimPrefix(rest, "//")
+	path, query, _ := strings.Cut(rest, "?")
+	if path == "" {
+		return target{}, usageErr("SQLite DSN needs a file: sqlite:path/to/app.db")
+	}
+	if path == ":memory:" || strings.Contains(query, "mode=memory") {
+		return target{}, usageErr("an in-memory SQLite database lives only as long as this command; give a file: sqlite:path/to/app.db")
+	}
+	params := []string{}
+	if query != "" {
+		params = append(params, query)
+	}
+	for _, d := range sqliteDefaults {
+		if !strings.Contains(query, d.match) {
+			params = append(params, d.key+"="+d.value)
+		}
+	}
+	return target{dialect: idem.SQLite, driver: "sqlite", dsn: "file:" + path + "?" + strings.Join(params, "&"),
+		where: "sqlite file " + path, file: path}, nil
+}
+
+// redact drops the password from a url.Parse error, which quotes the DSN.
+func redact(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
+}
+
+// dbFlags are the flags every database subcommand takes.
+type dbFlags struct {
+	dsn   string
+	table string
+}
+
+func (f *dbFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.dsn, "dsn", "", "database: postgres://..., mysql://user:pass@host:port/db, sqlite:path or file:path (default $IDEM_DSN)")
+	fs.StringVar(&f.table, "table", idem.DefaultTable, "the idempotency table, optionally schema-qualified")
+}
+
+// open makes the Store the flags name and connects to their database,
+// checking that it answers. create allows a SQLite file that does not exist
+// yet; other commands refuse it rather than leave an empty file behind.
+func (f *dbFlags) open(ctx context.Context, create bool, opts ...idem.Option) (*sql.DB, target, *idem.Store, error) {
+	if f.dsn == "" {
+		// Not the flag's default: --help would print the password.
+		f.dsn = os.Getenv("IDEM_DSN")
+	}
+	if f.dsn == "" {
+		return nil, target{}, nil, usageErr("--dsn is required (or set IDEM_DSN)")
+	}
+	t, err := parseDSN(f.dsn)
+	if err != nil {
+		return nil, t, nil, err
+	}
+	s := idem.New(t.dialect, append([]idem.Option{idem.WithTable(f.table)}, opts...)...)
+	if err := s.Err(); err != nil {
+		return nil, t, nil, usageErr("%v", err)
+	}
+	switch {
+	case create:
+		t = withWAL(t)
+	case t.file != "":
+		if _, err := os.Stat(t.file); err != nil {
+			return nil, t, nil, usageErr("no SQLite database at %s: %v", t.file, errors.Unwrap(err))
+		}
+	}
+	db, err := connect(ctx, t)
+	return db, t, s, err
+}
+
+// connect opens t and pings it; any failure is exit code 2 with one line.
+func connect(ctx context.Context, t target) (*sql.DB, error) {
+	db, err := sql.Open(t.driver, t.dsn)
+	if err != nil {
+		return nil, usageErr("cannot open %s: %v", t.where, err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := db.PingContext(pctx); err != nil {
+		db.Close()
+		return nil, usageErr("cannot connect to %s: %v", t.where, err)
+	}
+	db.SetMaxOpenConns(40)
+	db.SetMaxIdleConns(40)
+	return db, nil
+}

@@ -1,0 +1,190 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"net/http"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/idemkit/idem"
+)
+
+func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var (
+		f          dbFlags
+		scope, key string
+		retention  time.Duration
+		asJSON     bool
+	)
+	fs := newFlags("inspect", "--dsn DSN --scope SCOPE --key KEY [--json]",
+		"Shows the record of one Idempotency-Key: status, operation, fingerprint,\nfencing token, lease end, age, and the stored response (its body if it is\ntext). Reads only; locks nothing. Exit code 1 when there is no record.", stderr)
+	f.register(fs)
+	fs.StringVar(&scope, "scope", "", "the key's scope (user, tenant, API client); may be empty")
+	fs.StringVar(&key, "key", "", "the Idempotency-Key (required)")
+	fs.DurationVar(&retention, "retention", idem.DefaultRetention, "the application's retention, to tell whether the record is forgotten")
+	fs.BoolVar(&asJSON, "json", false, "print JSON")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if key == "" {
+		return usageErr("inspect: --key is required")
+	}
+	db, _, s, err := f.open(ctx, false, idem.WithRetention(retention))
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	rec, err := s.Inspect(ctx, db, scope, key)
+	if err != nil {
+		return err
+	}
+	if rec == nil {
+		return failure("no record for scope %q, key %q in %s", scope, key, s.Table())
+	}
+	if asJSON {
+		return writeJSON(stdout, inspectJSON(rec))
+	}
+	printRecord(stdout, rec)
+	return nil
+}
+
+func printRecord(w io.Writer, r *idem.Record) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	row := func(k, format string, args ...any) { fmt.Fprintf(tw, "%s\t%s\n", k, fmt.Sprintf(format, args...)) }
+	row("scope", "%q", r.Scope)
+	row("key", "%q", r.Key)
+	status := r.Status
+	if r.Forgotten {
+		status += " (past retention: forgotten, awaiting purge)"
+	}
+	row("status", "%s", status)
+	row("operation", "%s", r.Operation)
+	row("fingerprint", "%s", r.Fingerprint)
+	row("token", "%d", r.Token)
+	row("created", "%s (age %s)", stamp(r.CreatedAt), ago(r.Now.Sub(r.CreatedAt)))
+	if r.Status != "completed" {
+		if left := r.LeaseUntil.Sub(r.Now); left > 0 {
+			row("lease until", "%s (%s left)", stamp(r.LeaseUntil), ago(left))
+		} else {
+			row("lease until", "%s (expired %s ago)", stamp(r.LeaseUntil), ago(-left))
+		}
+	}
+	if !r.CompletedAt.IsZero() {
+		row("completed", "%s (%s ago)", stamp(r.CompletedAt), ago(r.Now.Sub(r.CompletedAt)))
+	}
+	if resp := r.Response; resp != nil {
+		row("response", "%d %s, %d bytes", resp.StatusCode, http.StatusText(resp.StatusCode), len(resp.Body))
+		for _, name := range slices.Sorted(maps.Keys(resp.Header)) {
+			for _, v := range resp.Header[name] {
+				row("header", "%s: %s", name, v)
+			}
+		}
+		if isText(resp.Body) {
+			row("body", "%s", strings.ReplaceAll(string(resp.Body), "\n", "\n\t"))
+		} else {
+			row("body", "(binary, %d bytes)", len(resp.Body))
+		}
+	}
+	tw.Flush()
+}
+
+// isText reports a body a terminal can show: UTF-8 without control
+// characters other than newline, tab and carriage return.
+func isText(b []byte) bool {
+	if !utf8.Valid(b) {
+		return false
+	}
+	for _, r := range string(b) {
+		if unicode.IsControl(r) && r != '\n' && r != '\t' && r != '\r' {
+			return false
+		}
+	}
+	return true
+}
+
+// dur renders a flag's duration without trailing zero units: 24h, 1h30m.
+func dur(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}
+
+func stamp(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05.000 UTC") }
+
+// ago renders a duration for a person, to the millisecond below a minute
+// and to the second above.
+func ago(d time.Duration) string {
+	if d < time.Minute {
+		return d.Round(time.Millisecond).String()
+	}
+	return d.Round(time.Second).String()
+}
+
+type recordJSON struct {
+	Scope       string        `json:"scope"`
+	Key         string        `json:"key"`
+	Status      string        `json:"status"`
+	Forgotten   bool          `json:"forgotten"`
+	Operation   string        `json:"operation"`
+	Fingerprint string        `json:"fingerprint"`
+	Token       int64         `json:"token"`
+	CreatedAt   time.Time     `json:"created_at"`
+	LeaseUntil  time.Time     `json:"lease_until"`
+	CompletedAt *time.Time    `json:"completed_at,omitempty"`
+	Now         time.Time     `json:"now"`
+	AgeSeconds  float64       `json:"age_seconds"`
+	Response    *responseJSON `json:"response,omitempty"`
+}
+
+type responseJSON struct {
+	Status  int                 `json:"status"`
+	Headers map[string][]string `json:"headers"`
+	Size    int                 `json:"size"`
+	Body    *string             `json:"body,omitempty"`        // when it is text
+	Base64  []byte              `json:"body_base64,omitempty"` // otherwise
+}
+
+func inspectJSON(r *idem.Record) recordJSON {
+	j := recordJSON{
+		Scope: r.Scope, Key: r.Key, Status: r.Status, Forgotten: r.Forgotten,
+		Operation: r.Operation, Fingerprint: r.Fingerprint, Token: r.Token,
+		CreatedAt: r.CreatedAt, LeaseUntil: r.LeaseUntil, Now: r.Now,
+		AgeSeconds: r.Now.Sub(r.CreatedAt).Seconds(),
+	}
+	if !r.CompletedAt.IsZero() {
+		j.CompletedAt = &r.CompletedAt
+	}
+	if resp := r.Response; resp != nil {
+		rj := &responseJSON{Status: resp.StatusCode, Headers: resp.Header, Size: len(resp.Body)}
+		if rj.Headers == nil {
+			rj.Headers = map[string][]string{}
+		}
+		if isText(resp.Body) {
+			body := string(resp.Body)
+			rj.Body = &body
+		} else {
+			rj.Base64 = resp.Body
+		}
+		j.Response = rj
+	}
+	return j
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}

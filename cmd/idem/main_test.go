@@ -1,0 +1,323 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/idemkit/idem"
+)
+
+// bin is the idem binary, built once by TestMain.
+var bin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "idem-cmd-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	bin = filepath.Join(dir, "idem")
+	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "go build: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// result is one run of the binary.
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+func idemCmd(t *testing.T, args ...string) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Env = append(os.Environ(), "IDEM_DSN=")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	r := result{stdout: stdout.String(), stderr: stderr.String()}
+	var ee *exec.ExitError
+	switch {
+	case errors.As(err, &ee):
+		r.code = ee.ExitCode()
+	case err != nil:
+		t.Fatalf("idem %s: %v", strings.Join(args, " "), err)
+	}
+	return r
+}
+
+// databases are the DSNs, in the command's own format, of every database
+// the tests run on: SQLite always, the servers when configured.
+func databases(t *testing.T) map[string]string {
+	dbs := map[string]string{"sqlite": "sqlite:" + filepath.Join(t.TempDir(), "idem.db")}
+	require := os.Getenv("IDEM_TEST_REQUIRE") == "1"
+	if dsn := os.Getenv("IDEM_TEST_POSTGRES_DSN"); dsn != "" {
+		dbs["postgres"] = dsn
+	} else if require {
+		t.Errorf("IDEM_TEST_REQUIRE=1 and IDEM_TEST_POSTGRES_DSN is unset")
+	} else {
+		t.Logf("IDEM_TEST_POSTGRES_DSN is unset: not running on Postgres")
+	}
+	if dsn := os.Getenv("IDEM_TEST_MYSQL_DSN"); dsn != "" {
+		cfg, err := mysql.ParseDSN(dsn)
+		if err != nil {
+			t.Fatalf("IDEM_TEST_MYSQL_DSN: %v", err)
+		}
+		dbs["mysql"] = fmt.Sprintf("mysql://%s:%s@%s/%s", cfg.User, cfg.Passwd, cfg.Addr, cfg.DBName)
+	} else if require {
+		t.Errorf("IDEM_TEST_REQUIRE=1 and IDEM_TEST_MYSQL_DSN is unset")
+	} else {
+		t.Logf("IDEM_TEST_MYSQL_DSN is unset: not running on MySQL")
+	}
+	return dbs
+}
+
+// scenarioRows are the rows of the demo's closing table.
+func scenarioRows(t *testing.T, out string) []string {
+	t.Helper()
+	_, table, ok := strings.Cut(out, "\nSCENARIO ")
+	if !ok {
+		t.Fatalf("no closing table in the demo's output:\n%s", out)
+	}
+	header, table, _ := strings.Cut(table, "\n")
+	for _, col := range []string{"WITH IDEM", "NAIVE RESPONSE CACHE", "IDEM OK"} {
+		if !strings.Contains(header, col) {
+			t.Errorf("table header %q lacks %q", header, col)
+		}
+	}
+	rows, _, _ := strings.Cut(table, "\n\n")
+	return strings.Split(rows, "\n")
+}
+
+// naiveCharges reads the naive column of a row of the demo's table.
+var naiveCharges = regexp.MustCompile(` (\d+) charges +yes$`)
+
+// The newcomer's first command: exit code 0, and a table that shows one
+// charge with idem and more without, for every scenario.
+func TestDemo(t *testing.T) {
+	for name, dsn := range databases(t) {
+		t.Run(name, func(t *testing.T) {
+			args := []string{"demo"}
+			if name != "sqlite" {
+				args = append(args, "--dsn", dsn)
+			}
+			r := idemCmd(t, args...)
+			if r.code != 0 || r.stderr != "" {
+				t.Fatalf("exit code %d, stderr %q; stdout:\n%s", r.code, r.stderr, r.stdout)
+			}
+			rows := scenarioRows(t, r.stdout)
+			if len(rows) != len((&demo{}).scenarios()) {
+				t.Fatalf("%d rows in the table, want one per scenario:\n%s", len(rows), r.stdout)
+			}
+			for _, row := range rows {
+				if !strings.HasSuffix(row, " yes") || strings.Count(row, "1 charge") < 1 {
+					t.Errorf("row %q: want one charge with idem and IDEM OK yes", row)
+				}
+				// The naive column is measured: expect duplicates (or the
+				// wrong receipt), not an exact number.
+				if m := naiveCharges.FindStringSubmatch(row); m != nil {
+					if n, _ := strconv.Atoi(m[1]); n < 2 {
+						t.Errorf("row %q: the naive cache charged %d times", row, n)
+					}
+				} else if !strings.Contains(row, "10.00 receipt") {
+					t.Errorf("row %q: no naive outcome", row)
+				}
+			}
+			if strings.Count(r.stdout, "] ") != len(rows) {
+				t.Errorf("want one progress line per scenario:\n%s", r.stdout)
+			}
+		})
+	}
+}
+
+// migrate, inspect, stats and purge, in text and JSON, on every database.
+func TestOperate(t *testing.T) {
+	for name, dsn := range databases(t) {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			tgt, err := parseDSN(dsn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			table := fmt.Sprintf("idem_cmd_%d", time.Now().UnixNano())
+			r := idemCmd(t, "migrate", "--dsn", dsn, "--table", table)
+			if r.code != 0 || !strings.Contains(r.stdout, table) {
+				t.Fatalf("migrate: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+			}
+			db, err := connect(ctx, tgt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db.Close()
+			defer db.Exec("DROP TABLE IF EXISTS " + table)
+
+			s := idem.New(tgt.dialect, idem.WithTable(table))
+			tx, err := db.Begin()
+			if err != nil {
+				t.Fatal(err)
+			}
+			req := idem.Request{Scope: "tenant 1", Key: "order-42", Operation: "POST /v1/orders", Fingerprint: "f00d"}
+			_, err = s.Do(ctx, tx, req, func(context.Context) (idem.Response, error) {
+				return idem.Response{StatusCode: 201, Header: map[string][]string{"Content-Type": {"application/json"}}, Body: []byte(`{"order":42}`)}, nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := tx.Commit(); err != nil {
+				t.Fatal(err)
+			}
+
+			r = idemCmd(t, "inspect", "--dsn", dsn, "--table", table, "--scope", "tenant 1", "--key", "order-42")
+			for _, want := range []string{"completed", "POST /v1/orders", "f00d", "201 Created, 12 bytes", "Content-Type: application/json", `{"order":42}`, "age "} {
+				if !strings.Contains(r.stdout, want) {
+					t.Errorf("inspect output lacks %q:\n%s", want, r.stdout)
+				}
+			}
+			r = idemCmd(t, "inspect", "--dsn", dsn, "--table", table, "--scope", "tenant 1", "--key", "order-42", "--json")
+			var rec recordJSON
+			if err := json.Unmarshal([]byte(r.stdout), &rec); err != nil {
+				t.Fatalf("inspect --json: %v\n%s", err, r.stdout)
+			}
+			if rec.Status != "completed" || rec.Token <= 0 || rec.Response == nil || rec.Response.Status != 201 ||
+				rec.Response.Body == nil || *rec.Response.Body != `{"order":42}` || rec.AgeSeconds < 0 || rec.AgeSeconds > 60 {
+				t.Errorf("inspect --json: %s", r.stdout)
+			}
+			r = idemCmd(t, "inspect", "--dsn", dsn, "--table", table, "--scope", "tenant 1", "--key", "ORDER-42")
+			if r.code != 1 || !strings.Contains(r.stderr, "no record") {
+				t.Errorf("inspect of a missing key (keys are case-sensitive): exit %d, stderr %q", r.code, r.stderr)
+			}
+
+			claimed := req
+			claimed.Key = "order-43"
+			c, _, err := s.Begin(ctx, db, claimed)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r = idemCmd(t, "inspect", "--dsn", dsn, "--table", table, "--scope", "tenant 1", "--key", "order-43", "--json")
+			var claim recordJSON
+			if err := json.Unmarshal([]byte(r.stdout), &claim); err != nil {
+				t.Fatalf("inspect --json of a claim: %v\n%s", err, r.stdout)
+			}
+			if left := claim.LeaseUntil.Sub(claim.Now); claim.Status != "processing" || claim.Token != c.Token() || claim.Response != nil ||
+				left < 25*time.Second || left > 30*time.Second {
+				t.Errorf("inspect --json of a claim with token %d: %s", c.Token(), r.stdout)
+			}
+			r = idemCmd(t, "inspect", "--dsn", dsn, "--table", table, "--scope", "tenant 1", "--key", "order-43")
+			if !strings.Contains(r.stdout, "processing") || !strings.Contains(r.stdout, "left)") {
+				t.Errorf("inspect of a claim:\n%s", r.stdout)
+			}
+			if err := c.Release(ctx, db); err != nil {
+				t.Fatal(err)
+			}
+
+			r = idemCmd(t, "stats", "--dsn", dsn, "--table", table)
+			for _, want := range []string{"records 2", "completed 1", "released 1", "expired 0 (past retention 24h,", "table size"} {
+				if !strings.Contains(strings.Join(strings.Fields(r.stdout), " "), want) {
+					t.Errorf("stats output lacks %q:\n%s", want, r.stdout)
+				}
+			}
+			r = idemCmd(t, "stats", "--dsn", dsn, "--table", table, "--json")
+			var st statsJSON
+			if err := json.Unmarshal([]byte(r.stdout), &st); err != nil {
+				t.Fatalf("stats --json: %v\n%s", err, r.stdout)
+			}
+			if st.Total != 2 || st.ByStatus["completed"] != 1 || st.ByStatus["released"] != 1 || st.ByStatus["processing"] != 0 || st.Oldest == nil || st.Expired != 0 {
+				t.Errorf("stats --json: %s", r.stdout)
+			}
+			if name != "mysql" && (st.TableBytes == nil || *st.TableBytes <= 0) { // InnoDB's figures lag
+				t.Errorf("stats --json: no table size: %s", r.stdout)
+			}
+
+			time.Sleep(20 * time.Millisecond)
+			r = idemCmd(t, "stats", "--dsn", dsn, "--table", table, "--json", "--retention", "10ms")
+			if err := json.Unmarshal([]byte(r.stdout), &st); err != nil || st.Expired != 2 {
+				t.Errorf("stats --retention 10ms: want 2 expired: %s", r.stdout)
+			}
+			r = idemCmd(t, "purge", "--dsn", dsn, "--table", table, "--retention", "10ms", "--batch", "1")
+			if r.code != 0 || !strings.Contains(r.stdout, "batch 2: deleted 1 (2 so far)") || !strings.Contains(r.stdout, "purged 2 records") {
+				t.Errorf("purge: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+			}
+			r = idemCmd(t, "stats", "--dsn", dsn, "--table", table, "--json")
+			if err := json.Unmarshal([]byte(r.stdout), &st); err != nil || st.Total != 0 {
+				t.Errorf("stats after purge: %s", r.stdout)
+			}
+		})
+	}
+}
+
+// Bad input is one line on stderr and exit code 2, never a stack trace.
+func TestBadInput(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "absent.db")
+	cases := map[string][]string{
+		"unknown scheme":      {"stats", "--dsn", "oracle://scott@tiger/db"},
+		"no scheme":           {"stats", "--dsn", "just-a-path.db"},
+		"no dsn":              {"stats"},
+		"unreachable server":  {"stats", "--dsn", "postgres://postgres@127.0.0.1:1/test?sslmode=disable&connect_timeout=5"},
+		"unreachable mysql":   {"stats", "--dsn", "mysql://root@127.0.0.1:1/test"},
+		"missing sqlite":      {"inspect", "--dsn", "sqlite:" + missing, "--key", "k"},
+		"in-memory sqlite":    {"migrate", "--dsn", "sqlite::memory:"},
+		"bad table":           {"migrate", "--dsn", "sqlite:" + missing, "--table", "x; DROP TABLE y"},
+		"unknown command":     {"frobnicate"},
+		"bad batch":           {"purge", "--dsn", "sqlite:" + missing, "--batch", "0"},
+		"inspect without key": {"inspect", "--dsn", "sqlite:" + missing},
+		"stray argument":      {"stats", "extra"},
+	}
+	if dsn := os.Getenv("IDEM_TEST_MYSQL_DSN"); dsn != "" {
+		cfg, err := mysql.ParseDSN(dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cases["wrong password"] = []string{"stats", "--dsn", fmt.Sprintf("mysql://%s:wrong-password@%s/%s", cfg.User, cfg.Addr, cfg.DBName)}
+	}
+	for name, args := range cases {
+		t.Run(name, func(t *testing.T) {
+			r := idemCmd(t, args...)
+			lines := strings.Split(strings.TrimSuffix(r.stderr, "\n"), "\n")
+			if r.code != 2 || len(lines) != 1 || !strings.HasPrefix(lines[0], "idem: ") || strings.Contains(r.stderr, "goroutine") {
+				t.Errorf("exit %d, stderr %q; want exit 2 and one line", r.code, r.stderr)
+			}
+			if strings.Contains(r.stderr, "wrong-password") {
+				t.Errorf("stderr shows the password: %q", r.stderr)
+			}
+		})
+	}
+	if _, err := os.Stat(missing); err == nil {
+		t.Errorf("a failed command left %s behind", missing)
+	}
+}
+
+// Every subcommand answers --help with its usage and exit code 0.
+func TestHelp(t *testing.T) {
+	for _, c := range commands {
+		r := idemCmd(t, c.name, "--help")
+		if r.code != 0 || !strings.Contains(r.stderr, "Usage: idem "+c.name) {
+			t.Errorf("%s --help: exit %d, stderr %q", c.name, r.code, r.stderr)
+		}
+	}
+	r := idemCmd(t, "help")
+	for _, c := range commands {
+		if r.code != 0 || !strings.Contains(r.stdout, c.name) {
+			t.Errorf("help: exit %d, lacks %s:\n%s", r.code, c.name, r.stdout)
+		}
+	}
+}

@@ -1,0 +1,27 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+)
+
+func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var f dbFlags
+	fs := newFlags("migrate", "--dsn DSN [--table NAME]",
+		"Creates the idempotency table and its index if they are absent (the DDL of\npackage schema). Safe to run again. A SQLite file is created if needed.", stderr)
+	f.register(fs)
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	db, t, s, err := f.open(ctx, true)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	if err := s.Migrate(ctx, db); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "table %s is ready on %s (created if it was absent)\n", s.Table(), t.where)
+	return nil
+}

@@ -1,0 +1,103 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"text/tabwriter"
+	"time"
+
+	"github.com/idemkit/idem"
+)
+
+func runStats(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var (
+		f         dbFlags
+		retention time.Duration
+		asJSON    bool
+	)
+	fs := newFlags("stats", "--dsn DSN [--table NAME] [--json]",
+		"Counts the records by status, shows the oldest, how many are past retention\nbut not yet purged, and the table's and indexes' size where the database\ncan tell. Reads only.", stderr)
+	f.register(fs)
+	fs.DurationVar(&retention, "retention", idem.DefaultRetention, "the application's retention, to count the records past it")
+	fs.BoolVar(&asJSON, "json", false, "print JSON")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	db, t, s, err := f.open(ctx, false, idem.WithRetention(retention))
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	st, err := s.Stats(ctx, db)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		j := statsJSON{
+			Table: s.Table(), Dialect: t.dialect.Name(), Total: st.Total, ByStatus: st.ByStatus,
+			Expired: st.Expired, RetentionSeconds: retention.Seconds(),
+		}
+		for _, status := range []string{"processing", "completed", "released"} {
+			if _, ok := j.ByStatus[status]; !ok {
+				j.ByStatus[status] = 0
+			}
+		}
+		if !st.Oldest.IsZero() {
+			j.Oldest = &st.Oldest
+			age := st.Now.Sub(st.Oldest).Seconds()
+			j.OldestAgeSeconds = &age
+		}
+		if st.TableBytes >= 0 {
+			j.TableBytes = &st.TableBytes
+		}
+		if st.IndexBytes >= 0 {
+			j.IndexBytes = &st.IndexBytes
+		}
+		return writeJSON(stdout, j)
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "table\t%s (%s)\n", s.Table(), t.where)
+	fmt.Fprintf(tw, "records\t%d\n", st.Total)
+	for _, status := range slices.Sorted(maps.Keys(st.ByStatus)) {
+		fmt.Fprintf(tw, "  %s\t%d\n", status, st.ByStatus[status])
+	}
+	if st.Oldest.IsZero() {
+		fmt.Fprintf(tw, "oldest\t-\n")
+	} else {
+		fmt.Fprintf(tw, "oldest\t%s (age %s)\n", stamp(st.Oldest), ago(st.Now.Sub(st.Oldest)))
+	}
+	fmt.Fprintf(tw, "expired\t%d (past retention %s, not yet purged)\n", st.Expired, dur(retention))
+	fmt.Fprintf(tw, "table size\t%s\n", bytesOrUnknown(st.TableBytes))
+	fmt.Fprintf(tw, "index size\t%s\n", bytesOrUnknown(st.IndexBytes))
+	return tw.Flush()
+}
+
+type statsJSON struct {
+	Table            string           `json:"table"`
+	Dialect          string           `json:"dialect"`
+	Total            int64            `json:"total"`
+	ByStatus         map[string]int64 `json:"by_status"`
+	Oldest           *time.Time       `json:"oldest"`
+	OldestAgeSeconds *float64         `json:"oldest_age_seconds"`
+	Expired          int64            `json:"expired"`
+	RetentionSeconds float64          `json:"retention_seconds"`
+	TableBytes       *int64           `json:"table_bytes"` // null where the database cannot tell
+	IndexBytes       *int64           `json:"index_bytes"`
+}
+
+func bytesOrUnknown(n int64) string {
+	switch {
+	case n < 0:
+		return "unknown"
+	case n < 1024:
+		return fmt.Sprintf("%d B", n)
+	case n < 1<<20:
+		return fmt.Sprintf("%.1f KiB", float64(n)/1024)
+	case n < 1<<30:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	}
+	return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+}

@@ -1,0 +1,265 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"maps"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/idemkit/idem"
+)
+
+// dsn returns the service's DSN for a database: a fresh SQLite file, or the
+// server the conformance suite's variable names (skipping the test when it
+// is unset, failing it when IDEM_TEST_REQUIRE=1).
+func dsn(t *testing.T, name string) string {
+	env := map[string]string{"postgres": "IDEM_TEST_POSTGRES_DSN", "mysql": "IDEM_TEST_MYSQL_DSN"}[name]
+	v := os.Getenv(env)
+	switch {
+	case name == "sqlite":
+		return "sqlite:" + filepath.Join(t.TempDir(), "payments.db")
+	case v == "" && os.Getenv("IDEM_TEST_REQUIRE") == "1":
+		t.Fatalf("IDEM_TEST_REQUIRE=1 and %s is unset", env)
+	case v == "":
+		t.Skipf("%s is unset; set it to a DSN to run the service against %s", env, name)
+	case name == "mysql":
+		// The suite's variable is in the driver's format; the service takes
+		// the idem command's mysql://user:pass@host:port/db.
+		cfg, err := mysql.ParseDSN(v)
+		if err != nil {
+			t.Fatalf("%s: %v", env, err)
+		}
+		return "mysql://" + url.UserPassword(cfg.User, cfg.Passwd).String() + "@" + cfg.Addr + "/" + cfg.DBName
+	}
+	return v
+}
+
+// service is the service running for a test.
+type service struct {
+	url     string
+	db      *sql.DB
+	charges string // its charges table
+}
+
+// start runs the service on a loopback port against dsn, on tables of its
+// own that are dropped when the test ends.
+func start(t *testing.T, dsn string, provider CardProvider) service {
+	t.Helper()
+	suffix := strings.ToLower(rand.Text()[:10])
+	cfg := config{
+		dsn: dsn, provider: provider, charges: "charges_" + suffix,
+		idem: []idem.Option{idem.WithTable("idem_" + suffix), idem.WithLease(2 * time.Second)},
+		log:  slog.New(slog.NewTextHandler(io.Discard, nil)),
+	}
+	db, _, err := open(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, ln, cfg) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("run: %v", err)
+		}
+		defer db.Close()
+		for _, table := range []string{cfg.charges, "idem_" + suffix} {
+			if _, err := db.Exec("DROP TABLE IF EXISTS " + table); err != nil {
+				t.Errorf("drop %s: %v", table, err)
+			}
+		}
+	})
+	return service{url: "http://" + ln.Addr().String(), db: db, charges: cfg.charges}
+}
+
+type answer struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+func send(method, target, key, body string) (answer, error) {
+	req, err := http.NewRequest(method, target, strings.NewReader(body))
+	if err != nil {
+		return answer{}, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return answer{}, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return answer{resp.StatusCode, resp.Header, b}, err
+}
+
+func call(t *testing.T, method, target, key, body string) answer {
+	t.Helper()
+	a, err := send(method, target, key, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+func TestPayments(t *testing.T) {
+	for _, name := range []string{"sqlite", "postgres", "mysql"} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			provider := NewFakeProvider()
+			testCharges(t, start(t, dsn(t, name), provider), provider)
+		})
+	}
+}
+
+func testCharges(t *testing.T, svc service, provider *FakeProvider) {
+	base := svc.url
+	const body = `{"amount": 1999, "currency": "EUR", "card": "4242424242424242"}`
+
+	first := call(t, "POST", base+"/v1/charges", "order-1", body)
+	again := call(t, "POST", base+"/v1/charges", "order-1", body)
+	if first.status != 201 || again.status != 201 || !bytes.Equal(first.body, again.body) || again.header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("charge and retry: %d %s / %d %s %v", first.status, first.body, again.status, again.body, again.header)
+	}
+	var c chargeJSON
+	if err := json.Unmarshal(first.body, &c); err != nil || c.Status != "succeeded" || c.Amount != 1999 {
+		t.Fatalf("charge %s: %v", first.body, err)
+	}
+	if loc := again.header.Get("Location"); loc != "/v1/charges/"+c.ID {
+		t.Fatalf("replayed Location %q", loc)
+	}
+	got := call(t, "GET", base+"/v1/charges/"+c.ID, "", "")
+	var read chargeJSON
+	if err := json.Unmarshal(got.body, &read); err != nil || got.status != 200 || read != c {
+		t.Fatalf("GET: %d %s, want %+v", got.status, got.body, c)
+	}
+	if calls := provider.Calls(); len(calls) != 1 {
+		t.Fatalf("provider calls by key after one charge and its replay: %v, want one call", calls)
+	}
+
+	// A slow provider and ten concurrent duplicates: they get 409s while
+	// the charge runs, and retrying as Retry-After says, its replay.
+	provider.SetDelay(500 * time.Millisecond)
+	var (
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		answers []answer
+		errs    []error
+		saw409  bool
+	)
+	for range 10 {
+		wg.Go(func() {
+			var a answer
+			var err error
+			for range 20 {
+				if a, err = send("POST", base+"/v1/charges", "order-2", body); err != nil || a.status != http.StatusConflict {
+					break
+				}
+				mu.Lock()
+				saw409 = true
+				mu.Unlock()
+				secs, _ := strconv.Atoi(a.header.Get("Retry-After"))
+				time.Sleep(time.Duration(secs) * time.Second)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			answers, errs = append(answers, a), append(errs, err)
+		})
+	}
+	wg.Wait()
+	provider.SetDelay(0)
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range answers {
+		if a.status != 201 || !bytes.Equal(a.body, answers[0].body) {
+			t.Fatalf("duplicate: %d %s, first %d %s", a.status, a.body, answers[0].status, answers[0].body)
+		}
+	}
+	if !saw409 {
+		t.Fatal("no duplicate saw a 409 while the provider call ran")
+	}
+
+	// A decline is a result: stored and replayed.
+	declined := strings.Replace(body, "4242424242424242", DeclinedCard, 1)
+	for i := range 2 {
+		a := call(t, "POST", base+"/v1/charges", "order-3", declined)
+		if a.status != 402 || (a.header.Get("Idempotent-Replayed") == "true") != (i == 1) {
+			t.Fatalf("declined card, request %d: %d %s", i, a.status, a.body)
+		}
+	}
+
+	// A provider failure is a 502 that is not stored: the retry charges.
+	provider.SetFailRate(1)
+	if a := call(t, "POST", base+"/v1/charges", "order-4", body); a.status != 502 {
+		t.Fatalf("failing provider: %d %s", a.status, a.body)
+	}
+	provider.SetFailRate(0)
+	if a := call(t, "POST", base+"/v1/charges", "order-4", body); a.status != 201 || a.header.Get("Idempotent-Replayed") != "" {
+		t.Fatalf("retry after the failure: %d %s", a.status, a.body)
+	}
+
+	// The middleware's own answers.
+	if a := call(t, "POST", base+"/v1/charges", "", body); a.status != 400 {
+		t.Fatalf("missing key: %d %s", a.status, a.body)
+	}
+	if a := call(t, "POST", base+"/v1/charges", "order-1", strings.Replace(body, "1999", "2000", 1)); a.status != 422 {
+		t.Fatalf("reused key: %d %s", a.status, a.body)
+	}
+	var rows int
+	if err := svc.db.QueryRow("SELECT COUNT(*) FROM " + svc.charges).Scan(&rows); err != nil {
+		t.Fatal(err)
+	}
+	if n := provider.Charges(); n != 4 || rows != 4 {
+		t.Fatalf("the provider made %d charges and the table holds %d, want 4 and 4 (orders 1 to 4)", n, rows)
+	}
+	// One call per key, and two for order-4, whose first call failed.
+	counts := slices.Sorted(maps.Values(provider.Calls()))
+	if !slices.Equal(counts, []int{1, 1, 1, 2}) {
+		t.Fatalf("provider calls per key: %v, want 1, 1, 1 and 2", provider.Calls())
+	}
+}
+
+func TestParseDSN(t *testing.T) {
+	for in, want := range map[string]string{
+		"postgres://u:p@h:5432/db?sslmode=disable": "pgx postgres://u:p@h:5432/db?sslmode=disable",
+		"mysql://root:secret@127.0.0.1:3306/test":  "mysql root:secret@tcp(127.0.0.1:3306)/test",
+		"sqlite:data/payments.db":                  "sqlite file:data/payments.db?_txlock=immediate&_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)",
+	} {
+		driver, _, dsn, err := parseDSN(in)
+		if got := driver + " " + dsn; err != nil || got != want {
+			t.Errorf("parseDSN(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", "root@tcp(h:3306)/db", "mysql://", "sqlite:", "sqlite:x.db?mode=memory", "oracle://h/db"} {
+		if _, _, _, err := parseDSN(bad); err == nil {
+			t.Errorf("parseDSN(%q) accepted it", bad)
+		}
+	}
+}

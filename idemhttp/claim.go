@@ -1,0 +1,117 @@
+package idemhttp
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/idemkit/idem"
+)
+
+// Mode says how the middleware runs a handler.
+type Mode int
+
+const (
+	// ModeTransaction (the default) opens a transaction, then runs the
+	// handler inside Store.Do: a duplicate waits for the first request's
+	// transaction and replays its result. The transaction stays open while
+	// the handler runs, so the handler must be quick.
+	ModeTransaction Mode = iota
+	// ModeClaim commits a claim on the key with Store.Begin, then runs the
+	// handler with no transaction open, for handlers that call a slow
+	// external service (a payment provider): the handler passes
+	// ClaimFrom(ctx).RelayKey() on as the provider's idempotency key, then
+	// writes its rows through Tx, whose first call begins the transaction.
+	// The middleware completes the claim in that transaction with the
+	// captured response and commits. A duplicate that arrives meanwhile is
+	// a 409 with Retry-After, not a wait.
+	ModeClaim
+)
+
+// ClaimFrom returns the claim the middleware holds for the request whose
+// context is ctx: in ModeClaim, for a request with a key. Otherwise it
+// returns nil. The handler uses its RelayKey, and may Extend it for work
+// longer than the Store's lease; the middleware completes or releases it.
+func ClaimFrom(ctx context.Context) *idem.Claim {
+	c, _ := ctx.Value(claimKey).(*idem.Claim)
+	return c
+}
+
+// serveClaim runs the handler under a claim committed by Begin, and
+// completes the claim in the handler's transaction.
+func (m *Middleware) serveClaim(next http.Handler, w http.ResponseWriter, r *http.Request, req *idem.Request, body []byte) {
+	ctx := r.Context()
+	var claim *idem.Claim
+	if req != nil {
+		c, replay, err := m.cfg.Store.Begin(ctx, m.cfg.DB, *req)
+		switch {
+		case err != nil:
+			m.answerError(w, r, err)
+			return
+		case replay != nil:
+			m.replay(w, *replay)
+			return
+		}
+		claim = c
+		ctx = context.WithValue(ctx, claimKey, claim)
+	}
+	// Once the handler has run, its effects are recorded even if the
+	// client has gone: the transaction and the release do not end with
+	// the request's context.
+	detached := context.WithoutCancel(ctx)
+	h := &txHolder{begin: func() (*sql.Tx, error) { return m.cfg.DB.BeginTx(detached, m.cfg.TxOptions) }}
+	finished := false
+	defer func() {
+		if !finished { // the handler panicked: clean up and let the panic go on
+			m.abandon(detached, h, claim)
+		}
+	}()
+	rec := m.run(next, r.WithContext(ctx), h, body)
+	finished = true
+	if err := m.complete(detached, h, claim, rec); err != nil {
+		if errors.Is(err, idem.ErrLeaseLost) {
+			h.rollback() // the claim is no longer this request's to release
+		} else {
+			m.abandon(detached, h, claim)
+		}
+		m.answerError(w, r, err)
+		return
+	}
+	writeResponse(w, rec.header, rec.statusCode(), rec.body.Bytes())
+}
+
+// complete stores the handler's answer with the claim in the handler's
+// transaction (begun now if the handler never asked for it) and commits.
+func (m *Middleware) complete(ctx context.Context, h *txHolder, claim *idem.Claim, rec *recorder) error {
+	resp, err := m.result(rec)
+	if err != nil {
+		return err
+	}
+	tx := h.get()
+	if h.err != nil {
+		return fmt.Errorf("idemhttp: begin the handler's transaction: %w", h.err)
+	}
+	if claim != nil {
+		if err := claim.Complete(ctx, tx, resp); err != nil {
+			return err
+		}
+	}
+	return tx.Commit()
+}
+
+// abandon rolls back the handler's transaction, if it began, and releases
+// the claim, so that the client's retry runs at once.
+func (m *Middleware) abandon(ctx context.Context, h *txHolder, claim *idem.Claim) {
+	h.rollback()
+	if claim == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := claim.Release(ctx, m.cfg.DB); err != nil && !errors.Is(err, idem.ErrLeaseLost) {
+		m.cfg.Logger.WarnContext(ctx, "idemhttp: release the claim; it is held until its lease ends", "err", err)
+	}
+}

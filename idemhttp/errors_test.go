@@ -1,0 +1,80 @@
+package idemhttp
+
+import (
+	"bytes"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lib/pq"
+
+	"github.com/idemkit/idem"
+)
+
+// Every error of a transaction maps to its status, problem type and
+// Retry-After; only unexpected ones are logged.
+func TestAnswerError(t *testing.T) {
+	cases := []struct {
+		err        error
+		status     int
+		typ        string
+		retryAfter string
+		logged     bool
+	}{
+		{fmt.Errorf("wrapped: %w", idem.ErrMismatch), 422, TypeKeyReused, "", false},
+		{&idem.InFlightError{RetryAfter: 3 * time.Second}, 409, TypeInFlight, "3", false},
+		{fmt.Errorf("%w: key taken over", idem.ErrLeaseLost), 409, TypeInFlight, "1", false},
+		{fmt.Errorf("idem: giving up after 10 attempts: %w", &pq.Error{Code: "40001"}), 503, TypeContention, "1", false},
+		{fmt.Errorf("%w: empty", idem.ErrInvalidKey), 400, TypeInvalidKey, "", false},
+		{fmt.Errorf("%w: Scope holds a NUL byte", idem.ErrInvalidRequest), 500, TypeInternal, "", true},
+		{errors.New("connection refused"), 500, TypeInternal, "", true},
+		{&Problem{Type: "about:blank", Title: "Unauthorized", Status: 401, Detail: "log in"}, 401, "about:blank", "", false},
+	}
+	for _, c := range cases {
+		var logs bytes.Buffer
+		m := &Middleware{cfg: Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))}}
+		w := httptest.NewRecorder()
+		m.answerError(w, httptest.NewRequest("POST", "/v1/charges", nil), c.err)
+		var p Problem
+		if jerr := json.Unmarshal(w.Body.Bytes(), &p); jerr != nil {
+			t.Fatalf("%v: body %q: %v", c.err, w.Body, jerr)
+		}
+		if w.Code != c.status || p.Status != c.status || p.Type != c.typ || w.Header().Get("Retry-After") != c.retryAfter {
+			t.Errorf("%v: %d %+v Retry-After %q; want %d %s %q", c.err, w.Code, p, w.Header().Get("Retry-After"), c.status, c.typ, c.retryAfter)
+		}
+		if w.Header().Get("Content-Type") != "application/problem+json" {
+			t.Errorf("%v: Content-Type %q", c.err, w.Header().Get("Content-Type"))
+		}
+		if logged := strings.Contains(logs.String(), "request failed"); logged != c.logged {
+			t.Errorf("%v: logged=%v, want %v (%s)", c.err, logged, c.logged, logs.String())
+		}
+		if c.logged && strings.Contains(p.Detail, c.err.Error()) {
+			t.Errorf("%v: the detail shows the internal error: %q", c.err, p.Detail)
+		}
+	}
+}
+
+func TestNewChecksConfig(t *testing.T) {
+	store, db := idem.New(idem.Postgres), &sql.DB{}
+	for name, cfg := range map[string]Config{
+		"no Store":         {DB: db},
+		"no DB":            {Store: store},
+		"unknown Mode":     {Store: store, DB: db, Mode: 7},
+		"negative MaxBody": {Store: store, DB: db, MaxBody: -1},
+		"Set-Cookie":       {Store: store, DB: db, ReplayHeaders: []string{"X-Ok", "set-cookie"}},
+		"Set-Cookie2":      {Store: store, DB: db, ReplayHeaders: []string{"Set-Cookie2"}},
+	} {
+		if m, err := New(cfg); err == nil || m != nil {
+			t.Errorf("%s: New accepted it", name)
+		}
+	}
+	if _, err := New(Config{Store: store, DB: db, ReplayHeaders: []string{"x-request-id"}}); err != nil {
+		t.Errorf("a valid Config: %v", err)
+	}
+}

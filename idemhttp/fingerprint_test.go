@@ -1,0 +1,78 @@
+package idemhttp
+
+import (
+	"net/http/httptest"
+	"strings"
+	"testing"
+)
+
+func TestCanonicalJSON(t *testing.T) {
+	cases := map[string]string{
+		`{"b":1,"a":2}`: `{"a":2,"b":1}`,
+		" { \"a\" :\n[ 1 , 2.0 ,\t{\"z\":null,\"y\":true} ] } ": `{"a":[1,2.0,{"y":true,"z":null}]}`,
+		`1.0`:                            `1.0`,
+		`123456789012345678901234567890`: `123456789012345678901234567890`,
+		`-0`:                             `-0`,
+		`1e2`:                            `1e2`,
+		`{"a":1,"a":2}`:                  `{"a":1,"a":2}`,
+		`{"b":{"d":[],"c":{}},"a":""}`:   `{"a":"","b":{"c":{},"d":[]}}`,
+		`"\u0041 \" \\ }"`:               `"\u0041 \" \\ }"`,
+		`{"k\"}":1,"k":2}`:               `{"k":2,"k\"}":1}`,
+		`[]`:                             `[]`,
+		`{}`:                             `{}`,
+	}
+	for in, want := range cases {
+		if got := string(canonicalJSON([]byte(in))); got != want {
+			t.Errorf("canonicalJSON(%s) = %s, want %s", in, got, want)
+		}
+	}
+}
+
+func TestFingerprint(t *testing.T) {
+	fp := func(method, target, contentType, body string) string {
+		r := httptest.NewRequest(method, target, strings.NewReader(body))
+		if contentType != "" {
+			r.Header.Set("Content-Type", contentType)
+		}
+		return fingerprint(r, []byte(body))
+	}
+	base := fp("POST", "/v1/charges", "application/json", `{"amount":100,"currency":"eur"}`)
+	same := map[string]string{
+		"member order":  fp("POST", "/v1/charges", "application/json", `{"currency":"eur","amount":100}`),
+		"whitespace":    fp("POST", "/v1/charges", "application/json", "{ \"amount\": 100,\n \"currency\": \"eur\" }\n"),
+		"charset param": fp("POST", "/v1/charges", "application/json; charset=utf-8", `{"currency":"eur","amount":100}`),
+		"+json type":    fp("POST", "/v1/charges", "application/merge-patch+json", `{"amount":100,"currency":"eur"}`),
+		"leading space": fp("POST", "/v1/charges", "application/vnd.api+json", ` {"amount":100,"currency":"eur"}`),
+	}
+	for name, got := range same {
+		if got != base {
+			t.Errorf("%s changed the fingerprint", name)
+		}
+	}
+	differ := map[string]string{
+		"1.0 vs 1":          fp("POST", "/v1/charges", "application/json", `{"amount":100.0,"currency":"eur"}`),
+		"big integer digit": fp("POST", "/v1/charges", "application/json", `{"amount":100000000000000000001,"currency":"eur"}`),
+		"value":             fp("POST", "/v1/charges", "application/json", `{"amount":101,"currency":"eur"}`),
+		"method":            fp("PATCH", "/v1/charges", "application/json", `{"amount":100,"currency":"eur"}`),
+		"path":              fp("POST", "/v1/refunds", "application/json", `{"amount":100,"currency":"eur"}`),
+		"query":             fp("POST", "/v1/charges?capture=false", "application/json", `{"amount":100,"currency":"eur"}`),
+		"not json":          fp("POST", "/v1/charges", "text/plain", `{"amount":100,"currency":"eur"}`),
+		"invalid json":      fp("POST", "/v1/charges", "application/json", `{"amount":100,"currency":"eur"`),
+	}
+	for name, got := range differ {
+		if got == base {
+			t.Errorf("%s did not change the fingerprint", name)
+		}
+	}
+	if fp("POST", "/x", "text/plain", "a b") == fp("POST", "/x", "text/plain", "a  b") {
+		t.Error("a non-JSON body is not digested byte for byte")
+	}
+	big1 := fp("POST", "/x", "application/json", `[100000000000000000001]`)
+	big2 := fp("POST", "/x", "application/json", `[100000000000000000002]`)
+	if big1 == big2 {
+		t.Error("big integers that differ in the last digit share a fingerprint")
+	}
+	if len(base) != 64 {
+		t.Errorf("fingerprint %q is not a hex SHA-256", base)
+	}
+}

@@ -1,0 +1,140 @@
+package idem
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Record is a stored idempotency record, as Inspect reads it for a person
+// or a tool. Times are UTC, from the database clock.
+type Record struct {
+	Scope       string
+	Key         string
+	Operation   string
+	Fingerprint string
+	Status      string    // "processing", "completed" or "released"
+	Token       int64     // the fencing token of the current claim
+	LeaseUntil  time.Time // when a PROCESSING claim's lease ends
+	CreatedAt   time.Time // when the current claim was made
+	CompletedAt time.Time // when the response was stored; zero unless completed
+	Now         time.Time // the database clock when the record was read
+	// Forgotten reports a record past retention: Do treats the key as
+	// absent, and Purge deletes the record.
+	Forgotten bool
+	// Response is the stored response; nil unless Status is "completed".
+	Response *Response
+}
+
+// Inspect reads the record of (scope, key) without locking it or changing
+// anything. It returns nil and no error when there is none.
+func (s *Store) Inspect(ctx context.Context, db DBTX, scope, key string) (*Record, error) {
+	if s.err != nil {
+		return nil, s.err
+	}
+	if db == nil {
+		return nil, errors.New("idem: Inspect needs a database handle, got nil")
+	}
+	var (
+		rec                 = Record{Scope: scope, Key: key}
+		lease, created, now int64
+		completed, status   sql.NullInt64
+		header, body        []byte
+	)
+	err := db.QueryRowContext(ctx, s.q.inspect, micros(s.retention), scope, key).Scan(
+		&rec.Operation, &rec.Fingerprint, &rec.Status, &rec.Token, &lease, &created, &completed, &now,
+		&rec.Forgotten, &status, &header, &body)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("idem: inspect key %q: %w", key, err)
+	}
+	rec.LeaseUntil, rec.CreatedAt, rec.Now = fromMicros(lease), fromMicros(created), fromMicros(now)
+	if completed.Valid {
+		rec.CompletedAt = fromMicros(completed.Int64)
+	}
+	if rec.Status == statusCompleted {
+		h, err := decodeHeader(header)
+		if err != nil {
+			return nil, fmt.Errorf("idem: inspect key %q: %w", key, err)
+		}
+		rec.Response = &Response{StatusCode: int(status.Int64), Header: h, Body: body}
+	}
+	return &rec, nil
+}
+
+// Stats summarises a Store's table.
+type Stats struct {
+	// ByStatus counts the records per status ("processing", "completed",
+	// "released"); a status without records is absent.
+	ByStatus map[string]int64
+	// Total is the number of records.
+	Total int64
+	// Expired counts the records past retention that Purge would delete now.
+	Expired int64
+	// Oldest is when the oldest record's claim was made; zero when there is
+	// no record.
+	Oldest time.Time
+	// Now is the database clock when the counts were taken; zero when there
+	// is no record.
+	Now time.Time
+	// TableBytes and IndexBytes are the space the table and its indexes use
+	// as the database reports it (an estimate on MySQL), or -1 where it
+	// cannot tell.
+	TableBytes, IndexBytes int64
+}
+
+// Stats counts the Store's records with one scan of the table, and asks the
+// database for the table's size. It changes nothing.
+func (s *Store) Stats(ctx context.Context, db DBTX) (Stats, error) {
+	if s.err != nil {
+		return Stats{}, s.err
+	}
+	if db == nil {
+		return Stats{}, errors.New("idem: Stats needs a database handle, got nil")
+	}
+	st := Stats{ByStatus: map[string]int64{}, TableBytes: -1, IndexBytes: -1}
+	r := micros(s.retention)
+	rows, err := db.QueryContext(ctx, s.q.stats, r, r)
+	if err != nil {
+		return Stats{}, fmt.Errorf("idem: stats of %s: %w", s.table, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			status              string
+			n, oldest, exp, now int64
+		)
+		if err := rows.Scan(&status, &n, &oldest, &exp, &now); err != nil {
+			return Stats{}, fmt.Errorf("idem: stats of %s: %w", s.table, err)
+		}
+		st.ByStatus[status] = n
+		st.Total += n
+		st.Expired += exp
+		st.Now = fromMicros(now)
+		if t := fromMicros(oldest); st.Oldest.IsZero() || t.Before(st.Oldest) {
+			st.Oldest = t
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return Stats{}, fmt.Errorf("idem: stats of %s: %w", s.table, err)
+	}
+	parts, _ := parseTable(s.table)
+	query, args := s.dialect.size(parts)
+	var table, index sql.NullInt64
+	if err := db.QueryRowContext(ctx, query, args...).Scan(&table, &index); err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return Stats{}, fmt.Errorf("idem: size of %s: %w", s.table, err)
+	}
+	if table.Valid {
+		st.TableBytes = table.Int64
+	}
+	if index.Valid {
+		st.IndexBytes = index.Int64
+	}
+	return st, nil
+}
+
+func fromMicros(us int64) time.Time { return time.UnixMicro(us).UTC() }

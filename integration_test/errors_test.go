@@ -1,0 +1,63 @@
+package integration_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/idemkit/idem"
+)
+
+// The errors idem returns say what happened, to which key, and what to do.
+func TestErrorsSayWhatToDo(t *testing.T) {
+	ok := func(context.Context) (idem.Response, error) { return idem.Response{StatusCode: 200}, nil }
+	forEach(t, func(t *testing.T, e *env) {
+		s := e.store()
+		check := func(what string, err error, want ...string) {
+			t.Helper()
+			if err == nil {
+				t.Fatalf("%s: no error", what)
+			}
+			for _, w := range want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("%s: %q does not say %q", what, err, w)
+				}
+			}
+		}
+
+		must(t, e.doOK(s, charge("used", "1")))
+		check("mismatch", e.doOK(s, charge("used", "2")), `key "used"`, `scope "tenant-1"`, "use a new key")
+
+		tx := e.begin(nil)
+		_, err := s.Do(ctx, tx, charge("bad-status", "1"), func(context.Context) (idem.Response, error) { return idem.Response{}, nil })
+		check("status 0", err, "nothing was stored", "roll back")
+		must(t, tx.Rollback())
+
+		e.exec("UPDATE "+s.Table()+" SET response_headers = ? WHERE scope = ? AND idem_key = ?", []byte{9}, "tenant-1", "used")
+		check("corrupt header", e.doOK(s, charge("used", "1")), `key "used"`, "delete the record by hand")
+
+		if e.dialect == idem.Postgres {
+			// A snapshot older than the winner's commit: Postgres aborts the
+			// duplicate with a serialization failure.
+			old := e.begin(&sql.TxOptions{Isolation: sql.LevelRepeatableRead})
+			var one int
+			must(t, old.QueryRow("SELECT 1").Scan(&one))
+			must(t, e.doOK(s, charge("raced", "1")))
+			_, err := s.Do(ctx, old, charge("raced", "1"), ok)
+			check("serialization failure", err, `claim for key "raced"`, "run the whole transaction again")
+			if !idem.IsRetryable(err) {
+				t.Errorf("serialization failure: IsRetryable false for %v", err)
+			}
+		}
+
+		bad := idem.New(e.dialect, idem.WithTable("missing_"+strings.TrimPrefix(s.Table(), "idem_")))
+		tx = e.begin(nil)
+		_, err = bad.Do(ctx, tx, charge("k", "1"), ok)
+		check("missing table", err, `claim for key "k"`, "roll back the transaction")
+		if errors.Is(err, idem.ErrMismatch) || idem.IsRetryable(err) {
+			t.Errorf("missing table: %v classified as mismatch or retryable", err)
+		}
+	})
+}

@@ -1,0 +1,228 @@
+package idem
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+)
+
+// EventKind is the outcome an Event reports.
+type EventKind int
+
+// The outcomes idem reports to an Observer.
+const (
+	// EventExecuted: the operation's response was stored, by Do after fn
+	// ran or by Claim.Complete, in the caller's transaction (which may
+	// still roll back).
+	EventExecuted EventKind = iota + 1
+	// EventReplayed: a stored response was returned (by Do or Begin); fn
+	// did not run.
+	EventReplayed
+	// EventInFlight: another live claim holds the key (ErrInFlight).
+	EventInFlight
+	// EventMismatch: the key was used with another request (ErrMismatch).
+	EventMismatch
+	// EventTakeover: a claim whose lease had ended, a released claim or a
+	// record past retention was taken over by Do or Begin; the operation
+	// runs again. Token is the token of the claim taken over. Many
+	// takeovers mean processes die or stall after Begin, or leases are too
+	// short. It is followed by the outcome of the Do or Begin. Like
+	// EventExecuted it is reported inside the transaction, which may still
+	// roll back (and be retried).
+	EventTakeover
+	// EventLeaseLost: a Claim's Complete, Extend or Release found it no
+	// longer current (ErrLeaseLost). Token is the token of the claim that
+	// lost.
+	EventLeaseLost
+	// EventFailed: fn, a Claim method's input or one of idem's statements
+	// returned an error, which is in Err, or fn panicked; nothing was
+	// stored.
+	EventFailed
+	// EventPurgeBatch: Purge ran one batch and deleted Rows records.
+	EventPurgeBatch
+	// EventClaimed: Begin committed a claim for a key; Token is its token.
+	// The caller runs the operation, then completes or releases the claim.
+	EventClaimed
+	// EventReleased: Claim.Release ended a claim without a result.
+	EventReleased
+)
+
+var eventNames = [...]string{
+	EventExecuted:   "executed",
+	EventReplayed:   "replayed",
+	EventInFlight:   "in_flight",
+	EventMismatch:   "mismatch",
+	EventTakeover:   "takeover",
+	EventLeaseLost:  "lease_lost",
+	EventFailed:     "failed",
+	EventPurgeBatch: "purge_batch",
+	EventClaimed:    "claimed",
+	EventReleased:   "released",
+}
+
+// String is the kind's name in snake case, e.g. "in_flight".
+func (k EventKind) String() string {
+	if k > 0 && int(k) < len(eventNames) {
+		return eventNames[k]
+	}
+	return "unknown"
+}
+
+// Event describes one outcome. It never holds the request's payload or the
+// stored response: only the fields below.
+type Event struct {
+	Kind      EventKind     // what happened
+	Table     string        // the Store's table
+	Scope     string        // the request's Scope; empty for a purge batch
+	Key       string        // the request's Key; empty for a purge batch
+	Operation string        // the request's Operation; empty for a purge batch
+	Duration  time.Duration // of the call (Do, Begin, Complete, ...) or of the purge batch
+	Token     int64         // of the claim, for the events of Begin and of a Claim's methods, and for EventTakeover
+	Rows      int64         // EventPurgeBatch: records deleted by the batch
+	Err       error         // EventFailed, or a purge batch that failed
+}
+
+// Observer receives one Event per outcome. idem calls it synchronously on
+// the goroutine of the call it reports, after the outcome is known and
+// before the call returns, so it must be quick and must not block; it may
+// be called from many goroutines at once.
+type Observer interface {
+	Observe(ctx context.Context, ev Event)
+}
+
+// ObserverFunc adapts a function to the Observer interface.
+type ObserverFunc func(ctx context.Context, ev Event)
+
+// Observe calls f(ctx, ev).
+func (f ObserverFunc) Observe(ctx context.Context, ev Event) { f(ctx, ev) }
+
+// WithObserver sets the Observer that receives an Event for every outcome
+// of Do, Begin, Claim.Complete, Claim.Release and each purge batch (of
+// Purge or PurgeBatch), and for
+// a Claim.Extend that fails (not for each heartbeat that succeeds). Calls
+// refused as invalid before any statement (ErrInvalidKey,
+// ErrInvalidRequest) are not reported. By default there is no Observer.
+// Use SlogObserver to log the events, or count them into your own metrics.
+func WithObserver(o Observer) Option { return func(s *Store) { s.observer = o } }
+
+// stopwatch measures how long a call took, for its Event. It is the only
+// reader of the application's clock in the package: durations are
+// reported, never compared with leases or retention, which use the
+// database clock alone.
+type stopwatch struct{ start time.Time }
+
+func startWatch() stopwatch { return stopwatch{time.Now()} }
+
+func (w stopwatch) elapsed() time.Duration { return time.Since(w.start) }
+
+// observe reports ev to the Store's Observer, if any.
+func (s *Store) observe(ctx context.Context, ev Event) {
+	if s.observer == nil {
+		return
+	}
+	ev.Table = s.table
+	s.observer.Observe(ctx, ev)
+}
+
+// observeDo reports the outcome of a Do that began at start and returns
+// res, err. It is deferred by Do, so that every return reports once.
+func (s *Store) observeDo(ctx context.Context, req Request, start stopwatch, res *Result, err *error) {
+	if s.observer == nil {
+		return
+	}
+	done, e := EventExecuted, *err
+	switch {
+	case e == nil && res.StatusCode == 0:
+		e = errPanicked // every return with a nil error carries a valid status
+	case res.Replayed:
+		done = EventReplayed
+	}
+	s.observeErr(ctx, Event{Kind: done, Scope: req.Scope, Key: req.Key, Operation: req.Operation, Duration: start.elapsed()}, e)
+}
+
+// errPanicked is the Err of the EventFailed reported for a Do or Begin
+// that is unwinding from a panic (in fn, most likely).
+var errPanicked = errors.New("idem: the call panicked")
+
+// observeBegin reports the outcome of a Begin that began at start. It is
+// deferred by Begin.
+func (s *Store) observeBegin(ctx context.Context, req Request, start stopwatch, claim **Claim, replay **Result, err *error) {
+	if s.observer == nil {
+		return
+	}
+	ev, e := Event{Kind: EventReplayed, Scope: req.Scope, Key: req.Key, Operation: req.Operation, Duration: start.elapsed()}, *err
+	switch {
+	case *claim != nil:
+		ev.Kind, ev.Token = EventClaimed, (*claim).token
+	case e == nil && *replay == nil:
+		e = errPanicked
+	}
+	s.observeErr(ctx, ev, e)
+}
+
+// observeClaim reports the outcome of a Claim's method that began at
+// start: done when it succeeded (nothing for a zero done), lease lost or
+// failed when it did not. It is deferred by Complete, Extend and Release.
+func (c *Claim) observeClaim(ctx context.Context, done EventKind, start stopwatch, err *error) {
+	if c.s.observer == nil || *err == nil && done == 0 {
+		return
+	}
+	c.s.observeErr(ctx, Event{Kind: done, Scope: c.req.Scope, Key: c.req.Key, Operation: c.req.Operation,
+		Duration: start.elapsed(), Token: c.token}, *err)
+}
+
+// observeErr reports ev when err is nil, and otherwise the kind of
+// failure err is.
+func (s *Store) observeErr(ctx context.Context, ev Event, err error) {
+	switch {
+	case err == nil:
+	case errors.Is(err, ErrInFlight):
+		ev.Kind = EventInFlight
+	case errors.Is(err, ErrMismatch):
+		ev.Kind = EventMismatch
+	case errors.Is(err, ErrLeaseLost):
+		ev.Kind = EventLeaseLost
+	default:
+		ev.Kind, ev.Err = EventFailed, err
+	}
+	s.observe(ctx, ev)
+}
+
+// SlogObserver returns an Observer that logs every Event on l, message
+// "idem " plus the kind, with the attributes table, scope, key, operation,
+// duration, and token, rows or err where they apply. The levels: executed,
+// replayed, claimed, released and purge_batch at Debug; in_flight and
+// mismatch (a client's doing) at Info; takeover, lease_lost and failed (a
+// process died or stalled, or a statement failed) and a failed purge batch
+// at Warn.
+func SlogObserver(l *slog.Logger) Observer {
+	return ObserverFunc(func(ctx context.Context, ev Event) {
+		level := slog.LevelDebug
+		switch {
+		case ev.Kind == EventInFlight || ev.Kind == EventMismatch:
+			level = slog.LevelInfo
+		case ev.Kind == EventTakeover || ev.Kind == EventLeaseLost || ev.Kind == EventFailed || ev.Err != nil:
+			level = slog.LevelWarn
+		}
+		if !l.Enabled(ctx, level) {
+			return
+		}
+		attrs := make([]slog.Attr, 0, 7)
+		attrs = append(attrs, slog.String("table", ev.Table))
+		if ev.Kind != EventPurgeBatch {
+			attrs = append(attrs, slog.String("scope", ev.Scope), slog.String("key", ev.Key), slog.String("operation", ev.Operation))
+		}
+		attrs = append(attrs, slog.Duration("duration", ev.Duration))
+		if ev.Token != 0 {
+			attrs = append(attrs, slog.Int64("token", ev.Token))
+		}
+		if ev.Kind == EventPurgeBatch {
+			attrs = append(attrs, slog.Int64("rows", ev.Rows))
+		}
+		if ev.Err != nil {
+			attrs = append(attrs, slog.Any("err", ev.Err))
+		}
+		l.LogAttrs(ctx, level, "idem "+ev.Kind.String(), attrs...)
+	})
+}
