@@ -671,3 +671,35 @@ func TestPostgresReplayWritesNothing(t *testing.T) {
 		}
 	})
 }
+
+// Do refuses handles that are not a transaction, and a nil fn or tx, before
+// any statement: a *sql.DB would commit the claim on its own.
+func TestDoNeedsATransaction(t *testing.T) {
+	forEach(t, func(t *testing.T, e *env) {
+		s := e.store()
+		req := charge("not-a-tx", "1")
+		ok := func(context.Context) (idem.Response, error) { return idem.Response{StatusCode: 200}, nil }
+		conn, err := e.db.Conn(ctx)
+		must(t, err)
+		defer conn.Close()
+		for name, h := range map[string]idem.DBTX{
+			"*sql.DB":   e.db,
+			"*sql.Conn": conn,
+			"*sqlx.DB":  sqlx.NewDb(e.db, e.driver),
+		} {
+			if _, err := s.Do(ctx, h, req, ok); err == nil || !strings.Contains(err.Error(), "open transaction") {
+				t.Errorf("Do on a %s: err = %v, want a refusal that asks for an open transaction", name, err)
+			}
+		}
+		if _, err := s.Do(ctx, nil, req, ok); err == nil {
+			t.Errorf("Do with a nil tx: no error")
+		}
+		tx := &counting{DBTX: e.begin(nil)}
+		if _, err := s.Do(ctx, tx, req, nil); err == nil || tx.n.Load() != 0 {
+			t.Errorf("Do with a nil fn: err = %v after %d statements", err, tx.n.Load())
+		}
+		if n := e.records(s, req.Key); n != 0 {
+			t.Fatalf("%d records after refused calls, want 0", n)
+		}
+	})
+}
