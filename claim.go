@@ -144,7 +144,7 @@ func (c *Claim) check(db DBTX, method string) error {
 // fenced runs a statement fenced on the claim's token. When it changes
 // nothing, fenced reads the record to say why.
 func (c *Claim) fenced(ctx context.Context, db DBTX, query, what, advice string, args ...any) error {
-	res, err := db.ExecContext(ctx, query, args...)
+	res, err := c.s.exec(ctx, db, query, args...)
 	if err != nil {
 		return fmt.Errorf("idem: %s key %q (token %d): %w", what, c.req.Key, c.token, err)
 	}
@@ -159,7 +159,7 @@ func (c *Claim) fenced(ctx context.Context, db DBTX, query, what, advice string,
 		status string
 		token  int64
 	)
-	err = db.QueryRowContext(ctx, c.s.q.state, c.req.Scope, c.req.Key).Scan(&status, &token)
+	err = c.s.queryRow(ctx, db, c.s.q.state, c.req.Scope, c.req.Key).Scan(&status, &token)
 	var why string
 	switch {
 	case errors.Is(err, sql.ErrNoRows):

@@ -32,6 +32,31 @@ type Dialect interface {
 	size(parts []string) (query string, args []any)
 }
 
+// inliner is implemented by a dialect that writes the arguments of idem's
+// statements into their text as literals, so that the driver sends each
+// statement in one round trip instead of preparing, executing and closing
+// it. inline returns the query and arguments to send: args unchanged when
+// it does not inline them.
+type inliner interface {
+	inline(query string, args []any) (string, []any)
+}
+
+// exec runs one of the Store's statements through db.
+func (s *Store) exec(ctx context.Context, db DBTX, query string, args ...any) (sql.Result, error) {
+	if in, ok := s.dialect.(inliner); ok {
+		query, args = in.inline(query, args)
+	}
+	return db.ExecContext(ctx, query, args...)
+}
+
+// queryRow runs one of the Store's queries through db.
+func (s *Store) queryRow(ctx context.Context, db DBTX, query string, args ...any) *sql.Row {
+	if in, ok := s.dialect.(inliner); ok {
+		query, args = in.inline(query, args)
+	}
+	return db.QueryRowContext(ctx, query, args...)
+}
+
 // dialects are the Dialects IsRetryable consults.
 var dialects = []Dialect{Postgres, MySQL, SQLite}
 

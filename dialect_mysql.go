@@ -3,7 +3,9 @@ package idem
 import (
 	"context"
 	"database/sql"
+	"encoding/hex"
 	"errors"
+	"strconv"
 	"strings"
 	"time"
 
@@ -172,4 +174,67 @@ func (mysqlDialect) retryable(err error) bool {
 		return true
 	}
 	return false
+}
+
+// maxInline bounds the text of a statement whose arguments inline writes
+// into it; a statement with larger arguments (a big response body) is sent
+// with parameters, whose size only max_allowed_packet limits.
+const maxInline = 64 << 10
+
+// inline writes the arguments into the query as literals: strings and
+// byte slices as hexadecimal literals (X'6869'), which mean the same bytes
+// whatever the connection's character set or sql_mode, a nil byte slice as
+// NULL, integers in decimal. go-sql-driver/mysql then sends the statement
+// as text in one round trip, where with parameters it prepares, executes
+// and closes it (two round trips and a statement the server builds and
+// frees), unless the DSN sets interpolateParams. The query's only "?" are
+// its placeholders: idem's SQL holds no string literal or identifier with
+// one.
+func (mysqlDialect) inline(query string, args []any) (string, []any) {
+	size := len(query)
+	for _, a := range args {
+		switch v := a.(type) {
+		case string:
+			size += 3 + hex.EncodedLen(len(v))
+		case []byte:
+			size += 4 + hex.EncodedLen(len(v))
+		case int, int64:
+			size += 20
+		default:
+			return query, args
+		}
+	}
+	if size > maxInline || strings.Count(query, "?") != len(args) {
+		return query, args
+	}
+	b := make([]byte, 0, size)
+	for _, a := range args {
+		i := strings.IndexByte(query, '?')
+		b = append(b, query[:i]...)
+		query = query[i+1:]
+		switch v := a.(type) {
+		case string:
+			b = appendHex(b, v)
+		case []byte:
+			if v == nil {
+				b = append(b, "NULL"...)
+			} else {
+				b = appendHex(b, v)
+			}
+		case int:
+			b = strconv.AppendInt(b, int64(v), 10)
+		case int64:
+			b = strconv.AppendInt(b, v, 10)
+		}
+	}
+	return string(append(b, query...)), nil
+}
+
+func appendHex[T string | []byte](b []byte, v T) []byte {
+	const digits = "0123456789abcdef"
+	b = append(b, "X'"...)
+	for i := 0; i < len(v); i++ {
+		b = append(b, digits[v[i]>>4], digits[v[i]&15])
+	}
+	return append(b, '\'')
 }

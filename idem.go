@@ -265,7 +265,7 @@ func (s *Store) Do(ctx context.Context, tx DBTX, req Request, fn func(ctx contex
 	if err != nil {
 		// Best effort: if the caller commits anyway, the key stays free. An
 		// error here means tx is already unusable and must be rolled back.
-		_, _ = tx.ExecContext(ctx, s.q.remove, req.Scope, req.Key)
+		_, _ = s.exec(ctx, tx, s.q.remove, req.Scope, req.Key)
 		return Result{}, err
 	}
 	if err := s.exec1(ctx, tx, s.q.complete, "store the response", req,
@@ -277,7 +277,7 @@ func (s *Store) Do(ctx context.Context, tx DBTX, req Request, fn func(ctx contex
 
 // exec1 runs a statement that must change exactly one row.
 func (s *Store) exec1(ctx context.Context, db DBTX, query, what string, req Request, args ...any) error {
-	res, err := db.ExecContext(ctx, query, args...)
+	res, err := s.exec(ctx, db, query, args...)
 	if err != nil {
 		return stmtErr(what, req, err)
 	}

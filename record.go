@@ -123,7 +123,7 @@ func (s *Store) claimRow(ctx context.Context, db DBTX, req Request, insert bool,
 		query, withToken = s.q.insert, s.q.insertToken
 	}
 	if token != nil && withToken != "" {
-		err := db.QueryRowContext(ctx, withToken, args...).Scan(token)
+		err := s.queryRow(ctx, db, withToken, args...).Scan(token)
 		switch {
 		case err == nil:
 			return true, nil
@@ -134,7 +134,7 @@ func (s *Store) claimRow(ctx context.Context, db DBTX, req Request, insert bool,
 		}
 		return false, err
 	}
-	res, err := db.ExecContext(ctx, query, args...)
+	res, err := s.exec(ctx, db, query, args...)
 	var ok bool
 	if insert {
 		ok, err = s.dialect.inserted(res, err)
@@ -146,7 +146,7 @@ func (s *Store) claimRow(ctx context.Context, db DBTX, req Request, insert bool,
 	if err != nil || !ok || token == nil {
 		return ok, err
 	}
-	return true, db.QueryRowContext(ctx, s.q.token, req.Scope, req.Key).Scan(token)
+	return true, s.queryRow(ctx, db, s.q.token, req.Scope, req.Key).Scan(token)
 }
 
 func mismatch(req Request, rec record) error {
@@ -164,7 +164,7 @@ func (s *Store) get(ctx context.Context, db DBTX, req Request) (rec record, foun
 		status    sql.NullInt64
 		header    []byte
 	)
-	err = db.QueryRowContext(ctx, s.q.get, micros(s.retention), req.Scope, req.Key).Scan(
+	err = s.queryRow(ctx, db, s.q.get, micros(s.retention), req.Scope, req.Key).Scan(
 		&rec.operation, &rec.fingerprint, &rec.status, &rec.token, &rec.forgotten, &leaseLeft,
 		&status, &header, &rec.resp.Body)
 	if errors.Is(err, sql.ErrNoRows) {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"sync"
@@ -47,40 +48,49 @@ func TestFreshKeyCommitsWithBusinessRows(t *testing.T) {
 	})
 }
 
-// 2. A replay is byte-identical and does not call fn.
+// 2. A replay is byte-identical and does not call fn, whatever the body's
+// size (on MySQL small statements carry their arguments as literals, large
+// ones as parameters) and bytes.
 func TestReplayIsByteIdentical(t *testing.T) {
-	body := make([]byte, 1<<20)
-	for i := range body {
-		body[i] = byte(i * 7)
+	large := make([]byte, 1<<20)
+	for i := range large {
+		large[i] = byte(i * 7)
+	}
+	every := make([]byte, 256)
+	for i := range every {
+		every[i] = byte(i)
 	}
 	header := http.Header{
 		"Content-Type": {"application/octet-stream"},
 		"X-Multi":      {"one", "two", ""},
 		"x-lower-case": {"kept as stored"},
-		"X-Bytes":      {"caf\xc3\xa9 \x80\xff"},
+		"X-Bytes":      {"caf\xc3\xa9 \x80\xff ' \\ ?"},
 	}
 	forEach(t, func(t *testing.T, e *env) {
 		s := e.store()
-		req := charge("replay-1", "100")
-		calls := 0
-		fn := func(idem.DBTX) func(context.Context) (idem.Response, error) {
-			return func(context.Context) (idem.Response, error) {
-				calls++
-				return idem.Response{StatusCode: 402, Header: header, Body: body}, nil
+		for i, body := range [][]byte{large, every, {}, nil} {
+			req := charge(fmt.Sprintf("replay-%d", i), "100")
+			req.Scope = "tenant ' \\ ? \u00e9"
+			calls := 0
+			fn := func(idem.DBTX) func(context.Context) (idem.Response, error) {
+				return func(context.Context) (idem.Response, error) {
+					calls++
+					return idem.Response{StatusCode: 402, Header: header, Body: body}, nil
+				}
 			}
-		}
-		first, err := e.do(s, req, fn)
-		must(t, err)
-		second, err := e.do(s, req, fn)
-		must(t, err)
-		if calls != 1 || first.Replayed || !second.Replayed {
-			t.Fatalf("calls=%d first.Replayed=%v second.Replayed=%v; want 1, false, true", calls, first.Replayed, second.Replayed)
-		}
-		if second.StatusCode != 402 || !bytes.Equal(second.Body, body) {
-			t.Fatalf("replayed status %d, body of %d bytes (equal: %v)", second.StatusCode, len(second.Body), bytes.Equal(second.Body, body))
-		}
-		if !equalHeader(second.Header, header) {
-			t.Fatalf("replayed header %q, want %q", second.Header, header)
+			first, err := e.do(s, req, fn)
+			must(t, err)
+			second, err := e.do(s, req, fn)
+			must(t, err)
+			if calls != 1 || first.Replayed || !second.Replayed {
+				t.Fatalf("body of %d bytes: calls=%d first.Replayed=%v second.Replayed=%v; want 1, false, true", len(body), calls, first.Replayed, second.Replayed)
+			}
+			if second.StatusCode != 402 || !bytes.Equal(second.Body, body) {
+				t.Fatalf("replayed status %d, body of %d bytes (equal to the %d stored: %v)", second.StatusCode, len(second.Body), len(body), bytes.Equal(second.Body, body))
+			}
+			if !equalHeader(second.Header, header) {
+				t.Fatalf("replayed header %q, want %q", second.Header, header)
+			}
 		}
 	})
 }
@@ -577,18 +587,25 @@ func TestSessionUntouched(t *testing.T) {
 
 // The documented statement counts: two on the fresh path, two on the
 // replay path, beyond the caller's own.
+// Statements idem runs per path: the claim, then the response stored or
+// the existing record read.
 func TestStatementCounts(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
 		s := e.store()
-		req := charge("counted", "100")
+		req, held := charge("counted", "100"), charge("held", "100")
+		e.leaveClaim(s, held, time.Minute)
 		ok := func(context.Context) (idem.Response, error) { return idem.Response{StatusCode: 200}, nil }
 		for _, want := range []struct {
 			path string
+			req  idem.Request
 			n    int64
-		}{{"fresh", 2}, {"replay", 2}} {
+			err  error
+		}{{"fresh", req, 2, nil}, {"replay", req, 2, nil}, {"in-flight", held, 2, idem.ErrInFlight}} {
 			tx := &counting{DBTX: e.begin(nil)}
-			_, err := s.Do(ctx, tx, req, ok)
-			must(t, err)
+			_, err := s.Do(ctx, tx, want.req, ok)
+			if !errors.Is(err, want.err) {
+				t.Fatalf("%s path: %v, want %v", want.path, err, want.err)
+			}
 			must(t, tx.DBTX.(*sql.Tx).Commit())
 			if tx.n.Load() != want.n {
 				t.Errorf("%s path ran %d statements, want %d", want.path, tx.n.Load(), want.n)

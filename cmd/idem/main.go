@@ -5,6 +5,7 @@
 //	idem inspect --dsn DSN --scope S --key K
 //	idem stats   --dsn DSN         counts, oldest record, expired, size
 //	idem purge   --dsn DSN         delete records past retention
+//	idem bench   --dsn DSN         measure idem against a bare transaction
 //
 // DSNs: postgres://..., postgresql://..., mysql://user:pass@host:port/db?params,
 // sqlite:path or file:path. Run "idem help COMMAND" for a command's flags.
@@ -38,6 +39,7 @@ var commands = []command{
 	{"inspect", "show one record as a person reads it", runInspect},
 	{"stats", "count records by status, oldest, expired, table size", runStats},
 	{"purge", "delete records past retention, in batches", runPurge},
+	{"bench", "measure idem against a bare transaction on a server", runBench},
 }
 
 // exitError carries an exit code; main prints its message on one line.

@@ -1,0 +1,85 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	_ "github.com/lib/pq"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/bench"
+)
+
+func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var (
+		dsn, driver, conc string
+		storms            int
+		cfg               bench.Config
+	)
+	fs := newFlags("bench", "--dsn DSN [--driver pgx|postgres] [--rounds 10] [--duration 300ms] [--concurrency 1,16] [--storms 5]",
+		"Measures idem against a bare transaction (BEGIN; INSERT one order row;\n"+
+			"COMMIT) through one driver on one server: Do with a fresh key, Do replaying\n"+
+			"a completed key, Begin then Complete in the business transaction, and 16\n"+
+			"workers replaying one hot key. Each runs beside a bare run at the same\n"+
+			"concurrency; it prints transactions per second and the ratio to bare,\n"+
+			"median of the rounds. Then storms of 64 requests with one key whose\n"+
+			"operation takes 50ms: time until every request has its answer. Creates\n"+
+			"two tables with random names and drops them. See docs/benchmarks.md.", stderr)
+	fs.StringVar(&dsn, "dsn", "", "database: postgres://..., mysql://user:pass@host:port/db, sqlite:path or file:path (default $IDEM_DSN)")
+	fs.StringVar(&driver, "driver", "", "for postgres:// DSNs, the driver: pgx (the default) or postgres (lib/pq)")
+	fs.IntVar(&cfg.Rounds, "rounds", 10, "rounds: each path runs once a round, beside a bare run")
+	fs.DurationVar(&cfg.Duration, "duration", 300*time.Millisecond, "how long each run lasts")
+	fs.StringVar(&conc, "concurrency", "1,16", "worker counts, comma-separated")
+	fs.IntVar(&storms, "storms", 5, "storms per mode, latencies pooled (0: none)")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if cfg.Rounds <= 0 || cfg.Duration <= 0 || storms < 0 {
+		return usageErr("bench: --rounds and --duration must be positive and --storms not negative")
+	}
+	for _, c := range strings.Split(conc, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(c))
+		if err != nil || n <= 0 {
+			return usageErr("bench: --concurrency %q: want positive worker counts, comma-separated", conc)
+		}
+		cfg.Concurrency = append(cfg.Concurrency, n)
+	}
+	cfg.Storms = storms
+	if storms == 0 {
+		cfg.Storms = -1
+	}
+	if dsn == "" {
+		dsn = os.Getenv("IDEM_DSN")
+	}
+	if dsn == "" {
+		return usageErr("--dsn is required (or set IDEM_DSN)")
+	}
+	t, err := parseDSN(dsn)
+	if err != nil {
+		return err
+	}
+	switch {
+	case driver == "":
+	case driver != "pgx" && driver != "postgres":
+		return usageErr("bench: --driver %q: want pgx or postgres", driver)
+	case t.dialect != idem.Postgres:
+		return usageErr("bench: --driver applies to postgres:// DSNs only")
+	default:
+		t.driver = driver
+	}
+	db, err := connect(ctx, t)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	cfg.DB, cfg.Driver, cfg.Dialect = db, t.driver, t.dialect
+	if _, err := bench.Run(ctx, cfg, stdout); err != nil {
+		return fmt.Errorf("bench on %s: %w", t.where, err)
+	}
+	return nil
+}

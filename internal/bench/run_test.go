@@ -1,0 +1,115 @@
+package bench
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	_ "github.com/go-sql-driver/mysql"
+	_ "github.com/jackc/pgx/v5/stdlib"
+	_ "github.com/lib/pq"
+
+	"github.com/idemkit/idem"
+)
+
+// target is a driver on a server named by an environment variable.
+type target struct {
+	driver  string
+	dialect idem.Dialect
+	env     string
+}
+
+var targets = []target{
+	{"pgx", idem.Postgres, "IDEM_TEST_POSTGRES_DSN"},
+	{"postgres", idem.Postgres, "IDEM_TEST_POSTGRES_DSN"},
+	{"mysql", idem.MySQL, "IDEM_TEST_MYSQL_DSN"},
+}
+
+// open opens tg's server with the harness's pool size, skipping when its
+// DSN is unset. IDEM_BENCH_DSN_PARAMS is appended to the DSN (e.g.
+// "binary_parameters=yes" or "interpolateParams=true"), for measuring
+// driver settings.
+func (tg target) open(tb testing.TB) *sql.DB {
+	tb.Helper()
+	dsn := os.Getenv(tg.env)
+	if dsn == "" {
+		tb.Skipf("%s is unset", tg.env)
+	}
+	if p := os.Getenv("IDEM_BENCH_DSN_PARAMS"); p != "" {
+		sep := "?"
+		if strings.Contains(dsn, "?") {
+			sep = "&"
+		}
+		dsn += sep + p
+	}
+	db, err := sql.Open(tg.driver, dsn)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	db.SetMaxOpenConns(40)
+	db.SetMaxIdleConns(40)
+	tb.Cleanup(func() { _ = db.Close() })
+	return db
+}
+
+// TestRun runs every path briefly and checks the report's shape. With
+// IDEM_BENCH=1 it runs the full measurement and prints it: the same
+// numbers as `idem bench`. IDEM_BENCH=16 measures concurrency 16 only,
+// in 8 rounds without storms, for comparing settings quickly.
+// IDEM_BENCH_ROUNDS sets the number of rounds of either, and
+// IDEM_BENCH_STORM the number of requests in a storm.
+func TestRun(t *testing.T) {
+	mode := os.Getenv("IDEM_BENCH")
+	for _, tg := range targets {
+		t.Run(tg.driver, func(t *testing.T) {
+			cfg := Config{DB: tg.open(t), Driver: tg.driver, Dialect: tg.dialect,
+				Rounds: 1, Duration: 100 * time.Millisecond, Concurrency: []int{1, 4}, HotWorkers: 4, Storms: 1, StormRequests: 8}
+			rounds, _ := strconv.Atoi(os.Getenv("IDEM_BENCH_ROUNDS"))
+			stormRequests, _ := strconv.Atoi(os.Getenv("IDEM_BENCH_STORM"))
+			switch mode {
+			case "1":
+				cfg = Config{DB: cfg.DB, Driver: tg.driver, Dialect: tg.dialect, Concurrency: []int{1, 16}, Rounds: rounds, StormRequests: stormRequests}
+			case "16":
+				cfg = Config{DB: cfg.DB, Driver: tg.driver, Dialect: tg.dialect, Concurrency: []int{16}, Rounds: cmp.Or(rounds, 8), Storms: -1}
+			}
+			var out strings.Builder
+			rep, err := Run(context.Background(), cfg, &out)
+			t.Log("\n" + out.String())
+			if testing.Verbose() {
+				for _, r := range rep.Results {
+					t.Logf("%s/%d: %.0f", r.Path, r.Concurrency, r.Rates)
+				}
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := 4*len(cfg.Concurrency) + 1; len(rep.Results) != want {
+				t.Fatalf("%d results, want %d", len(rep.Results), want)
+			}
+			for _, r := range rep.Results {
+				if r.TxPerSec <= 0 || r.Ratio <= 0 {
+					t.Errorf("%+v: no transactions measured", r)
+				}
+				if r.Path == "bare" && r.Ratio != 1 {
+					t.Errorf("%+v: bare's ratio to itself is not 1", r)
+				}
+			}
+			if cfg.Storms < 0 {
+				return
+			}
+			if len(rep.Storms) != 2 {
+				t.Fatalf("storms %+v: want one per mode", rep.Storms)
+			}
+			for _, s := range rep.Storms {
+				if s.P50 < s.Work || s.P99 < s.P50 {
+					t.Errorf("storm %+v: a request answered before the operation ended", s)
+				}
+			}
+		})
+	}
+}
