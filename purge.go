@@ -11,7 +11,8 @@ import (
 // was stored longer ago than the retention, and claims whose lease ended
 // longer ago than that. It deletes in batches of at most batch rows, oldest
 // first, each one statement in a short transaction of its own on db (READ
-// COMMITTED on PostgreSQL and MySQL), until none is left, and returns how
+// COMMITTED on PostgreSQL and MySQL, retried like RunTx on a deadlock or a
+// busy database), until none is left, and returns how
 // many it deleted. A PROCESSING claim with a live lease is never touched,
 // and rows a live transaction holds are skipped (Postgres) or waited for
 // briefly (MySQL); on SQLite each batch waits for the write lock like any
@@ -62,30 +63,24 @@ func (s *Store) PurgeBatch(ctx context.Context, db *sql.DB, limit int) (int64, e
 	return n, nil
 }
 
-// purgeBatch deletes one batch, in a transaction of the dialect's purge
-// isolation level when it has one, and reports it to the Observer.
+// purgeBatch deletes one batch in a transaction of the dialect's purge
+// isolation level, retried as RunTx retries (a deadlock on MySQL, a busy
+// database on SQLite: the batch is safe to run again), and reports it to
+// the Observer.
 func (s *Store) purgeBatch(ctx context.Context, db *sql.DB, limit int) (n int64, err error) {
 	start := startWatch()
 	defer func() { s.observe(ctx, Event{Kind: EventPurgeBatch, Duration: start.elapsed(), Rows: n, Err: err}) }()
 	r := micros(s.retention)
-	if s.q.purgeIsolation == sql.LevelDefault {
-		res, err := db.ExecContext(ctx, s.q.purge, r, r, limit)
+	err = RunTx(ctx, db, &sql.TxOptions{Isolation: s.q.purgeIsolation}, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, s.q.purge, r, r, limit)
 		if err != nil {
-			return 0, err
+			return err
 		}
-		return res.RowsAffected()
-	}
-	tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: s.q.purgeIsolation})
-	if err != nil {
-		return 0, err
-	}
-	res, err := tx.ExecContext(ctx, s.q.purge, r, r, limit)
-	if err == nil {
 		n, err = res.RowsAffected()
-	}
+		return err
+	})
 	if err != nil {
-		_ = tx.Rollback()
 		return 0, err
 	}
-	return n, tx.Commit()
+	return n, nil
 }
