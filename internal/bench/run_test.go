@@ -113,3 +113,27 @@ func TestRun(t *testing.T) {
 		})
 	}
 }
+
+// Every cell runs once a round, and after its bare run in one round and
+// before it in the next, whatever the number of cells (with --concurrency
+// 16 there are four).
+func TestScheduleAlternates(t *testing.T) {
+	for cells := 1; cells <= 9; cells++ {
+		first := map[int][]bool{}
+		for round := range 4 {
+			for _, st := range schedule(cells, round) {
+				first[st.cell] = append(first[st.cell], st.bareFirst)
+			}
+		}
+		for j := range cells {
+			if len(first[j]) != 4 {
+				t.Fatalf("%d cells: cell %d ran %d times in 4 rounds", cells, j, len(first[j]))
+			}
+			for r := 1; r < 4; r++ {
+				if first[j][r] == first[j][r-1] {
+					t.Errorf("%d cells: cell %d has its bare run on the same side in rounds %d and %d", cells, j, r-1, r)
+				}
+			}
+		}
+	}
+}
