@@ -72,7 +72,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	default:
 		t.driver = driver
 	}
-	db, err := connect(ctx, t)
+	db, err := connect(ctx, withWAL(t))
 	if err != nil {
 		return err
 	}

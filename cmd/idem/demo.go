@@ -42,22 +42,19 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if burst < 2 || burst > 40 {
 		return usageErr("demo: --burst must be between 2 and 40, got %d", burst)
 	}
-	var t target
 	if dsn == "" {
 		dir, err := os.MkdirTemp("", "idem-demo-")
 		if err != nil {
 			return err
 		}
 		defer os.RemoveAll(dir)
-		t, _ = parseSQLite(filepath.Join(dir, "demo.db"))
-		t = withWAL(t)
-	} else {
-		var err error
-		if t, err = parseDSN(dsn); err != nil {
-			return err
-		}
-		t = withWAL(t)
+		dsn = "sqlite:" + filepath.Join(dir, "demo.db")
 	}
+	t, err := parseDSN(dsn)
+	if err != nil {
+		return err
+	}
+	t = withWAL(t)
 	db, err := connect(ctx, t)
 	if err != nil {
 		return err
