@@ -11,6 +11,8 @@ export IDEM_TEST_POSTGRES_DSN IDEM_TEST_MYSQL_DSN
 
 test:
 	go test -race -count=1 -timeout 20m ./...
+	# The allocation bound skips under -race (sync.Pool drops items there).
+	go test -count=1 -run TestIdemAllocs ./internal/bench
 
 # Formatting and vet, as CI runs them.
 check:
