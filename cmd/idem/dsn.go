@@ -51,7 +51,8 @@ type target struct {
 func parseDSN(dsn string) (target, error) {
 	scheme, rest, ok := strings.Cut(dsn, ":")
 	if !ok || dsn == "" {
-		return target{}, usageErr("DSN %q has no scheme; use postgres://..., mysql://user:pass@host:port/db, sqlite:path or file:path", dsn)
+		// Not quoted: a key=value DSN would show its password.
+		return target{}, usageErr("the DSN has no scheme; use postgres://..., mysql://user:pass@host:port/db, sqlite:path or file:path")
 	}
 	switch strings.ToLower(scheme) {
 	case "postgres", "postgresql":

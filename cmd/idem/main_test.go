@@ -270,7 +270,7 @@ func TestBadInput(t *testing.T) {
 	missing := filepath.Join(t.TempDir(), "absent.db")
 	cases := map[string][]string{
 		"unknown scheme":      {"stats", "--dsn", "oracle://scott@tiger/db"},
-		"no scheme":           {"stats", "--dsn", "just-a-path.db"},
+		"no scheme":           {"stats", "--dsn", "host=127.0.0.1 user=postgres password=wrong-password"},
 		"no dsn":              {"stats"},
 		"unreachable server":  {"stats", "--dsn", "postgres://postgres@127.0.0.1:1/test?sslmode=disable&connect_timeout=5"},
 		"unreachable mysql":   {"stats", "--dsn", "mysql://root@127.0.0.1:1/test"},
