@@ -407,11 +407,17 @@ func (d *demo) lateRetryScenario(ctx context.Context, key string) (outcome, erro
 		idem:  fmt.Sprintf("%s; retry waited %s, replayed", charges(n), waited.Round(10*time.Millisecond)),
 		naive: charges(naive),
 	}
+	if first.Replayed {
+		// On a loaded machine the retry can reach the database first:
+		// then it runs and the first request replays, as it should.
+		o.idem = fmt.Sprintf("%s; the retry came first, the first request replayed", charges(n))
+	}
 	switch {
 	case n != 1:
 		o.broken = fmt.Errorf("%d charges, want 1", n)
-	case !retry.Replayed || string(retry.Body) != string(first.Body):
-		o.broken = fmt.Errorf("the retry got %q (replayed %v), want a replay of %q", retry.Body, retry.Replayed, first.Body)
+	case first.Replayed == retry.Replayed || string(retry.Body) != string(first.Body):
+		o.broken = fmt.Errorf("responses %q (replayed %v) and %q (replayed %v), want one response, replayed once",
+			first.Body, first.Replayed, retry.Body, retry.Replayed)
 	}
 	return o, nil
 }
