@@ -284,8 +284,9 @@ func schedule(cells, round int) []step {
 	return steps
 }
 
-// measure runs conc workers of p for d and returns committed
-// transactions per second.
+// measure runs conc workers of p for d, each for at least one
+// transaction (so that a rate is never 0 and a ratio never NaN), and
+// returns committed transactions per second.
 func measure(ctx context.Context, e *Env, p path, conc int, d time.Duration) (float64, error) {
 	var (
 		done  atomic.Int64
@@ -300,7 +301,7 @@ func measure(ctx context.Context, e *Env, p path, conc int, d time.Duration) (fl
 	for w := range conc {
 		body := p.worker(e, w)
 		wg.Go(func() {
-			for time.Now().Before(deadline) && ctx.Err() == nil {
+			for ctx.Err() == nil {
 				if err := body(ctx); err != nil {
 					errMu.Lock()
 					if first == nil {
@@ -311,6 +312,9 @@ func measure(ctx context.Context, e *Env, p path, conc int, d time.Duration) (fl
 					return
 				}
 				done.Add(1)
+				if !time.Now().Before(deadline) {
+					return
+				}
 			}
 		})
 	}

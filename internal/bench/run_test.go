@@ -13,6 +13,7 @@ import (
 	_ "github.com/go-sql-driver/mysql"
 	_ "github.com/jackc/pgx/v5/stdlib"
 	_ "github.com/lib/pq"
+	_ "modernc.org/sqlite"
 
 	"github.com/idemkit/idem"
 )
@@ -135,5 +136,28 @@ func TestScheduleAlternates(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// A run shorter than a transaction still runs one per worker, so that no
+// rate is 0 and no ratio NaN (--duration 1us printed NaN and +Inf).
+func TestMeasureRunsOncePerWorker(t *testing.T) {
+	ctx := context.Background()
+	db, err := sql.Open("sqlite", "file:"+t.TempDir()+"/bench.db?_txlock=immediate&_pragma=busy_timeout(10000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	e, err := Setup(ctx, db, idem.SQLite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close(ctx)
+	rate, err := measure(ctx, e, paths[0], 3, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := e.Orders(ctx, "bare"); err != nil || n != 3 || rate <= 0 {
+		t.Errorf("a run of 0s: rate %v, %d order rows (%v), want 3 rows, one per worker", rate, n, err)
 	}
 }
