@@ -9,8 +9,11 @@ export IDEM_TEST_POSTGRES_DSN IDEM_TEST_MYSQL_DSN
 
 .PHONY: test check
 
+# TestIdemAllocs skips under -race (the race detector changes allocation
+# counts), so it runs a second time without.
 test:
 	go test -race -count=1 -timeout 20m ./...
+	go test -count=1 -run TestIdemAllocs ./internal/bench
 
 # Formatting and vet, as CI runs them.
 check:

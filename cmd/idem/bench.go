@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -30,7 +29,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			"median of the rounds. Then storms of 64 requests with one key whose\n"+
 			"operation takes 50ms: time until every request has its answer. Creates\n"+
 			"two tables with random names and drops them. See docs/benchmarks.md.", stderr)
-	fs.StringVar(&dsn, "dsn", "", "database: postgres://..., mysql://user:pass@host:port/db, sqlite:path or file:path (default $IDEM_DSN)")
+	fs.StringVar(&dsn, "dsn", "", dsnUsage)
 	fs.StringVar(&driver, "driver", "", "for postgres:// DSNs, the driver: pgx (the default) or postgres (lib/pq)")
 	fs.IntVar(&cfg.Rounds, "rounds", 10, "rounds: each path runs once a round, beside a bare run")
 	fs.DurationVar(&cfg.Duration, "duration", 300*time.Millisecond, "how long each run lasts")
@@ -53,11 +52,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if storms == 0 {
 		cfg.Storms = -1
 	}
-	if dsn == "" {
-		dsn = os.Getenv("IDEM_DSN")
-	}
-	if dsn == "" {
-		return usageErr("--dsn is required (or set IDEM_DSN)")
+	dsn, err := dsnOrEnv(dsn)
+	if err != nil {
+		return err
 	}
 	t, err := parseDSN(dsn)
 	if err != nil {
@@ -72,7 +69,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	default:
 		t.driver = driver
 	}
-	db, err := connect(ctx, t)
+	db, err := connect(ctx, withWAL(t))
 	if err != nil {
 		return err
 	}

@@ -51,7 +51,8 @@ type target struct {
 func parseDSN(dsn string) (target, error) {
 	scheme, rest, ok := strings.Cut(dsn, ":")
 	if !ok || dsn == "" {
-		return target{}, usageErr("DSN %q has no scheme; use postgres://..., mysql://user:pass@host:port/db, sqlite:path or file:path", dsn)
+		// Not quoted: a key=value DSN would show its password.
+		return target{}, usageErr("the DSN has no scheme; use postgres://..., mysql://user:pass@host:port/db, sqlite:path or file:path")
 	}
 	switch strings.ToLower(scheme) {
 	case "postgres", "postgresql":
@@ -137,8 +138,24 @@ type dbFlags struct {
 	table string
 }
 
+// dsnUsage is the usage of the --dsn flag of the commands that need a
+// database.
+const dsnUsage = "database: postgres://..., mysql://user:pass@host:port/db, sqlite:path or file:path (default $IDEM_DSN)"
+
+// dsnOrEnv is the --dsn flag's value, or $IDEM_DSN when it is empty (not
+// the flag's default: --help would print the password).
+func dsnOrEnv(dsn string) (string, error) {
+	if dsn == "" {
+		dsn = os.Getenv("IDEM_DSN")
+	}
+	if dsn == "" {
+		return "", usageErr("--dsn is required (or set IDEM_DSN)")
+	}
+	return dsn, nil
+}
+
 func (f *dbFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.dsn, "dsn", "", "database: postgres://..., mysql://user:pass@host:port/db, sqlite:path or file:path (default $IDEM_DSN)")
+	fs.StringVar(&f.dsn, "dsn", "", dsnUsage)
 	fs.StringVar(&f.table, "table", idem.DefaultTable, "the idempotency table, optionally schema-qualified")
 }
 
@@ -146,14 +163,11 @@ func (f *dbFlags) register(fs *flag.FlagSet) {
 // checking that it answers. create allows a SQLite file that does not exist
 // yet; other commands refuse it rather than leave an empty file behind.
 func (f *dbFlags) open(ctx context.Context, create bool, opts ...idem.Option) (*sql.DB, target, *idem.Store, error) {
-	if f.dsn == "" {
-		// Not the flag's default: --help would print the password.
-		f.dsn = os.Getenv("IDEM_DSN")
+	dsn, err := dsnOrEnv(f.dsn)
+	if err != nil {
+		return nil, target{}, nil, err
 	}
-	if f.dsn == "" {
-		return nil, target{}, nil, usageErr("--dsn is required (or set IDEM_DSN)")
-	}
-	t, err := parseDSN(f.dsn)
+	t, err := parseDSN(dsn)
 	if err != nil {
 		return nil, t, nil, err
 	}

@@ -24,7 +24,7 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		retention  time.Duration
 		asJSON     bool
 	)
-	fs := newFlags("inspect", "--dsn DSN --scope SCOPE --key KEY [--json]",
+	fs := newFlags("inspect", "--dsn DSN --key KEY [--scope SCOPE] [--table NAME] [--retention 24h] [--json]",
 		"Shows the record of one Idempotency-Key: status, operation, fingerprint,\nfencing token, lease end, age, and the stored response (its body if it is\ntext). Reads only; locks nothing. Exit code 1 when there is no record.", stderr)
 	f.register(fs)
 	fs.StringVar(&scope, "scope", "", "the key's scope (user, tenant, API client); may be empty")

@@ -18,7 +18,7 @@ func runStats(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		retention time.Duration
 		asJSON    bool
 	)
-	fs := newFlags("stats", "--dsn DSN [--table NAME] [--json]",
+	fs := newFlags("stats", "--dsn DSN [--table NAME] [--retention 24h] [--json]",
 		"Counts the records by status, shows the oldest, how many are past retention\nbut not yet purged, and the table's and indexes' size where the database\ncan tell. Reads only.", stderr)
 	f.register(fs)
 	fs.DurationVar(&retention, "retention", idem.DefaultRetention, "the application's retention, to count the records past it")

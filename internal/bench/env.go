@@ -69,9 +69,6 @@ func (e *Env) Close(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// Store is the idem Store on the run's table.
-func (e *Env) Store() *idem.Store { return e.store }
-
 // Key returns a key no other call of Key returns.
 func (e *Env) Key() string {
 	return e.prefix + strconv.FormatInt(e.seq.Add(1), 10)

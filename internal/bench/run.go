@@ -123,6 +123,8 @@ func replayKey(w int) string { return fmt.Sprintf("replay-%d", w) }
 
 const hotKey = "hot"
 
+// paths are what the benchmark runs; the first, bare, is the baseline of
+// every ratio.
 var paths = []path{
 	{name: "bare", worker: func(e *Env, _ int) func(context.Context) error { return e.Bare }},
 	{name: "fresh", worker: func(e *Env, _ int) func(context.Context) error { return e.Fresh }},
@@ -171,14 +173,9 @@ func run(ctx context.Context, e *Env, cfg Config, w io.Writer) (Report, error) {
 	fmt.Fprintf(w, "idem bench: %s driver, %s dialect; %d rounds, each path for %v beside a bare run of %v\n",
 		cfg.Driver, rep.Dialect, cfg.Rounds, cfg.Duration, cfg.Duration)
 
-	bare := path{name: "bare"}
+	bare := paths[0]
 	var cells []*cell
 	bares := map[int]*cell{}
-	for _, p := range paths {
-		if p.name == "bare" {
-			bare = p
-		}
-	}
 	add := func(p path, conc int) {
 		if bares[conc] == nil {
 			bares[conc] = &cell{path: bare, conc: conc}
@@ -187,7 +184,7 @@ func run(ctx context.Context, e *Env, cfg Config, w io.Writer) (Report, error) {
 	}
 	for _, c := range cfg.Concurrency {
 		for _, p := range paths {
-			if p.name != "bare" && !p.hot {
+			if p.name != bare.name && !p.hot {
 				add(p, c)
 			}
 		}
@@ -211,11 +208,11 @@ func run(ctx context.Context, e *Env, cfg Config, w io.Writer) (Report, error) {
 	// round to round: load from outside that changes over seconds then
 	// weighs on both sides of each ratio alike.
 	for round := range cfg.Rounds {
-		for i := range cells {
-			c := cells[(i+round)%len(cells)]
+		for _, st := range schedule(len(cells), round) {
+			c := cells[st.cell]
 			b := bares[c.conc]
 			order := []*cell{b, c}
-			if (i+round)%2 == 1 {
+			if !st.bareFirst {
 				order = []*cell{c, b}
 			}
 			var rates [2]float64
@@ -267,8 +264,29 @@ func run(ctx context.Context, e *Env, cfg Config, w io.Writer) (Report, error) {
 	return rep, nil
 }
 
-// measure runs conc workers of p for d and returns committed
-// transactions per second.
+// step is one pairing of a round: a cell, and whether its bare run comes
+// before the cell's own run.
+type step struct {
+	cell      int
+	bareFirst bool
+}
+
+// schedule is the order of round's pairings: every cell once, starting one
+// further along each round, and a cell's bare run before its own in
+// alternate rounds, so that each path runs as often after its bare run as
+// before it.
+func schedule(cells, round int) []step {
+	steps := make([]step, cells)
+	for i := range steps {
+		j := (i + round) % cells
+		steps[i] = step{cell: j, bareFirst: (j+round)%2 == 0}
+	}
+	return steps
+}
+
+// measure runs conc workers of p for d, each for at least one
+// transaction (so that a rate is never 0 and a ratio never NaN), and
+// returns committed transactions per second.
 func measure(ctx context.Context, e *Env, p path, conc int, d time.Duration) (float64, error) {
 	var (
 		done  atomic.Int64
@@ -283,7 +301,7 @@ func measure(ctx context.Context, e *Env, p path, conc int, d time.Duration) (fl
 	for w := range conc {
 		body := p.worker(e, w)
 		wg.Go(func() {
-			for time.Now().Before(deadline) && ctx.Err() == nil {
+			for ctx.Err() == nil {
 				if err := body(ctx); err != nil {
 					errMu.Lock()
 					if first == nil {
@@ -294,6 +312,9 @@ func measure(ctx context.Context, e *Env, p path, conc int, d time.Duration) (fl
 					return
 				}
 				done.Add(1)
+				if !time.Now().Before(deadline) {
+					return
+				}
 			}
 		})
 	}

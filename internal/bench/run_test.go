@@ -13,6 +13,7 @@ import (
 	_ "github.com/go-sql-driver/mysql"
 	_ "github.com/jackc/pgx/v5/stdlib"
 	_ "github.com/lib/pq"
+	_ "modernc.org/sqlite"
 
 	"github.com/idemkit/idem"
 )
@@ -111,5 +112,52 @@ func TestRun(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// Every cell runs once a round, and after its bare run in one round and
+// before it in the next, whatever the number of cells (with --concurrency
+// 16 there are four).
+func TestScheduleAlternates(t *testing.T) {
+	for cells := 1; cells <= 9; cells++ {
+		first := map[int][]bool{}
+		for round := range 4 {
+			for _, st := range schedule(cells, round) {
+				first[st.cell] = append(first[st.cell], st.bareFirst)
+			}
+		}
+		for j := range cells {
+			if len(first[j]) != 4 {
+				t.Fatalf("%d cells: cell %d ran %d times in 4 rounds", cells, j, len(first[j]))
+			}
+			for r := 1; r < 4; r++ {
+				if first[j][r] == first[j][r-1] {
+					t.Errorf("%d cells: cell %d has its bare run on the same side in rounds %d and %d", cells, j, r-1, r)
+				}
+			}
+		}
+	}
+}
+
+// A run shorter than a transaction still runs one per worker, so that no
+// rate is 0 and no ratio NaN (--duration 1us printed NaN and +Inf).
+func TestMeasureRunsOncePerWorker(t *testing.T) {
+	ctx := context.Background()
+	db, err := sql.Open("sqlite", "file:"+t.TempDir()+"/bench.db?_txlock=immediate&_pragma=busy_timeout(10000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	e, err := Setup(ctx, db, idem.SQLite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close(ctx)
+	rate, err := measure(ctx, e, paths[0], 3, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := e.Orders(ctx, "bare"); err != nil || n != 3 || rate <= 0 {
+		t.Errorf("a run of 0s: rate %v, %d order rows (%v), want 3 rows, one per worker", rate, n, err)
 	}
 }
