@@ -29,13 +29,17 @@ type Record struct {
 }
 
 // Inspect reads the record of (scope, key) without locking it or changing
-// anything. It returns nil and no error when there is none.
+// anything. It returns nil and no error when there is none. An invalid key
+// or scope is ErrInvalidKey or ErrInvalidRequest, as for Do.
 func (s *Store) Inspect(ctx context.Context, db DBTX, scope, key string) (*Record, error) {
 	if s.err != nil {
 		return nil, s.err
 	}
 	if db == nil {
 		return nil, errors.New("idem: Inspect needs a database handle, got nil")
+	}
+	if err := (Request{Scope: scope, Key: key}).validate(); err != nil {
+		return nil, err
 	}
 	var (
 		rec                 = Record{Scope: scope, Key: key}

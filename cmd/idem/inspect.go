@@ -37,6 +37,9 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if key == "" {
 		return usageErr("inspect: --key is required")
 	}
+	if err := idem.ValidateKey(key); err != nil {
+		return usageErr("inspect: --key: %s", strings.TrimPrefix(err.Error(), "idem: "))
+	}
 	db, _, s, err := f.open(ctx, false, idem.WithRetention(retention))
 	if err != nil {
 		return err

@@ -206,6 +206,10 @@ func TestOperate(t *testing.T) {
 			if r.code != 1 || !strings.Contains(r.stderr, "no record") {
 				t.Errorf("inspect of a missing key (keys are case-sensitive): exit %d, stderr %q", r.code, r.stderr)
 			}
+			r = idemCmd(t, "inspect", "--dsn", dsn, "--table", table, "--scope", "tenant 1", "--key", "order 42")
+			if r.code != 2 || !strings.Contains(r.stderr, "invalid idempotency key") {
+				t.Errorf("inspect of an invalid key: exit %d, stderr %q; want 2 and the reason", r.code, r.stderr)
+			}
 
 			claimed := req
 			claimed.Key = "order-43"
