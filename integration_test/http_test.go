@@ -377,7 +377,8 @@ func TestHTTPHeaderForms(t *testing.T) {
 }
 
 // 400, 413 and 422 answers: problem bodies, and no database work for the
-// first two (the middleware's DB is closed, so any use would be a 500).
+// first two (the middleware's DB is closed, so any use would be a 500); a
+// body of exactly MaxBody passes.
 func TestHTTPProblems(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
 		api := e.chargeAPI()
@@ -407,6 +408,15 @@ func TestHTTPProblems(t *testing.T) {
 			t.Fatalf("chunked oversize body: %d (sent with Content-Length %d)", resp.StatusCode, req.ContentLength)
 		}
 
+		// A body of exactly MaxBody bytes reaches the handler whole (it
+		// decodes the JSON, which a truncated body would fail).
+		exact := `{"amount": 1, "pad": "` + strings.Repeat("x", 64-24) + `"}`
+		r, err = post(c, srv.URL+"/v1/charges", exact, "exact-1")
+		must(t, err)
+		if len(exact) != 64 || r.status != http.StatusCreated {
+			t.Fatalf("a body of %d bytes, MaxBody 64: %d %s", len(exact), r.status, r.body)
+		}
+
 		r, err = post(c, srv.URL+"/v1/charges", `{"amount": 1}`, "reuse-1")
 		must(t, err)
 		if r.status != http.StatusCreated {
@@ -423,8 +433,8 @@ func TestHTTPProblems(t *testing.T) {
 		r, err = post(c, srv.URL+"/v1/refunds", `{"amount": 1}`, "reuse-1")
 		must(t, err)
 		checkProblem(t, r, http.StatusUnprocessableEntity, idemhttp.TypeKeyReused, "different request")
-		if n := api.calls.Load(); n != 1 {
-			t.Fatalf("handler ran %d times, want 1", n)
+		if n := api.calls.Load(); n != 2 {
+			t.Fatalf("handler ran %d times, want 2 (exact-1 and reuse-1)", n)
 		}
 	})
 }
