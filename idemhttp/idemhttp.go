@@ -13,11 +13,13 @@
 // runs the handler and the others wait for its transaction, then replay its
 // result.
 //
-// A retryable database error (serialization failure, deadlock) rolls back
-// and runs the whole transaction again, handler included: a handler may
-// therefore run more than once for one request, but only the rows of the
-// attempt that commits remain. Side effects outside the transaction must be
-// idempotent themselves.
+// A retryable database error (serialization failure, deadlock) in the
+// middleware's own statements or the commit rolls back and runs the whole
+// transaction again, handler included: a handler may therefore run more
+// than once for one request, but only the rows of the attempt that commits
+// remain. Side effects outside the transaction must be idempotent
+// themselves. An error of the handler's own statements is the handler's to
+// answer; a 5xx rolls back, and the client's retry runs it again.
 //
 // ModeClaim is for handlers that call a slow external service, such as a
 // payment provider, which must not run inside an open transaction. The
@@ -185,8 +187,9 @@ const (
 //
 // In ModeTransaction the transaction is open before the handler runs. In
 // ModeClaim the first call of Tx begins it, so call Tx only once the slow
-// work is done; Tx returns nil if it could not begin, and the middleware
-// then answers 500 whatever the handler writes.
+// work is done. Tx returns nil if it could not begin; the middleware then
+// rolls back and answers 500 in place of any 2xx, 3xx or 4xx the handler
+// writes (a 5xx of the handler's own is passed on).
 func Tx(ctx context.Context) *sql.Tx {
 	h, _ := ctx.Value(txKey).(*txHolder)
 	if h == nil {
