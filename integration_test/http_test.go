@@ -565,35 +565,49 @@ func TestHTTPFailuresNotStored(t *testing.T) {
 }
 
 // A handler that flushes or hijacks is refused with a 500 problem and
-// rolled back; ResponseController reports ErrStreaming to it.
+// rolled back, in both modes (in ModeClaim its claim is released);
+// ResponseController reports ErrStreaming to it.
 func TestHTTPStreamingRefused(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
-		for _, how := range []string{"Flush", "Hijack"} {
-			t.Run(how, func(t *testing.T) {
-				api := e.chargeAPI()
-				var got error
-				api.respond = func(w http.ResponseWriter, _ int64) {
-					fmt.Fprint(w, "part 1")
-					switch how {
-					case "Flush":
-						w.(http.Flusher).Flush()
-						got = http.NewResponseController(w).Flush()
-					case "Hijack":
-						_, _, got = w.(http.Hijacker).Hijack()
-					}
-					fmt.Fprint(w, "part 2")
-				}
-				srv, s := e.serve(idemhttp.Config{}, api)
-				r, err := post(srv.Client(), srv.URL+"/v1/charges", `{"amount": 5}`, "stream-1")
-				must(t, err)
-				checkProblem(t, r, http.StatusInternalServerError, idemhttp.TypeStreaming, "called "+how)
-				if !errors.Is(got, idemhttp.ErrStreaming) {
-					t.Fatalf("the handler got %v, want ErrStreaming", got)
-				}
-				if n, rec := e.count(api.biz, "stream-1"), e.records(s, "stream-1"); n != 0 || rec != 0 {
-					t.Fatalf("%d rows, %d records; want 0, 0", n, rec)
-				}
-			})
+		for _, mode := range []idemhttp.Mode{idemhttp.ModeTransaction, idemhttp.ModeClaim} {
+			for _, how := range []string{"Flush", "Hijack"} {
+				testStreamingRefused(t, e, mode, how)
+			}
+		}
+	})
+}
+
+// testStreamingRefused runs one case of TestHTTPStreamingRefused.
+func testStreamingRefused(t *testing.T, e *env, mode idemhttp.Mode, how string) {
+	t.Run(fmt.Sprintf("%s/claim=%v", how, mode == idemhttp.ModeClaim), func(t *testing.T) {
+		api := e.chargeAPI()
+		var got error
+		api.respond = func(w http.ResponseWriter, _ int64) {
+			fmt.Fprint(w, "part 1")
+			switch how {
+			case "Flush":
+				w.(http.Flusher).Flush()
+				got = http.NewResponseController(w).Flush()
+			case "Hijack":
+				_, _, got = w.(http.Hijacker).Hijack()
+			}
+			fmt.Fprint(w, "part 2")
+		}
+		srv, s := e.serve(idemhttp.Config{Mode: mode}, api)
+		r, err := post(srv.Client(), srv.URL+"/v1/charges", `{"amount": 5}`, "stream-1")
+		must(t, err)
+		checkProblem(t, r, http.StatusInternalServerError, idemhttp.TypeStreaming, "called "+how)
+		if !errors.Is(got, idemhttp.ErrStreaming) {
+			t.Fatalf("the handler got %v, want ErrStreaming", got)
+		}
+		released := e.int64("SELECT COUNT(*) FROM "+s.Table()+" WHERE idem_key = ? AND status = 'released'", "stream-1")
+		n, rec := e.count(api.biz, "stream-1"), e.records(s, "stream-1")
+		want := 0 // nothing stored
+		if mode == idemhttp.ModeClaim {
+			want = 1 // the claim, released
+		}
+		if n != 0 || rec != want || released != int64(want) {
+			t.Fatalf("%d rows, %d records, %d released; want 0, %d, %d", n, rec, released, want, want)
 		}
 	})
 }
