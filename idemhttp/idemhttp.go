@@ -96,7 +96,9 @@ type Config struct {
 	// Scope returns who owns the request's key (the authenticated user,
 	// tenant or API client), so that keys never collide across owners.
 	// Default: one scope, "", for everyone. A *Problem it returns is the
-	// answer (say a 401); any other error is a 500.
+	// answer (say a 401); any other error is a 500. It may read the body
+	// (to check a signature, say): it gets a copy of its own, as does
+	// Operation.
 	Scope func(*http.Request) (string, error)
 	// Operation returns what the key is bound to: a key reused with another
 	// operation is a 422. Default: the method and path, "POST /v1/charges"
@@ -276,12 +278,12 @@ func (m *Middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 	}
 	var req *idem.Request
 	if present {
-		scope, err := m.cfg.Scope(r)
+		scope, err := m.cfg.Scope(withBody(r, body))
 		if err != nil {
 			m.fail(w, r, "scope", err)
 			return
 		}
-		req = &idem.Request{Scope: scope, Key: key, Operation: m.cfg.Operation(r), Fingerprint: fingerprint(r, body)}
+		req = &idem.Request{Scope: scope, Key: key, Operation: m.cfg.Operation(withBody(r, body)), Fingerprint: fingerprint(r, body)}
 		r = r.WithContext(context.WithValue(r.Context(), requestKey, *req))
 	}
 	if m.cfg.Mode == ModeClaim {
@@ -325,10 +327,16 @@ func (m *Middleware) serveTx(next http.Handler, w http.ResponseWriter, r *http.R
 // transaction, and returns what it answered.
 func (m *Middleware) run(next http.Handler, r *http.Request, h *txHolder, body []byte) *recorder {
 	rec := newRecorder()
-	hr := r.WithContext(context.WithValue(r.Context(), txKey, h))
-	hr.Body = io.NopCloser(bytes.NewReader(body))
-	next.ServeHTTP(rec, hr)
+	next.ServeHTTP(rec, withBody(r.WithContext(context.WithValue(r.Context(), txKey, h)), body))
 	return rec
+}
+
+// withBody returns a shallow copy of r whose Body reads body from the
+// start: the middleware has read r.Body already.
+func withBody(r *http.Request, body []byte) *http.Request {
+	c := r.WithContext(r.Context())
+	c.Body = io.NopCloser(bytes.NewReader(body))
+	return c
 }
 
 // result is the Response to store for what the handler answered, or an

@@ -612,6 +612,29 @@ func testStreamingRefused(t *testing.T, e *env, mode idemhttp.Mode, how string) 
 	})
 }
 
+// Scope may read the body: one key sent for two accounts named in the
+// body is two keys, and the handler still reads the whole body.
+func TestHTTPScopeReadsBody(t *testing.T) {
+	forEach(t, func(t *testing.T, e *env) {
+		api := e.chargeAPI()
+		srv, _ := e.serve(idemhttp.Config{Scope: func(r *http.Request) (string, error) {
+			var in struct{ Account string }
+			err := json.NewDecoder(r.Body).Decode(&in)
+			return in.Account, err
+		}}, api)
+		for _, account := range []string{"acct-1", "acct-2"} {
+			r, err := post(srv.Client(), srv.URL+"/v1/charges", `{"account": "`+account+`", "amount": 4}`, "scoped-1")
+			must(t, err)
+			if r.status != http.StatusCreated || r.replayed() {
+				t.Fatalf("%s: %d replayed=%v %s; want a fresh 201 in its own scope", account, r.status, r.replayed(), r.body)
+			}
+		}
+		if n := e.count(api.biz, "scoped-1"); n != 2 {
+			t.Fatalf("%d rows, want 2", n)
+		}
+	})
+}
+
 // Methods outside Config.Methods pass through with no transaction.
 func TestHTTPPassThrough(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
