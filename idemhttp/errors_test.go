@@ -78,3 +78,28 @@ func TestNewChecksConfig(t *testing.T) {
 		t.Errorf("a valid Config: %v", err)
 	}
 }
+
+// A body of exactly MaxBody bytes is read whole, with or without a
+// Content-Length; one byte more is a 413.
+func TestReadBodyLimit(t *testing.T) {
+	m, err := New(Config{Store: idem.New(idem.Postgres), DB: &sql.DB{}, MaxBody: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []int{0, 1, 64, 65, 1000} {
+		for _, chunked := range []bool{false, true} {
+			body := strings.Repeat("x", n)
+			r := httptest.NewRequest("POST", "/v1/charges", strings.NewReader(body))
+			if chunked {
+				r.ContentLength = -1
+			}
+			got, p := m.readBody(r)
+			switch {
+			case n <= 64 && (p != nil || string(got) != body):
+				t.Errorf("%d bytes (chunked %v): read %d bytes, problem %v; want all of them", n, chunked, len(got), p)
+			case n > 64 && (p == nil || p.Status != 413 || p.Type != TypeBodyTooLarge):
+				t.Errorf("%d bytes (chunked %v): problem %v, want a 413", n, chunked, p)
+			}
+		}
+	}
+}

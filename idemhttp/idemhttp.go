@@ -13,11 +13,13 @@
 // runs the handler and the others wait for its transaction, then replay its
 // result.
 //
-// A retryable database error (serialization failure, deadlock) rolls back
-// and runs the whole transaction again, handler included: a handler may
-// therefore run more than once for one request, but only the rows of the
-// attempt that commits remain. Side effects outside the transaction must be
-// idempotent themselves.
+// A retryable database error (serialization failure, deadlock) in the
+// middleware's own statements or the commit rolls back and runs the whole
+// transaction again, handler included: a handler may therefore run more
+// than once for one request, but only the rows of the attempt that commits
+// remain. Side effects outside the transaction must be idempotent
+// themselves. An error of the handler's own statements is the handler's to
+// answer; a 5xx rolls back, and the client's retry runs it again.
 //
 // ModeClaim is for handlers that call a slow external service, such as a
 // payment provider, which must not run inside an open transaction. The
@@ -94,7 +96,9 @@ type Config struct {
 	// Scope returns who owns the request's key (the authenticated user,
 	// tenant or API client), so that keys never collide across owners.
 	// Default: one scope, "", for everyone. A *Problem it returns is the
-	// answer (say a 401); any other error is a 500.
+	// answer (say a 401); any other error is a 500. It may read the body
+	// (to check a signature, say): it gets a copy of its own, as does
+	// Operation.
 	Scope func(*http.Request) (string, error)
 	// Operation returns what the key is bound to: a key reused with another
 	// operation is a 422. Default: the method and path, "POST /v1/charges"
@@ -185,8 +189,9 @@ const (
 //
 // In ModeTransaction the transaction is open before the handler runs. In
 // ModeClaim the first call of Tx begins it, so call Tx only once the slow
-// work is done; Tx returns nil if it could not begin, and the middleware
-// then answers 500 whatever the handler writes.
+// work is done. Tx returns nil if it could not begin; the middleware then
+// rolls back and answers 500 in place of any 2xx, 3xx or 4xx the handler
+// writes (a 5xx of the handler's own is passed on).
 func Tx(ctx context.Context) *sql.Tx {
 	h, _ := ctx.Value(txKey).(*txHolder)
 	if h == nil {
@@ -273,12 +278,12 @@ func (m *Middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 	}
 	var req *idem.Request
 	if present {
-		scope, err := m.cfg.Scope(r)
+		scope, err := m.cfg.Scope(withBody(r, body))
 		if err != nil {
 			m.fail(w, r, "scope", err)
 			return
 		}
-		req = &idem.Request{Scope: scope, Key: key, Operation: m.cfg.Operation(r), Fingerprint: fingerprint(r, body)}
+		req = &idem.Request{Scope: scope, Key: key, Operation: m.cfg.Operation(withBody(r, body)), Fingerprint: fingerprint(r, body)}
 		r = r.WithContext(context.WithValue(r.Context(), requestKey, *req))
 	}
 	if m.cfg.Mode == ModeClaim {
@@ -322,10 +327,16 @@ func (m *Middleware) serveTx(next http.Handler, w http.ResponseWriter, r *http.R
 // transaction, and returns what it answered.
 func (m *Middleware) run(next http.Handler, r *http.Request, h *txHolder, body []byte) *recorder {
 	rec := newRecorder()
-	hr := r.WithContext(context.WithValue(r.Context(), txKey, h))
-	hr.Body = io.NopCloser(bytes.NewReader(body))
-	next.ServeHTTP(rec, hr)
+	next.ServeHTTP(rec, withBody(r.WithContext(context.WithValue(r.Context(), txKey, h)), body))
 	return rec
+}
+
+// withBody returns a shallow copy of r whose Body reads body from the
+// start: the middleware has read r.Body already.
+func withBody(r *http.Request, body []byte) *http.Request {
+	c := r.WithContext(r.Context())
+	c.Body = io.NopCloser(bytes.NewReader(body))
+	return c
 }
 
 // result is the Response to store for what the handler answered, or an

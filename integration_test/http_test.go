@@ -142,6 +142,45 @@ func retryingPost(ctx context.Context, client *http.Client, url, body, key strin
 	}
 }
 
+// retryingClients starts n clients at once, each sending body with key to
+// url through retryingPost. The returned wait waits for them, reports each
+// client's error on t and returns the others' responses; with needConflict,
+// a client that never saw a 409 is an error.
+func retryingClients(ctx context.Context, n int, client *http.Client, url, body, key string, needConflict bool) (wait func(t *testing.T) []response) {
+	var (
+		wg        sync.WaitGroup
+		mu        sync.Mutex
+		responses []response
+		errs      []error
+	)
+	start := make(chan struct{})
+	for range n {
+		wg.Go(func() {
+			<-start
+			r, conflicts, err := retryingPost(ctx, client, url, body, key)
+			if err == nil && needConflict && conflicts == 0 {
+				err = errors.New("the client saw no 409 while the key was held")
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				errs = append(errs, err)
+				return
+			}
+			responses = append(responses, r)
+		})
+	}
+	close(start)
+	return func(t *testing.T) []response {
+		t.Helper()
+		wg.Wait()
+		for _, err := range errs {
+			t.Errorf("client: %v", err)
+		}
+		return responses
+	}
+}
+
 // problem is an RFC 9457 body.
 type problem struct {
 	Type, Title, Detail string
@@ -168,6 +207,18 @@ func checkProblem(t *testing.T, r response, status int, typ, fragment string) pr
 	return p
 }
 
+// checkRetryAfter asserts that r's Retry-After is the remaining time of a
+// lease taken moments ago: whole seconds, at least 1 and at most lease
+// rounded up (less when a loaded machine took a while to answer).
+func checkRetryAfter(t *testing.T, r response, lease time.Duration) {
+	t.Helper()
+	ra := r.header.Get("Retry-After")
+	secs, err := strconv.Atoi(ra)
+	if most := int((lease + time.Second - 1) / time.Second); err != nil || secs < 1 || secs > most {
+		t.Fatalf("Retry-After %q, want the lease's remaining 1 to %d seconds", ra, most)
+	}
+}
+
 // 50 concurrent identical POSTs with one key make exactly one charge; the
 // other 49 get its response replayed byte for byte, under the default
 // isolation level and under SERIALIZABLE (where RunTx retries the losers).
@@ -185,31 +236,7 @@ func TestHTTPConcurrentDuplicates(t *testing.T) {
 				srv, _ := e.serve(idemhttp.Config{TxOptions: opts}, api)
 				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 				defer cancel()
-				var (
-					wg        sync.WaitGroup
-					mu        sync.Mutex
-					responses []response
-					errs      []error
-				)
-				start := make(chan struct{})
-				for range clients {
-					wg.Go(func() {
-						<-start
-						r, _, err := retryingPost(ctx, srv.Client(), srv.URL+"/v1/charges", `{"amount": 100}`, "storm-1")
-						mu.Lock()
-						defer mu.Unlock()
-						if err != nil {
-							errs = append(errs, err)
-							return
-						}
-						responses = append(responses, r)
-					})
-				}
-				close(start)
-				wg.Wait()
-				for _, err := range errs {
-					t.Errorf("client: %v", err)
-				}
+				responses := retryingClients(ctx, clients, srv.Client(), srv.URL+"/v1/charges", `{"amount": 100}`, "storm-1", false)(t)
 				if n := e.count(api.biz, "storm-1"); n != 1 {
 					t.Fatalf("%d charge rows, want exactly 1", n)
 				}
@@ -263,37 +290,11 @@ func TestHTTPRetryingClientsConverge(t *testing.T) {
 		first, err := post(srv.Client(), srv.URL+"/v1/charges", body, "converge-1")
 		must(t, err)
 		checkProblem(t, first, http.StatusConflict, idemhttp.TypeInFlight, "retry after")
-		if ra := first.header.Get("Retry-After"); ra != "2" && ra != "3" {
-			t.Fatalf("Retry-After %q, want the lease's remaining 2 or 3 seconds", ra)
-		}
+		checkRetryAfter(t, first, 2500*time.Millisecond)
 
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		var (
-			wg        sync.WaitGroup
-			mu        sync.Mutex
-			responses []response
-			errs      []error
-		)
-		for range clients {
-			wg.Go(func() {
-				r, conflicts, err := retryingPost(ctx, srv.Client(), srv.URL+"/v1/charges", body, "converge-1")
-				mu.Lock()
-				defer mu.Unlock()
-				if err == nil && conflicts == 0 {
-					err = errors.New("the client saw no 409 while the claim was live")
-				}
-				if err != nil {
-					errs = append(errs, err)
-					return
-				}
-				responses = append(responses, r)
-			})
-		}
-		wg.Wait()
-		for _, err := range errs {
-			t.Errorf("client: %v", err)
-		}
+		responses := retryingClients(ctx, clients, srv.Client(), srv.URL+"/v1/charges", body, "converge-1", true)(t)
 		if n := e.count(api.biz, "converge-1"); n != 1 || api.calls.Load() != 1 {
 			t.Fatalf("%d charge rows, handler ran %d times; want 1 and 1", n, api.calls.Load())
 		}
@@ -377,7 +378,8 @@ func TestHTTPHeaderForms(t *testing.T) {
 }
 
 // 400, 413 and 422 answers: problem bodies, and no database work for the
-// first two (the middleware's DB is closed, so any use would be a 500).
+// first two (the middleware's DB is closed, so any use would be a 500); a
+// body of exactly MaxBody passes.
 func TestHTTPProblems(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
 		api := e.chargeAPI()
@@ -407,6 +409,15 @@ func TestHTTPProblems(t *testing.T) {
 			t.Fatalf("chunked oversize body: %d (sent with Content-Length %d)", resp.StatusCode, req.ContentLength)
 		}
 
+		// A body of exactly MaxBody bytes reaches the handler whole (it
+		// decodes the JSON, which a truncated body would fail).
+		exact := `{"amount": 1, "pad": "` + strings.Repeat("x", 64-24) + `"}`
+		r, err = post(c, srv.URL+"/v1/charges", exact, "exact-1")
+		must(t, err)
+		if len(exact) != 64 || r.status != http.StatusCreated {
+			t.Fatalf("a body of %d bytes, MaxBody 64: %d %s", len(exact), r.status, r.body)
+		}
+
 		r, err = post(c, srv.URL+"/v1/charges", `{"amount": 1}`, "reuse-1")
 		must(t, err)
 		if r.status != http.StatusCreated {
@@ -423,8 +434,8 @@ func TestHTTPProblems(t *testing.T) {
 		r, err = post(c, srv.URL+"/v1/refunds", `{"amount": 1}`, "reuse-1")
 		must(t, err)
 		checkProblem(t, r, http.StatusUnprocessableEntity, idemhttp.TypeKeyReused, "different request")
-		if n := api.calls.Load(); n != 1 {
-			t.Fatalf("handler ran %d times, want 1", n)
+		if n := api.calls.Load(); n != 2 {
+			t.Fatalf("handler ran %d times, want 2 (exact-1 and reuse-1)", n)
 		}
 	})
 }
@@ -554,35 +565,72 @@ func TestHTTPFailuresNotStored(t *testing.T) {
 }
 
 // A handler that flushes or hijacks is refused with a 500 problem and
-// rolled back; ResponseController reports ErrStreaming to it.
+// rolled back, in both modes (in ModeClaim its claim is released);
+// ResponseController reports ErrStreaming to it.
 func TestHTTPStreamingRefused(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
-		for _, how := range []string{"Flush", "Hijack"} {
-			t.Run(how, func(t *testing.T) {
-				api := e.chargeAPI()
-				var got error
-				api.respond = func(w http.ResponseWriter, _ int64) {
-					fmt.Fprint(w, "part 1")
-					switch how {
-					case "Flush":
-						w.(http.Flusher).Flush()
-						got = http.NewResponseController(w).Flush()
-					case "Hijack":
-						_, _, got = w.(http.Hijacker).Hijack()
-					}
-					fmt.Fprint(w, "part 2")
-				}
-				srv, s := e.serve(idemhttp.Config{}, api)
-				r, err := post(srv.Client(), srv.URL+"/v1/charges", `{"amount": 5}`, "stream-1")
-				must(t, err)
-				checkProblem(t, r, http.StatusInternalServerError, idemhttp.TypeStreaming, "called "+how)
-				if !errors.Is(got, idemhttp.ErrStreaming) {
-					t.Fatalf("the handler got %v, want ErrStreaming", got)
-				}
-				if n, rec := e.count(api.biz, "stream-1"), e.records(s, "stream-1"); n != 0 || rec != 0 {
-					t.Fatalf("%d rows, %d records; want 0, 0", n, rec)
-				}
-			})
+		for _, mode := range []idemhttp.Mode{idemhttp.ModeTransaction, idemhttp.ModeClaim} {
+			for _, how := range []string{"Flush", "Hijack"} {
+				testStreamingRefused(t, e, mode, how)
+			}
+		}
+	})
+}
+
+// testStreamingRefused runs one case of TestHTTPStreamingRefused.
+func testStreamingRefused(t *testing.T, e *env, mode idemhttp.Mode, how string) {
+	t.Run(fmt.Sprintf("%s/claim=%v", how, mode == idemhttp.ModeClaim), func(t *testing.T) {
+		api := e.chargeAPI()
+		var got error
+		api.respond = func(w http.ResponseWriter, _ int64) {
+			fmt.Fprint(w, "part 1")
+			switch how {
+			case "Flush":
+				w.(http.Flusher).Flush()
+				got = http.NewResponseController(w).Flush()
+			case "Hijack":
+				_, _, got = w.(http.Hijacker).Hijack()
+			}
+			fmt.Fprint(w, "part 2")
+		}
+		srv, s := e.serve(idemhttp.Config{Mode: mode}, api)
+		r, err := post(srv.Client(), srv.URL+"/v1/charges", `{"amount": 5}`, "stream-1")
+		must(t, err)
+		checkProblem(t, r, http.StatusInternalServerError, idemhttp.TypeStreaming, "called "+how)
+		if !errors.Is(got, idemhttp.ErrStreaming) {
+			t.Fatalf("the handler got %v, want ErrStreaming", got)
+		}
+		released := e.int64("SELECT COUNT(*) FROM "+s.Table()+" WHERE idem_key = ? AND status = 'released'", "stream-1")
+		n, rec := e.count(api.biz, "stream-1"), e.records(s, "stream-1")
+		want := 0 // nothing stored
+		if mode == idemhttp.ModeClaim {
+			want = 1 // the claim, released
+		}
+		if n != 0 || rec != want || released != int64(want) {
+			t.Fatalf("%d rows, %d records, %d released; want 0, %d, %d", n, rec, released, want, want)
+		}
+	})
+}
+
+// Scope may read the body: one key sent for two accounts named in the
+// body is two keys, and the handler still reads the whole body.
+func TestHTTPScopeReadsBody(t *testing.T) {
+	forEach(t, func(t *testing.T, e *env) {
+		api := e.chargeAPI()
+		srv, _ := e.serve(idemhttp.Config{Scope: func(r *http.Request) (string, error) {
+			var in struct{ Account string }
+			err := json.NewDecoder(r.Body).Decode(&in)
+			return in.Account, err
+		}}, api)
+		for _, account := range []string{"acct-1", "acct-2"} {
+			r, err := post(srv.Client(), srv.URL+"/v1/charges", `{"account": "`+account+`", "amount": 4}`, "scoped-1")
+			must(t, err)
+			if r.status != http.StatusCreated || r.replayed() {
+				t.Fatalf("%s: %d replayed=%v %s; want a fresh 201 in its own scope", account, r.status, r.replayed(), r.body)
+			}
+		}
+		if n := e.count(api.biz, "scoped-1"); n != 2 {
+			t.Fatalf("%d rows, want 2", n)
 		}
 	})
 }

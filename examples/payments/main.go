@@ -1,8 +1,8 @@
 // Command payments is a small card-payments API that shows idem's HTTP
 // middleware: POST /v1/charges is safe to retry with an Idempotency-Key,
-// and GET /v1/charges/{id} reads a charge back. It runs on PostgreSQL or
-// MySQL or SQLite, chosen by the DSN, and charges cards through a fake provider that
-// can be made slow or unreliable. See README.md.
+// and GET /v1/charges/{id} reads a charge back. It runs on PostgreSQL,
+// MySQL or SQLite, chosen by the DSN, and charges cards through a fake
+// provider that can be made slow or unreliable. See README.md.
 package main
 
 import (
