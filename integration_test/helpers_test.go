@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/idemkit/idem"
 )
@@ -40,6 +41,12 @@ func (o *op) fn(tx idem.DBTX, key string) func(context.Context) (idem.Response, 
 		}
 		return idem.Response{StatusCode: 201, Body: fmt.Appendf(nil, `{"key":%q,"run":%d}`, key, n)}, nil
 	}
+}
+
+// do runs s.Do for req with o.fn in a transaction of its own and commits
+// it.
+func (o *op) do(s *idem.Store, req idem.Request) (idem.Result, error) {
+	return o.e.do(s, req, func(tx idem.DBTX) func(context.Context) (idem.Response, error) { return o.fn(tx, req.Key) })
 }
 
 // begin starts a transaction the test ends (rolled back at cleanup if it
@@ -110,11 +117,59 @@ func must(t *testing.T, err error) {
 	}
 }
 
-// doOK runs s.Do for req in a transaction of its own with an fn that
-// answers 200 and writes nothing.
+// ok is an fn that answers 200 and writes nothing.
+func ok(context.Context) (idem.Response, error) { return idem.Response{StatusCode: 200}, nil }
+
+// doOK runs s.Do for req with ok in a transaction of its own.
 func (e *env) doOK(s *idem.Store, req idem.Request) error {
-	_, err := e.do(s, req, func(idem.DBTX) func(context.Context) (idem.Response, error) {
-		return func(context.Context) (idem.Response, error) { return idem.Response{StatusCode: 200}, nil }
-	})
+	_, err := e.do(s, req, func(idem.DBTX) func(context.Context) (idem.Response, error) { return ok })
 	return err
+}
+
+// sqliteNow is the SQLite dialect's clock: microseconds since the Unix epoch.
+const sqliteNow = "(CAST(ROUND(unixepoch('now', 'subsec') * 1000) AS INTEGER) * 1000)"
+
+// now is the database's clock as the dialect reads it.
+func (e *env) now() string {
+	switch e.dialect {
+	case idem.MySQL:
+		return "UTC_TIMESTAMP(6)"
+	case idem.SQLite:
+		return sqliteNow
+	}
+	return "statement_timestamp()"
+}
+
+// plusMicros is the time expr plus as many microseconds as the statement's
+// next argument (fewer when it is negative).
+func (e *env) plusMicros(expr string) string {
+	switch e.dialect {
+	case idem.MySQL:
+		return expr + " + INTERVAL ? MICROSECOND"
+	case idem.SQLite:
+		return expr + " + ?"
+	}
+	return expr + " + ? * interval '1 microsecond'"
+}
+
+// setLease makes the lease of key's record in s end d after the database's
+// now (before it when d is negative).
+func (e *env) setLease(s *idem.Store, key string, d time.Duration) {
+	e.t.Helper()
+	e.exec("UPDATE "+s.Table()+" SET lease_until = "+e.plusMicros(e.now())+" WHERE idem_key = ?", d.Microseconds(), key)
+}
+
+// expire ends the lease of key's record in s, by the database's clock.
+func (e *env) expire(s *idem.Store, key string) {
+	e.t.Helper()
+	e.setLease(s, key, -time.Second)
+}
+
+// age moves every time of key's record in s back by d, as if it had been
+// written d earlier: past retention without waiting for it.
+func (e *env) age(s *idem.Store, key string, d time.Duration) {
+	e.t.Helper()
+	back := -d.Microseconds()
+	e.exec("UPDATE "+s.Table()+" SET created_at = "+e.plusMicros("created_at")+", completed_at = "+e.plusMicros("completed_at")+
+		", lease_until = "+e.plusMicros("lease_until")+" WHERE idem_key = ?", back, back, back, key)
 }

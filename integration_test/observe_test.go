@@ -48,7 +48,7 @@ func TestObserver(t *testing.T) {
 		rec := &recorder{}
 		s, o := e.store(idem.WithObserver(rec)), e.op()
 		run := func(req idem.Request) error {
-			_, err := e.do(s, req, func(tx idem.DBTX) func(context.Context) (idem.Response, error) { return o.fn(tx, req.Key) })
+			_, err := o.do(s, req)
 			return err
 		}
 		expect := func(step string, want ...idem.EventKind) []idem.Event {
@@ -87,7 +87,7 @@ func TestObserver(t *testing.T) {
 
 		e.leaveClaim(s, charge("crashed", "1"), 0)
 		expect("leaving an expired claim", idem.EventExecuted)
-		token := e.int64("SELECT token FROM "+s.Table()+" WHERE idem_key = ?", "crashed")
+		token := e.token(s, "crashed")
 		must(t, run(charge("crashed", "1")))
 		if ev := expect("expired claim", idem.EventTakeover, idem.EventExecuted)[0]; ev.Token != token || ev.Key != "crashed" {
 			t.Errorf("takeover event: token %d key %q, want token %d of the claim taken over, key crashed", ev.Token, ev.Key, token)
@@ -169,7 +169,7 @@ func TestObserverClaims(t *testing.T) {
 		must(t, zombie.Extend(ctx, e.db, time.Minute))
 		expect("Extend")
 
-		e.exec(expire(e, s), req.Key)
+		e.expire(s, req.Key)
 		owner := mustClaim(t, s, e.db, req)
 		if evs := expect("Begin on an expired claim", idem.EventTakeover, idem.EventClaimed); evs[0].Token != zombie.Token() || evs[1].Token != owner.Token() {
 			t.Errorf("takeover token %d, claimed token %d; want %d and %d", evs[0].Token, evs[1].Token, zombie.Token(), owner.Token())
