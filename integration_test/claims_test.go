@@ -432,15 +432,6 @@ func TestDatabaseClockOnly(t *testing.T) {
 	})
 }
 
-// sessionProbe reads the lock wait bound and the other settings idem must
-// leave alone, in one string.
-func (e *env) sessionProbe() string {
-	if e.dialect == idem.MySQL {
-		return "SELECT CONCAT_WS('|', LAST_INSERT_ID(), @@session.tx_isolation, @@session.innodb_lock_wait_timeout, @@session.autocommit)"
-	}
-	return "SELECT current_setting('transaction_isolation') || '|' || current_setting('lock_timeout') || '|' || current_setting('statement_timeout')"
-}
-
 // WithLockTimeout: a duplicate waiting on another open transaction's claim
 // gives up after the bound with *InFlightError; its transaction stays
 // usable, keeps its own rows and its session settings.

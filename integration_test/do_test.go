@@ -527,13 +527,7 @@ func TestRetention(t *testing.T) {
 func TestSessionUntouched(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
 		s, o := e.store(), e.op()
-		probe := "SELECT current_setting('transaction_isolation') || '|' || current_setting('lock_timeout') || '|' || current_setting('statement_timeout') || '|' || current_setting('TimeZone')"
-		switch e.dialect {
-		case idem.MySQL:
-			probe = "SELECT CONCAT_WS('|', LAST_INSERT_ID(), @@session.tx_isolation, @@session.time_zone, @@session.sql_mode, @@session.innodb_lock_wait_timeout, @@session.autocommit)"
-		case idem.SQLite:
-			probe = "SELECT last_insert_rowid() || '|' || (SELECT * FROM pragma_busy_timeout) || '|' || (SELECT * FROM pragma_query_only) || '|' || (SELECT * FROM pragma_foreign_keys) || '|' || (SELECT * FROM pragma_defer_foreign_keys)"
-		}
+		probe := e.sessionProbe()
 		for _, path := range []string{"fresh", "replay"} {
 			req := charge("session", "100")
 			tx := e.begin(&sql.TxOptions{Isolation: sql.LevelSerializable})

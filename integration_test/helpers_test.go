@@ -173,3 +173,16 @@ func (e *env) age(s *idem.Store, key string, d time.Duration) {
 	e.exec("UPDATE "+s.Table()+" SET created_at = "+e.plusMicros("created_at")+", completed_at = "+e.plusMicros("completed_at")+
 		", lease_until = "+e.plusMicros("lease_until")+" WHERE idem_key = ?", back, back, back, key)
 }
+
+// sessionProbe reads, in one string, the session state idem must leave as
+// it found it: the last inserted id, the isolation level, the lock and
+// statement bounds and the other settings a statement of idem could touch.
+func (e *env) sessionProbe() string {
+	switch e.dialect {
+	case idem.MySQL:
+		return "SELECT CONCAT_WS('|', LAST_INSERT_ID(), @@session.tx_isolation, @@session.time_zone, @@session.sql_mode, @@session.innodb_lock_wait_timeout, @@session.autocommit)"
+	case idem.SQLite:
+		return "SELECT last_insert_rowid() || '|' || (SELECT * FROM pragma_busy_timeout) || '|' || (SELECT * FROM pragma_query_only) || '|' || (SELECT * FROM pragma_foreign_keys) || '|' || (SELECT * FROM pragma_defer_foreign_keys)"
+	}
+	return "SELECT current_setting('transaction_isolation') || '|' || current_setting('lock_timeout') || '|' || current_setting('statement_timeout') || '|' || current_setting('TimeZone')"
+}

@@ -32,6 +32,25 @@ func (r *recorder) take() []idem.Event {
 	return evs
 }
 
+// expect returns a check for one step: the events recorded since the last
+// check are of the kinds want, in order, each on table with a duration and,
+// unless scope is empty, on scope. The check returns them.
+func (r *recorder) expect(t *testing.T, table, scope string) func(step string, want ...idem.EventKind) []idem.Event {
+	return func(step string, want ...idem.EventKind) []idem.Event {
+		t.Helper()
+		evs := r.take()
+		if got := kinds(evs); !slices.Equal(got, want) {
+			t.Fatalf("%s: events %v, want %v", step, got, want)
+		}
+		for _, ev := range evs {
+			if ev.Table != table || (scope != "" && ev.Scope != scope) || ev.Duration <= 0 {
+				t.Errorf("%s: %v event with table %q, scope %q, duration %v", step, ev.Kind, ev.Table, ev.Scope, ev.Duration)
+			}
+		}
+		return evs
+	}
+}
+
 // kinds lists the kinds of events in order.
 func kinds(evs []idem.Event) []idem.EventKind {
 	ks := make([]idem.EventKind, len(evs))
@@ -51,19 +70,7 @@ func TestObserver(t *testing.T) {
 			_, err := o.do(s, req)
 			return err
 		}
-		expect := func(step string, want ...idem.EventKind) []idem.Event {
-			t.Helper()
-			evs := rec.take()
-			if got := kinds(evs); !slices.Equal(got, want) {
-				t.Fatalf("%s: events %v, want %v", step, got, want)
-			}
-			for _, ev := range evs {
-				if ev.Table != s.Table() || ev.Duration <= 0 {
-					t.Errorf("%s: %v event with table %q and duration %v", step, ev.Kind, ev.Table, ev.Duration)
-				}
-			}
-			return evs
-		}
+		expect := rec.expect(t, s.Table(), "")
 
 		req := charge("observed", "100")
 		must(t, run(req))
@@ -144,19 +151,7 @@ func TestObserverClaims(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
 		rec := &recorder{}
 		s, o := e.store(idem.WithObserver(rec)), e.op()
-		expect := func(step string, want ...idem.EventKind) []idem.Event {
-			t.Helper()
-			evs := rec.take()
-			if got := kinds(evs); !slices.Equal(got, want) {
-				t.Fatalf("%s: events %v, want %v", step, got, want)
-			}
-			for _, ev := range evs {
-				if ev.Table != s.Table() || ev.Scope != "tenant-1" || ev.Duration <= 0 {
-					t.Errorf("%s: %v event with table %q, scope %q, duration %v", step, ev.Kind, ev.Table, ev.Scope, ev.Duration)
-				}
-			}
-			return evs
-		}
+		expect := rec.expect(t, s.Table(), "tenant-1")
 
 		req := charge("two-phase", "100")
 		zombie := mustClaim(t, s, e.db, req)
