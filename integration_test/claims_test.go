@@ -24,7 +24,7 @@ func (e *env) complete(c *idem.Claim, biz, key, tag string) error {
 	if err != nil {
 		return err
 	}
-	if _, err := tx.Exec(e.rebind("INSERT INTO "+biz+" (k, v) VALUES (?, ?)"), key, tag); err != nil {
+	if err := e.insertRow(tx, biz, key, tag); err != nil {
 		_ = tx.Rollback()
 		return err
 	}
@@ -461,8 +461,7 @@ func TestLockTimeout(t *testing.T) {
 			applied = time.Second
 		}
 		tx := e.begin(&sql.TxOptions{Isolation: sql.LevelReadCommitted})
-		_, err = tx.Exec(e.rebind("INSERT INTO "+o.biz+" (k, v) VALUES (?, ?)"), "own-row", "before")
-		must(t, err)
+		must(t, e.insertRow(tx, o.biz, "own-row", "before"))
 		var before, after string
 		must(t, tx.QueryRow(e.sessionProbe()).Scan(&before))
 		start := time.Now()
@@ -477,8 +476,7 @@ func TestLockTimeout(t *testing.T) {
 		if before != after {
 			t.Fatalf("session was %q before Do and %q after", before, after)
 		}
-		_, err = tx.Exec(e.rebind("INSERT INTO "+o.biz+" (k, v) VALUES (?, ?)"), "own-row", "after")
-		must(t, err)
+		must(t, e.insertRow(tx, o.biz, "own-row", "after"))
 		must(t, tx.Commit())
 		if n := e.count(o.biz, "own-row"); n != 2 {
 			t.Fatalf("%d of the caller's own rows committed, want 2", n)

@@ -527,17 +527,15 @@ func TestRetention(t *testing.T) {
 func TestSessionUntouched(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
 		s, o := e.store(), e.op()
-		probe := e.sessionProbe()
 		for _, path := range []string{"fresh", "replay"} {
 			req := charge("session", "100")
 			tx := e.begin(&sql.TxOptions{Isolation: sql.LevelSerializable})
-			_, err := tx.Exec(e.rebind("INSERT INTO "+o.biz+" (k, v) VALUES (?, ?)"), "before", path)
-			must(t, err)
+			must(t, e.insertRow(tx, o.biz, "before", path))
 			var before, after string
-			must(t, tx.QueryRow(probe).Scan(&before))
-			_, err = s.Do(ctx, tx, req, ok)
+			must(t, tx.QueryRow(e.sessionProbe()).Scan(&before))
+			_, err := s.Do(ctx, tx, req, ok)
 			must(t, err)
-			must(t, tx.QueryRow(probe).Scan(&after))
+			must(t, tx.QueryRow(e.sessionProbe()).Scan(&after))
 			must(t, tx.Commit())
 			if before != after {
 				t.Fatalf("%s: session was %q before Do and %q after", path, before, after)

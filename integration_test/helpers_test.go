@@ -36,11 +36,17 @@ func (e *env) op() *op { return &op{e: e, biz: e.business()} }
 func (o *op) fn(tx idem.DBTX, key string) func(context.Context) (idem.Response, error) {
 	return func(ctx context.Context) (idem.Response, error) {
 		n := o.calls.Add(1)
-		if _, err := tx.ExecContext(ctx, o.e.rebind("INSERT INTO "+o.biz+" (k, v) VALUES (?, ?)"), key, "charged"); err != nil {
+		if err := o.e.insertRow(tx, o.biz, key, "charged"); err != nil {
 			return idem.Response{}, err
 		}
 		return idem.Response{StatusCode: 201, Body: fmt.Appendf(nil, `{"key":%q,"run":%d}`, key, n)}, nil
 	}
+}
+
+// insertRow writes a business row (k, v) into table biz through tx.
+func (e *env) insertRow(tx idem.DBTX, biz, k, v string) error {
+	_, err := tx.ExecContext(ctx, e.rebind("INSERT INTO "+biz+" (k, v) VALUES (?, ?)"), k, v)
+	return err
 }
 
 // do runs s.Do for req with o.fn in a transaction of its own and commits
