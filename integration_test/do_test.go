@@ -544,10 +544,9 @@ func TestSessionUntouched(t *testing.T) {
 	})
 }
 
-// The documented statement counts: two on the fresh path, two on the
-// replay path, beyond the caller's own.
-// Statements idem runs per path: the claim, then the response stored or
-// the existing record read.
+// The documented statement counts beyond the caller's own: two on the
+// fresh path (the claim, then the response stored), two on the replay and
+// in-flight paths (the claim, then the existing record read).
 func TestStatementCounts(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
 		s := e.store()
