@@ -485,8 +485,9 @@ func TestInvalidRequests(t *testing.T) {
 		}
 		for _, name := range []string{"keys; DROP TABLE users", `"quoted"`, "a.b.c", "1table", "", "tab le", strings.Repeat("t", 49)} {
 			bad := idem.New(e.dialect, idem.WithTable(name))
-			if err := bad.Migrate(ctx, e.db); err == nil {
-				t.Errorf("Migrate with table %q: no error", name)
+			db := &counting{DBTX: e.db}
+			if err := bad.Migrate(ctx, db); err == nil || db.n.Load() != 0 {
+				t.Errorf("Migrate with table %q: err = %v after %d statements", name, err, db.n.Load())
 			}
 			sqlTx := e.begin(nil)
 			tx := &counting{DBTX: sqlTx}
