@@ -141,11 +141,7 @@ func TestBeginOutcomes(t *testing.T) {
 			}
 			done <- err
 		}()
-		select {
-		case err := <-done:
-			t.Fatalf("Begin did not wait for the open transaction: %v", err)
-		case <-time.After(200 * time.Millisecond):
-		}
+		waitBlocked(e, s.Table(), done)
 		must(t, tx.Commit())
 		must(t, <-done)
 

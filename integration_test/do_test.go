@@ -202,11 +202,7 @@ func TestMismatch(t *testing.T) {
 			_, err := o.do(s, charge(inflight.Key, "999"))
 			done <- err
 		}()
-		select {
-		case err := <-done:
-			t.Fatalf("the duplicate did not wait for the open transaction: %v", err)
-		case <-time.After(200 * time.Millisecond):
-		}
+		waitBlocked(e, s.Table(), done)
 		must(t, tx1.Commit())
 		if err := <-done; !errors.Is(err, idem.ErrMismatch) {
 			t.Fatalf("duplicate after commit: %v, want ErrMismatch", err)

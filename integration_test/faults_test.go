@@ -103,11 +103,7 @@ func TestKillMidDo(t *testing.T) {
 			res, err := o.do(s, held)
 			done <- outcome{res, err}
 		}()
-		select {
-		case out := <-done:
-			t.Fatalf("the duplicate did not wait for the holder: %+v", out)
-		case <-time.After(200 * time.Millisecond):
-		}
+		waitBlocked(e, s.Table(), done)
 		must(t, e.killSession(id))
 		out := <-done
 		must(t, out.err)
@@ -246,7 +242,7 @@ func TestCompleteBetweenReadAndWrite(t *testing.T) {
 				oldDone <- nil
 				return
 			}
-			time.Sleep(300 * time.Millisecond) // let it queue behind our read lock
+			waitBlocked(e, s.Table(), oldDone) // it queues behind our read lock
 		}}
 		res, err := s.Do(ctx, h, req, o.fn(tx, req.Key))
 		newWon := false
@@ -292,11 +288,7 @@ func TestCompleteBetweenReadAndWrite(t *testing.T) {
 		tx = e.begin(nil)
 		res, err = s.Do(ctx, tx, req, func(ctx context.Context) (idem.Response, error) {
 			go func() { oldDone <- e.complete(old, o.biz, req.Key, "old") }()
-			select {
-			case err := <-oldDone:
-				t.Errorf("the old owner's Complete did not wait for the takeover: %v", err)
-			case <-time.After(300 * time.Millisecond):
-			}
+			waitBlocked(e, s.Table(), oldDone)
 			return o.fn(tx, req.Key)(ctx)
 		})
 		must(t, err)

@@ -192,3 +192,34 @@ func (e *env) sessionProbe() string {
 	}
 	return "SELECT current_setting('transaction_isolation') || '|' || current_setting('lock_timeout') || '|' || current_setting('statement_timeout') || '|' || current_setting('TimeZone')"
 }
+
+// waitBlocked waits until a statement on table waits for a row lock, as a
+// duplicate behind a claim the test holds open should. It fails the test
+// if done receives first (the statement did not wait) or nothing waits
+// within 10 s. On SQLite the waiter waits for the write lock in BEGIN,
+// which no view shows: there it gives the waiter 200 ms to return early.
+func waitBlocked[T any](e *env, table string, done chan T) {
+	e.t.Helper()
+	query := "SELECT COUNT(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE ?"
+	if e.dialect == idem.MySQL {
+		query = "SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE trx_state = 'LOCK WAIT' AND trx_query LIKE ?"
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if e.embedded() {
+			time.Sleep(200 * time.Millisecond)
+		}
+		select {
+		case v := <-done:
+			e.t.Fatalf("the statement on %s did not wait for the lock: %+v", table, v)
+		default:
+		}
+		if e.embedded() || e.int64(query, "%"+table+"%") > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("no statement on %s waited for a lock within 10 s", table)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
