@@ -194,32 +194,38 @@ func (e *env) sessionProbe() string {
 }
 
 // waitBlocked waits until a statement on table waits for a row lock, as a
-// duplicate behind a claim the test holds open should. It fails the test
-// if done receives first (the statement did not wait) or nothing waits
-// within 10 s. On SQLite the waiter waits for the write lock in BEGIN,
-// which no view shows: there it gives the waiter 200 ms to return early.
+// duplicate behind a claim the test holds open should, and fails the test
+// if done receives first (the statement did not wait) or no statement
+// waits within 10 s. On Postgres pg_stat_activity shows the lock wait. On
+// MySQL the lock views are a cache that is not refreshed while anyone
+// reads it more often than every 100 ms, so it waits for the statement to
+// be running on the server, then gives it 200 ms to return early. On
+// SQLite the waiter waits in BEGIN, which nothing shows: 200 ms.
 func waitBlocked[T any](e *env, table string, done chan T) {
 	e.t.Helper()
 	query := "SELECT COUNT(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE ?"
 	if e.dialect == idem.MySQL {
-		query = "SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE trx_state = 'LOCK WAIT' AND trx_query LIKE ?"
+		query = "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID <> CONNECTION_ID() AND INFO LIKE ?"
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if e.embedded() {
-			time.Sleep(200 * time.Millisecond)
-		}
+	for deadline := time.Now().Add(10 * time.Second); !e.embedded(); time.Sleep(5 * time.Millisecond) {
 		select {
 		case v := <-done:
 			e.t.Fatalf("the statement on %s did not wait for the lock: %+v", table, v)
 		default:
 		}
-		if e.embedded() || e.int64(query, "%"+table+"%") > 0 {
-			return
+		if e.int64(query, "%"+table+"%") > 0 {
+			break
 		}
 		if time.Now().After(deadline) {
 			e.t.Fatalf("no statement on %s waited for a lock within 10 s", table)
 		}
-		time.Sleep(5 * time.Millisecond)
+	}
+	if e.dialect != idem.Postgres {
+		time.Sleep(200 * time.Millisecond)
+	}
+	select {
+	case v := <-done:
+		e.t.Fatalf("the statement on %s did not wait for the lock: %+v", table, v)
+	default:
 	}
 }
