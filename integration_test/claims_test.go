@@ -1,7 +1,6 @@
 package integration_test
 
 import (
-	"context"
 	"database/sql"
 	"errors"
 	"fmt"
@@ -25,7 +24,7 @@ func (e *env) complete(c *idem.Claim, biz, key, tag string) error {
 	if err != nil {
 		return err
 	}
-	if _, err := tx.Exec(e.rebind("INSERT INTO "+biz+" (k, v) VALUES (?, ?)"), key, tag); err != nil {
+	if err := e.insertRow(tx, biz, key, tag); err != nil {
 		_ = tx.Rollback()
 		return err
 	}
@@ -59,6 +58,17 @@ func wantInFlight(t *testing.T, err error, lo, hi time.Duration) {
 	}
 }
 
+// wantLeaseLeft fails unless err is an *InFlightError whose RetryAfter is
+// what is left, rounded up to a second, of a lease of d written after
+// since: at most d, and at least d less the time since then (which bounds
+// the time that passed on the database's clock between the two).
+func wantLeaseLeft(t *testing.T, err error, d time.Duration, since time.Time) {
+	t.Helper()
+	wantInFlight(t, err, ceilSecond(d-time.Since(since)), ceilSecond(d))
+}
+
+func ceilSecond(d time.Duration) time.Duration { return (d + time.Second - 1).Truncate(time.Second) }
+
 // wantLeaseLost fails unless err wraps ErrLeaseLost and its message holds
 // every one of parts.
 func wantLeaseLost(t *testing.T, err error, parts ...string) {
@@ -85,15 +95,16 @@ func TestBeginOutcomes(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
 		s, o := e.store(idem.WithLease(90*time.Second)), e.op()
 		req := charge("begin-1", "100")
+		claimed := time.Now()
 		c := mustClaim(t, s, e.db, req)
 		if c.Token() <= 0 || c.Token() != e.token(s, req.Key) {
 			t.Fatalf("Token() = %d, record holds %d", c.Token(), e.token(s, req.Key))
 		}
 
 		_, _, err := s.Begin(ctx, e.db, req)
-		wantInFlight(t, err, 89*time.Second, 90*time.Second)
-		_, err = e.do(s, req, func(tx idem.DBTX) func(context.Context) (idem.Response, error) { return o.fn(tx, req.Key) })
-		wantInFlight(t, err, 89*time.Second, 90*time.Second)
+		wantLeaseLeft(t, err, 90*time.Second, claimed)
+		_, err = o.do(s, req)
+		wantLeaseLeft(t, err, 90*time.Second, claimed)
 		if _, _, err := s.Begin(ctx, e.db, charge(req.Key, "999")); !errors.Is(err, idem.ErrMismatch) {
 			t.Fatalf("other payload while claimed: %v, want ErrMismatch", err)
 		}
@@ -105,7 +116,7 @@ func TestBeginOutcomes(t *testing.T) {
 				t.Fatalf("Begin after Complete: claim %v replay %+v err %v; want the replay of \"paid\"", c2, replay, err)
 			}
 		}
-		res, err := e.do(s, req, func(tx idem.DBTX) func(context.Context) (idem.Response, error) { return o.fn(tx, req.Key) })
+		res, err := o.do(s, req)
 		must(t, err)
 		if !res.Replayed || string(res.Body) != "paid" || o.calls.Load() != 0 {
 			t.Fatalf("Do after Complete: %+v, calls %d; want the replay", res, o.calls.Load())
@@ -130,11 +141,7 @@ func TestBeginOutcomes(t *testing.T) {
 			}
 			done <- err
 		}()
-		select {
-		case err := <-done:
-			t.Fatalf("Begin did not wait for the open transaction: %v", err)
-		case <-time.After(200 * time.Millisecond):
-		}
+		waitBlocked(e, s.Table(), done)
 		must(t, tx.Commit())
 		must(t, <-done)
 
@@ -165,7 +172,7 @@ func TestConcurrentTakeover(t *testing.T) {
 		s, o := e.store(), e.op()
 		req := charge("takeover-16", "100")
 		old := mustClaim(t, s, e.db, req)
-		e.exec(expire(e, s), req.Key)
+		e.expire(s, req.Key)
 
 		var (
 			wg       sync.WaitGroup
@@ -220,7 +227,7 @@ func TestStaleCompleteIsFenced(t *testing.T) {
 		s, o := e.store(), e.op()
 		req := charge("zombie", "100")
 		zombie := mustClaim(t, s, e.db, req)
-		e.exec(expire(e, s), req.Key)
+		e.expire(s, req.Key)
 		owner := mustClaim(t, s, e.db, req)
 
 		err := e.complete(zombie, o.biz, req.Key, "zombie")
@@ -289,7 +296,7 @@ func TestRelease(t *testing.T) {
 		wantLeaseLost(t, e.complete(first, o.biz, req.Key, "first"), "taken over")
 
 		must(t, second.Release(ctx, e.db))
-		res, err := e.do(s, req, func(tx idem.DBTX) func(context.Context) (idem.Response, error) { return o.fn(tx, req.Key) })
+		res, err := o.do(s, req)
 		must(t, err)
 		if res.Replayed || o.calls.Load() != 1 {
 			t.Fatalf("Do after Release: %+v calls %d; want a fresh execution", res, o.calls.Load())
@@ -310,25 +317,27 @@ func TestExtend(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
 		s, o := e.store(idem.WithLease(30*time.Second)), e.op()
 		req := charge("extend", "100")
+		claimed := time.Now()
 		c := mustClaim(t, s, e.db, req)
 		if err := c.Extend(ctx, e.db, 0); err == nil || errors.Is(err, idem.ErrLeaseLost) {
 			t.Fatalf("Extend(0): %v, want an error about the duration", err)
 		}
 		must(t, c.Extend(ctx, e.db, time.Second)) // never shortens
 		_, _, err := s.Begin(ctx, e.db, req)
-		wantInFlight(t, err, 29*time.Second, 30*time.Second)
+		wantLeaseLeft(t, err, 30*time.Second, claimed)
 
-		e.exec(expire(e, s), req.Key)
+		e.expire(s, req.Key)
 		tx := e.begin(nil) // Extend through a transaction works too
+		extended := time.Now()
 		must(t, c.Extend(ctx, tx, 2*time.Minute))
 		must(t, tx.Commit())
 		_, _, err = s.Begin(ctx, e.db, req)
-		wantInFlight(t, err, 119*time.Second, 120*time.Second)
+		wantLeaseLeft(t, err, 2*time.Minute, extended)
 		must(t, e.complete(c, o.biz, req.Key, "extended"))
 
 		other := charge("extend-2", "100")
 		lost := mustClaim(t, s, e.db, other)
-		e.exec(expire(e, s), other.Key)
+		e.expire(s, other.Key)
 		mustClaim(t, s, e.db, other)
 		wantLeaseLost(t, lost.Extend(ctx, e.db, time.Minute), "taken over", "stop the work")
 	})
@@ -344,7 +353,7 @@ func TestRelayKey(t *testing.T) {
 		first := mustClaim(t, s, e.db, req)
 		must(t, first.Release(ctx, e.db))
 		second := mustClaim(t, s, e.db, req)
-		e.exec(expire(e, s), req.Key)
+		e.expire(s, req.Key)
 		third := mustClaim(t, s, e.db, req)
 		if first.RelayKey() != second.RelayKey() || second.RelayKey() != third.RelayKey() {
 			t.Fatalf("relay keys differ across takeovers: %q %q %q", first.RelayKey(), second.RelayKey(), third.RelayKey())
@@ -406,30 +415,17 @@ func TestDatabaseClockOnly(t *testing.T) {
 		s, o := e.store(), e.op()
 		req := charge("clock", "100")
 		c := mustClaim(t, s, e.db, req)
-		shift := "UPDATE " + s.Table() + " SET lease_until = statement_timestamp() + interval '433.2 seconds' WHERE idem_key = ?"
-		switch e.dialect {
-		case idem.MySQL:
-			shift = "UPDATE " + s.Table() + " SET lease_until = UTC_TIMESTAMP(6) + INTERVAL 433200000 MICROSECOND WHERE idem_key = ?"
-		case idem.SQLite:
-			shift = "UPDATE " + s.Table() + " SET lease_until = " + sqliteNow + " + 433200000 WHERE idem_key = ?"
-		}
-		e.exec(shift, req.Key)
+		const lease = 7*time.Minute + 13200*time.Millisecond
+		shifted := time.Now()
+		e.setLease(s, req.Key, lease)
 		_, _, err := s.Begin(ctx, e.db, req)
-		wantInFlight(t, err, 434*time.Second, 434*time.Second)
-		e.exec(expire(e, s), req.Key)
+		wantLeaseLeft(t, err, lease, shifted) // 7m14s unless the machine stalled
+
+		e.expire(s, req.Key)
 		owner := mustClaim(t, s, e.db, req)
 		wantLeaseLost(t, e.complete(c, o.biz, req.Key, "late"), "taken over")
 		must(t, e.complete(owner, o.biz, req.Key, "owner"))
 	})
-}
-
-// sessionProbe reads the lock wait bound and the other settings idem must
-// leave alone, in one string.
-func (e *env) sessionProbe() string {
-	if e.dialect == idem.MySQL {
-		return "SELECT CONCAT_WS('|', LAST_INSERT_ID(), @@session.tx_isolation, @@session.innodb_lock_wait_timeout, @@session.autocommit)"
-	}
-	return "SELECT current_setting('transaction_isolation') || '|' || current_setting('lock_timeout') || '|' || current_setting('statement_timeout')"
 }
 
 // WithLockTimeout: a duplicate waiting on another open transaction's claim
@@ -461,8 +457,7 @@ func TestLockTimeout(t *testing.T) {
 			applied = time.Second
 		}
 		tx := e.begin(&sql.TxOptions{Isolation: sql.LevelReadCommitted})
-		_, err = tx.Exec(e.rebind("INSERT INTO "+o.biz+" (k, v) VALUES (?, ?)"), "own-row", "before")
-		must(t, err)
+		must(t, e.insertRow(tx, o.biz, "own-row", "before"))
 		var before, after string
 		must(t, tx.QueryRow(e.sessionProbe()).Scan(&before))
 		start := time.Now()
@@ -477,8 +472,7 @@ func TestLockTimeout(t *testing.T) {
 		if before != after {
 			t.Fatalf("session was %q before Do and %q after", before, after)
 		}
-		_, err = tx.Exec(e.rebind("INSERT INTO "+o.biz+" (k, v) VALUES (?, ?)"), "own-row", "after")
-		must(t, err)
+		must(t, e.insertRow(tx, o.biz, "own-row", "after"))
 		must(t, tx.Commit())
 		if n := e.count(o.biz, "own-row"); n != 2 {
 			t.Fatalf("%d of the caller's own rows committed, want 2", n)
@@ -493,7 +487,7 @@ func TestLockTimeout(t *testing.T) {
 		}
 
 		must(t, holder.Commit())
-		res, err := e.do(s, req, func(tx idem.DBTX) func(context.Context) (idem.Response, error) { return o.fn(tx, req.Key) })
+		res, err := o.do(s, req)
 		must(t, err)
 		if !res.Replayed || e.count(o.biz, req.Key) != 1 || o.calls.Load() != 1 {
 			t.Fatalf("after the holder committed: %+v, %d business rows, %d calls", res, e.count(o.biz, req.Key), o.calls.Load())
@@ -509,9 +503,7 @@ func TestLockTimeout(t *testing.T) {
 			tx := e.begin(nil)
 			must(t, tx.QueryRow(e.sessionProbe()).Scan(&before))
 			counted := &counting{DBTX: tx}
-			_, err := s.Do(ctx, counted, charge("bounded", "1"), func(context.Context) (idem.Response, error) {
-				return idem.Response{StatusCode: 200}, nil
-			})
+			_, err := s.Do(ctx, counted, charge("bounded", "1"), ok)
 			must(t, err)
 			must(t, tx.QueryRow(e.sessionProbe()).Scan(&after))
 			must(t, tx.Commit())

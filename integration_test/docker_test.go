@@ -36,6 +36,7 @@ func startContainer(kind, image string) (string, error) {
 	repo, tag, _ := strings.Cut(image, ":")
 	var (
 		envs   []string
+		cmd    []string
 		port   string
 		driver string
 		dsn    func(hostPort string) string
@@ -43,6 +44,9 @@ func startContainer(kind, image string) (string, error) {
 	switch kind {
 	case "postgres":
 		envs = []string{"POSTGRES_PASSWORD=idem", "POSTGRES_DB=test"}
+		// The suite's two Postgres pools alone may hold 80 connections,
+		// as .ci/run says; the image's default allows 100 in all.
+		cmd = []string{"postgres", "-c", "max_connections=300"}
 		port, driver = "5432/tcp", "pgx"
 		dsn = func(hp string) string { return "postgres://postgres:idem@" + hp + "/test?sslmode=disable" }
 	case "mysql":
@@ -52,7 +56,7 @@ func startContainer(kind, image string) (string, error) {
 	default:
 		return "", errors.New("no container for " + kind)
 	}
-	res, err := pool.Run(repo, tag, envs)
+	res, err := pool.RunWithOptions(&dockertest.RunOptions{Repository: repo, Tag: tag, Env: envs, Cmd: cmd})
 	if err != nil {
 		return "", err
 	}

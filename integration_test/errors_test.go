@@ -12,7 +12,6 @@ import (
 
 // The errors idem returns say what happened, to which key, and what to do.
 func TestErrorsSayWhatToDo(t *testing.T) {
-	ok := func(context.Context) (idem.Response, error) { return idem.Response{StatusCode: 200}, nil }
 	forEach(t, func(t *testing.T, e *env) {
 		s := e.store()
 		check := func(what string, err error, want ...string) {

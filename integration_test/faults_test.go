@@ -81,7 +81,7 @@ func TestKillMidDo(t *testing.T) {
 		if n, r := e.count(o.biz, req.Key), e.records(s, req.Key); n != 0 || r != 0 {
 			t.Fatalf("after the kill: %d business rows, %d records; want 0, 0", n, r)
 		}
-		res, err := e.do(s, req, func(tx idem.DBTX) func(context.Context) (idem.Response, error) { return o.fn(tx, req.Key) })
+		res, err := o.do(s, req)
 		must(t, err)
 		if res.Replayed || o.calls.Load() != 2 || e.count(o.biz, req.Key) != 1 {
 			t.Fatalf("retry: replayed=%v calls=%d rows=%d; want one more execution, one row", res.Replayed, o.calls.Load(), e.count(o.biz, req.Key))
@@ -100,14 +100,10 @@ func TestKillMidDo(t *testing.T) {
 		}
 		done := make(chan outcome, 1)
 		go func() {
-			res, err := e.do(s, held, func(tx idem.DBTX) func(context.Context) (idem.Response, error) { return o.fn(tx, held.Key) })
+			res, err := o.do(s, held)
 			done <- outcome{res, err}
 		}()
-		select {
-		case out := <-done:
-			t.Fatalf("the duplicate did not wait for the holder: %+v", out)
-		case <-time.After(200 * time.Millisecond):
-		}
+		waitBlocked(e, s.Table(), done)
 		must(t, e.killSession(id))
 		out := <-done
 		must(t, out.err)
@@ -121,11 +117,12 @@ func TestKillMidDo(t *testing.T) {
 // cannot know whether it committed; its retry replays (it did) or runs (it
 // did not), and the business table ends with exactly one row either way.
 // The same holds for Begin's own COMMIT: a claim nobody holds blocks the
-// key until its lease ends, then is taken over.
+// key until its lease ends (ended here by moving it back on the database's
+// clock), then is taken over.
 func TestLostCommit(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
 		e.needServer("network connection")
-		s, o := e.store(idem.WithLease(300*time.Millisecond)), e.op()
+		s, o := e.store(idem.WithLease(time.Minute)), e.op()
 		p := e.startProxy()
 		db := p.open(e, 2)
 		for _, c := range []struct {
@@ -162,12 +159,13 @@ func TestLostCommit(t *testing.T) {
 
 		req := charge("lost-begin", "100")
 		p.arm(loseCommitReply)
+		begun := time.Now()
 		if c, r, err := s.Begin(ctx, db, req); err == nil {
 			t.Fatalf("Begin through a cut connection: claim %v replay %v, no error", c, r)
 		}
 		_, _, err := s.Begin(ctx, db, req)
-		wantInFlight(t, err, time.Second, time.Second)
-		time.Sleep(350 * time.Millisecond)
+		wantLeaseLeft(t, err, time.Minute, begun)
+		e.expire(s, req.Key)
 		c := mustClaim(t, s, db, req)
 		must(t, e.complete(c, o.biz, req.Key, "after-lost-begin"))
 		if n := e.count(o.biz, req.Key); n != 1 || p.cuts.Load() != 3 {
@@ -177,20 +175,22 @@ func TestLostCommit(t *testing.T) {
 }
 
 // Fault 3: the process crashes after Begin. Until the lease ends a retry
-// is told 409 with RetryAfter; after it, the retry takes over; the crashed
+// is told 409 with RetryAfter; after it (ended here by moving it back on
+// the database's clock, not by waiting), the retry takes over; the crashed
 // claim's late Complete is fenced out and its business row never commits.
 func TestCrashAfterBegin(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
-		s, o := e.store(idem.WithLease(500*time.Millisecond)), e.op()
+		s, o := e.store(idem.WithLease(time.Minute)), e.op()
 		req := charge("crashed", "100")
+		begun := time.Now()
 		crashed := mustClaim(t, s, e.db, req)
-		_, err := e.do(s, req, func(tx idem.DBTX) func(context.Context) (idem.Response, error) { return o.fn(tx, req.Key) })
-		wantInFlight(t, err, time.Second, time.Second)
+		_, err := o.do(s, req)
+		wantLeaseLeft(t, err, time.Minute, begun)
 		_, _, err = s.Begin(ctx, e.db, req)
-		wantInFlight(t, err, time.Second, time.Second)
+		wantLeaseLeft(t, err, time.Minute, begun)
 
-		time.Sleep(600 * time.Millisecond)
-		res, err := e.do(s, req, func(tx idem.DBTX) func(context.Context) (idem.Response, error) { return o.fn(tx, req.Key) })
+		e.expire(s, req.Key) // the lease ends, by the database's clock
+		res, err := o.do(s, req)
 		must(t, err)
 		if res.Replayed || o.calls.Load() != 1 {
 			t.Fatalf("retry after the lease: %+v calls %d; want a takeover", res, o.calls.Load())
@@ -230,7 +230,7 @@ func TestCompleteBetweenReadAndWrite(t *testing.T) {
 		s, o := e.store(), e.op()
 		req := charge("interleaved", "100")
 		old := mustClaim(t, s, e.db, req)
-		e.exec(expire(e, s), req.Key)
+		e.expire(s, req.Key)
 
 		oldDone := make(chan error, 1)
 		tx := e.begin(nil)
@@ -242,7 +242,7 @@ func TestCompleteBetweenReadAndWrite(t *testing.T) {
 				oldDone <- nil
 				return
 			}
-			time.Sleep(300 * time.Millisecond) // let it queue behind our read lock
+			waitBlocked(e, s.Table(), oldDone) // it queues behind our read lock
 		}}
 		res, err := s.Do(ctx, h, req, o.fn(tx, req.Key))
 		newWon := false
@@ -271,7 +271,7 @@ func TestCompleteBetweenReadAndWrite(t *testing.T) {
 			must(t, oldErr)
 		}
 		if err != nil {
-			res, err = e.do(s, req, func(tx idem.DBTX) func(context.Context) (idem.Response, error) { return o.fn(tx, req.Key) })
+			res, err = o.do(s, req)
 			must(t, err)
 			if !res.Replayed {
 				t.Fatalf("the new owner's retry ran again; want the replay")
@@ -284,15 +284,11 @@ func TestCompleteBetweenReadAndWrite(t *testing.T) {
 		// Reverse: the takeover is uncommitted when the old owner completes.
 		req = charge("interleaved-2", "100")
 		old = mustClaim(t, s, e.db, req)
-		e.exec(expire(e, s), req.Key)
+		e.expire(s, req.Key)
 		tx = e.begin(nil)
 		res, err = s.Do(ctx, tx, req, func(ctx context.Context) (idem.Response, error) {
 			go func() { oldDone <- e.complete(old, o.biz, req.Key, "old") }()
-			select {
-			case err := <-oldDone:
-				t.Errorf("the old owner's Complete did not wait for the takeover: %v", err)
-			case <-time.After(300 * time.Millisecond):
-			}
+			waitBlocked(e, s.Table(), oldDone)
 			return o.fn(tx, req.Key)(ctx)
 		})
 		must(t, err)

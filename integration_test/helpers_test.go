@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/idemkit/idem"
 )
@@ -35,11 +36,23 @@ func (e *env) op() *op { return &op{e: e, biz: e.business()} }
 func (o *op) fn(tx idem.DBTX, key string) func(context.Context) (idem.Response, error) {
 	return func(ctx context.Context) (idem.Response, error) {
 		n := o.calls.Add(1)
-		if _, err := tx.ExecContext(ctx, o.e.rebind("INSERT INTO "+o.biz+" (k, v) VALUES (?, ?)"), key, "charged"); err != nil {
+		if err := o.e.insertRow(tx, o.biz, key, "charged"); err != nil {
 			return idem.Response{}, err
 		}
 		return idem.Response{StatusCode: 201, Body: fmt.Appendf(nil, `{"key":%q,"run":%d}`, key, n)}, nil
 	}
+}
+
+// insertRow writes a business row (k, v) into table biz through tx.
+func (e *env) insertRow(tx idem.DBTX, biz, k, v string) error {
+	_, err := tx.ExecContext(ctx, e.rebind("INSERT INTO "+biz+" (k, v) VALUES (?, ?)"), k, v)
+	return err
+}
+
+// do runs s.Do for req with o.fn in a transaction of its own and commits
+// it.
+func (o *op) do(s *idem.Store, req idem.Request) (idem.Result, error) {
+	return o.e.do(s, req, func(tx idem.DBTX) func(context.Context) (idem.Response, error) { return o.fn(tx, req.Key) })
 }
 
 // begin starts a transaction the test ends (rolled back at cleanup if it
@@ -110,11 +123,109 @@ func must(t *testing.T, err error) {
 	}
 }
 
-// doOK runs s.Do for req in a transaction of its own with an fn that
-// answers 200 and writes nothing.
+// ok is an fn that answers 200 and writes nothing.
+func ok(context.Context) (idem.Response, error) { return idem.Response{StatusCode: 200}, nil }
+
+// doOK runs s.Do for req with ok in a transaction of its own.
 func (e *env) doOK(s *idem.Store, req idem.Request) error {
-	_, err := e.do(s, req, func(idem.DBTX) func(context.Context) (idem.Response, error) {
-		return func(context.Context) (idem.Response, error) { return idem.Response{StatusCode: 200}, nil }
-	})
+	_, err := e.do(s, req, func(idem.DBTX) func(context.Context) (idem.Response, error) { return ok })
 	return err
+}
+
+// sqliteNow is the SQLite dialect's clock: microseconds since the Unix epoch.
+const sqliteNow = "(CAST(ROUND(unixepoch('now', 'subsec') * 1000) AS INTEGER) * 1000)"
+
+// now is the database's clock as the dialect reads it.
+func (e *env) now() string {
+	switch e.dialect {
+	case idem.MySQL:
+		return "UTC_TIMESTAMP(6)"
+	case idem.SQLite:
+		return sqliteNow
+	}
+	return "statement_timestamp()"
+}
+
+// plusMicros is the time expr plus as many microseconds as the statement's
+// next argument (fewer when it is negative).
+func (e *env) plusMicros(expr string) string {
+	switch e.dialect {
+	case idem.MySQL:
+		return expr + " + INTERVAL ? MICROSECOND"
+	case idem.SQLite:
+		return expr + " + ?"
+	}
+	return expr + " + ? * interval '1 microsecond'"
+}
+
+// setLease makes the lease of key's record in s end d after the database's
+// now (before it when d is negative).
+func (e *env) setLease(s *idem.Store, key string, d time.Duration) {
+	e.t.Helper()
+	e.exec("UPDATE "+s.Table()+" SET lease_until = "+e.plusMicros(e.now())+" WHERE idem_key = ?", d.Microseconds(), key)
+}
+
+// expire ends the lease of key's record in s, by the database's clock.
+func (e *env) expire(s *idem.Store, key string) {
+	e.t.Helper()
+	e.setLease(s, key, -time.Second)
+}
+
+// age moves every time of key's record in s back by d, as if it had been
+// written d earlier: past retention without waiting for it.
+func (e *env) age(s *idem.Store, key string, d time.Duration) {
+	e.t.Helper()
+	back := -d.Microseconds()
+	e.exec("UPDATE "+s.Table()+" SET created_at = "+e.plusMicros("created_at")+", completed_at = "+e.plusMicros("completed_at")+
+		", lease_until = "+e.plusMicros("lease_until")+" WHERE idem_key = ?", back, back, back, key)
+}
+
+// sessionProbe reads, in one string, the session state idem must leave as
+// it found it: the last inserted id, the isolation level, the lock and
+// statement bounds and the other settings a statement of idem could touch.
+func (e *env) sessionProbe() string {
+	switch e.dialect {
+	case idem.MySQL:
+		return "SELECT CONCAT_WS('|', LAST_INSERT_ID(), @@session.tx_isolation, @@session.time_zone, @@session.sql_mode, @@session.innodb_lock_wait_timeout, @@session.autocommit)"
+	case idem.SQLite:
+		return "SELECT last_insert_rowid() || '|' || (SELECT * FROM pragma_busy_timeout) || '|' || (SELECT * FROM pragma_query_only) || '|' || (SELECT * FROM pragma_foreign_keys) || '|' || (SELECT * FROM pragma_defer_foreign_keys)"
+	}
+	return "SELECT current_setting('transaction_isolation') || '|' || current_setting('lock_timeout') || '|' || current_setting('statement_timeout') || '|' || current_setting('TimeZone')"
+}
+
+// waitBlocked waits until a statement on table waits for a row lock, as a
+// duplicate behind a claim the test holds open should, and fails the test
+// if done receives first (the statement did not wait) or no statement
+// waits within 10 s. On Postgres pg_stat_activity shows the lock wait. On
+// MySQL the lock views are a cache that is not refreshed while anyone
+// reads it more often than every 100 ms, so it waits for the statement to
+// be running on the server, then gives it 200 ms to return early. On
+// SQLite the waiter waits in BEGIN, which nothing shows: 200 ms.
+func waitBlocked[T any](e *env, table string, done chan T) {
+	e.t.Helper()
+	query := "SELECT COUNT(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE ?"
+	if e.dialect == idem.MySQL {
+		query = "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID <> CONNECTION_ID() AND INFO LIKE ?"
+	}
+	for deadline := time.Now().Add(10 * time.Second); !e.embedded(); time.Sleep(5 * time.Millisecond) {
+		select {
+		case v := <-done:
+			e.t.Fatalf("the statement on %s did not wait for the lock: %+v", table, v)
+		default:
+		}
+		if e.int64(query, "%"+table+"%") > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("no statement on %s waited for a lock within 10 s", table)
+		}
+	}
+	if e.dialect != idem.Postgres {
+		time.Sleep(200 * time.Millisecond)
+	}
+	select {
+	case v := <-done:
+		e.t.Fatalf("the statement on %s did not wait for the lock: %+v", table, v)
+	default:
+	}
 }

@@ -189,12 +189,6 @@ func (r *historyRun) client(id int, db *sql.DB, rng *rand.Rand, start, deadline 
 	}
 }
 
-// insertRow writes the business effect of one execution.
-func (r *historyRun) insertRow(tx idem.DBTX, key, body string) error {
-	_, err := tx.ExecContext(ctx, r.e.rebind("INSERT INTO "+r.biz+" (k, v) VALUES (?, ?)"), key, body)
-	return err
-}
-
 // do runs one Do, killing its own session inside fn one time in ten.
 func (r *historyRun) do(db *sql.DB, rng *rand.Rand, req idem.Request, payload, body string, cut bool) {
 	kill := rng.IntN(10) == 0 && !r.e.embedded()
@@ -219,7 +213,7 @@ func (r *historyRun) do(db *sql.DB, rng *rand.Rand, req idem.Request, payload, b
 					return idem.Response{}, err
 				}
 			}
-			if err := r.insertRow(tx, req.Key, body); err != nil {
+			if err := r.e.insertRow(tx, r.biz, req.Key, body); err != nil {
 				return idem.Response{}, err
 			}
 			return idem.Response{StatusCode: 201, Body: []byte(body)}, nil
@@ -276,7 +270,7 @@ func (r *historyRun) begin(db *sql.DB, rng *rand.Rand, req idem.Request, payload
 		kill := x == 19 && !r.e.embedded()
 		killed := kill
 		err := idem.RunTx(ctx, db, nil, func(tx *sql.Tx) error {
-			if err := r.insertRow(tx, req.Key, body); err != nil {
+			if err := r.e.insertRow(tx, r.biz, req.Key, body); err != nil {
 				return err
 			}
 			if kill {

@@ -32,6 +32,25 @@ func (r *recorder) take() []idem.Event {
 	return evs
 }
 
+// expect returns a check for one step: the events recorded since the last
+// check are of the kinds want, in order, each on table with a duration and,
+// unless scope is empty, on scope. The check returns them.
+func (r *recorder) expect(t *testing.T, table, scope string) func(step string, want ...idem.EventKind) []idem.Event {
+	return func(step string, want ...idem.EventKind) []idem.Event {
+		t.Helper()
+		evs := r.take()
+		if got := kinds(evs); !slices.Equal(got, want) {
+			t.Fatalf("%s: events %v, want %v", step, got, want)
+		}
+		for _, ev := range evs {
+			if ev.Table != table || (scope != "" && ev.Scope != scope) || ev.Duration <= 0 {
+				t.Errorf("%s: %v event with table %q, scope %q, duration %v", step, ev.Kind, ev.Table, ev.Scope, ev.Duration)
+			}
+		}
+		return evs
+	}
+}
+
 // kinds lists the kinds of events in order.
 func kinds(evs []idem.Event) []idem.EventKind {
 	ks := make([]idem.EventKind, len(evs))
@@ -48,22 +67,10 @@ func TestObserver(t *testing.T) {
 		rec := &recorder{}
 		s, o := e.store(idem.WithObserver(rec)), e.op()
 		run := func(req idem.Request) error {
-			_, err := e.do(s, req, func(tx idem.DBTX) func(context.Context) (idem.Response, error) { return o.fn(tx, req.Key) })
+			_, err := o.do(s, req)
 			return err
 		}
-		expect := func(step string, want ...idem.EventKind) []idem.Event {
-			t.Helper()
-			evs := rec.take()
-			if got := kinds(evs); !slices.Equal(got, want) {
-				t.Fatalf("%s: events %v, want %v", step, got, want)
-			}
-			for _, ev := range evs {
-				if ev.Table != s.Table() || ev.Duration <= 0 {
-					t.Errorf("%s: %v event with table %q and duration %v", step, ev.Kind, ev.Table, ev.Duration)
-				}
-			}
-			return evs
-		}
+		expect := rec.expect(t, s.Table(), "")
 
 		req := charge("observed", "100")
 		must(t, run(req))
@@ -87,7 +94,7 @@ func TestObserver(t *testing.T) {
 
 		e.leaveClaim(s, charge("crashed", "1"), 0)
 		expect("leaving an expired claim", idem.EventExecuted)
-		token := e.int64("SELECT token FROM "+s.Table()+" WHERE idem_key = ?", "crashed")
+		token := e.token(s, "crashed")
 		must(t, run(charge("crashed", "1")))
 		if ev := expect("expired claim", idem.EventTakeover, idem.EventExecuted)[0]; ev.Token != token || ev.Key != "crashed" {
 			t.Errorf("takeover event: token %d key %q, want token %d of the claim taken over, key crashed", ev.Token, ev.Key, token)
@@ -144,19 +151,7 @@ func TestObserverClaims(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
 		rec := &recorder{}
 		s, o := e.store(idem.WithObserver(rec)), e.op()
-		expect := func(step string, want ...idem.EventKind) []idem.Event {
-			t.Helper()
-			evs := rec.take()
-			if got := kinds(evs); !slices.Equal(got, want) {
-				t.Fatalf("%s: events %v, want %v", step, got, want)
-			}
-			for _, ev := range evs {
-				if ev.Table != s.Table() || ev.Scope != "tenant-1" || ev.Duration <= 0 {
-					t.Errorf("%s: %v event with table %q, scope %q, duration %v", step, ev.Kind, ev.Table, ev.Scope, ev.Duration)
-				}
-			}
-			return evs
-		}
+		expect := rec.expect(t, s.Table(), "tenant-1")
 
 		req := charge("two-phase", "100")
 		zombie := mustClaim(t, s, e.db, req)
@@ -169,7 +164,7 @@ func TestObserverClaims(t *testing.T) {
 		must(t, zombie.Extend(ctx, e.db, time.Minute))
 		expect("Extend")
 
-		e.exec(expire(e, s), req.Key)
+		e.expire(s, req.Key)
 		owner := mustClaim(t, s, e.db, req)
 		if evs := expect("Begin on an expired claim", idem.EventTakeover, idem.EventClaimed); evs[0].Token != zombie.Token() || evs[1].Token != owner.Token() {
 			t.Errorf("takeover token %d, claimed token %d; want %d and %d", evs[0].Token, evs[1].Token, zombie.Token(), owner.Token())

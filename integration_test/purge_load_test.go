@@ -185,7 +185,7 @@ func TestPurgeUnderLoad(t *testing.T) {
 					req := charge(fmt.Sprintf("w%d-%d", w, i), "100")
 					req.Scope = scopeLive
 					start := time.Now()
-					_, err := e.do(s, req, func(tx idem.DBTX) func(context.Context) (idem.Response, error) { return o.fn(tx, req.Key) })
+					_, err := o.do(s, req)
 					if err != nil {
 						failures[w] = fmt.Errorf("worker %d, request %d: %w", w, i, err)
 						return

@@ -15,19 +15,20 @@ import (
 // a record within retention, not a live claim.
 func TestPurge(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
-		s := e.store(idem.WithRetention(time.Second)) // "new" must outlive a stall of the loaded suite
-		ok := func(idem.DBTX) func(context.Context) (idem.Response, error) {
-			return func(context.Context) (idem.Response, error) { return idem.Response{StatusCode: 200}, nil }
-		}
+		const retention = time.Hour
+		s := e.store(idem.WithRetention(retention))
+		past := retention + time.Minute // moved back on the database's clock
 		for _, k := range []string{"old-1", "old-2", "old-3", "old-4", "old-5"} {
-			_, err := e.do(s, charge(k, "1"), ok)
-			must(t, err)
+			must(t, e.doOK(s, charge(k, "1")))
+			e.age(s, k, past)
 		}
 		e.leaveClaim(s, charge("old-dead-claim", "1"), 0)
-		e.leaveClaim(s, charge("live-claim", "1"), time.Hour)
-		time.Sleep(1100 * time.Millisecond)
-		_, err := e.do(s, charge("new", "1"), ok)
-		must(t, err)
+		e.age(s, "old-dead-claim", past)
+		e.leaveClaim(s, charge("live-claim", "1"), past+time.Hour)
+		e.age(s, "live-claim", past) // created past retention, lease still live
+		must(t, e.doOK(s, charge("recent", "1")))
+		e.age(s, "recent", retention-time.Minute)
+		must(t, e.doOK(s, charge("new", "1")))
 
 		if _, err := s.Purge(ctx, e.db, 0); err == nil {
 			t.Fatalf("Purge with batch 0: no error")
@@ -37,12 +38,12 @@ func TestPurge(t *testing.T) {
 		if n != 6 {
 			t.Fatalf("purged %d records, want 6", n)
 		}
-		for key, want := range map[string]int{"old-1": 0, "old-dead-claim": 0, "live-claim": 1, "new": 1} {
+		for key, want := range map[string]int{"old-1": 0, "old-dead-claim": 0, "live-claim": 1, "recent": 1, "new": 1} {
 			if got := e.records(s, key); got != want {
 				t.Errorf("%s: %d records after purge, want %d", key, got, want)
 			}
 		}
-		if _, err := e.do(s, charge("live-claim", "1"), ok); !errors.Is(err, idem.ErrInFlight) {
+		if err := e.doOK(s, charge("live-claim", "1")); !errors.Is(err, idem.ErrInFlight) {
 			t.Fatalf("live claim after purge: %v, want ErrInFlight", err)
 		}
 	})

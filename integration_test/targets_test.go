@@ -4,10 +4,11 @@
 //
 // Targets find their databases through IDEM_TEST_POSTGRES_DSN and
 // IDEM_TEST_MYSQL_DSN; the SQLite target needs no server and always runs, on
-// a database file in a temporary directory. When one is unset and a Docker daemon answers, the
-// suite starts a container for it. Otherwise its targets are skipped with a
-// message, unless IDEM_TEST_REQUIRE=1, which makes a missing database a
-// failure.
+// a database file in a temporary directory. When a DSN is unset and a
+// Docker daemon answers, the suite starts a container for it. Otherwise its
+// targets are skipped with a message, unless IDEM_TEST_REQUIRE=1, which
+// makes a missing database a failure. A DSN that is set but does not
+// answer is always a failure.
 package integration_test
 
 import (
@@ -114,13 +115,22 @@ type env struct {
 	dsn string
 }
 
+// targetPool is a target's connection pool, opened once per suite run,
+// or why it could not be.
+type targetPool struct {
+	db  *sql.DB
+	err error
+}
+
 var (
 	poolsMu sync.Mutex
-	pools   = map[string]*sql.DB{}
+	pools   = map[string]targetPool{}
 )
 
 // open returns the target's shared pool, skipping or failing the test when
-// its server is missing.
+// its server is missing. A DSN that is set but does not answer fails the
+// test whatever IDEM_TEST_REQUIRE says: a mistyped DSN must not pass for a
+// server that is not there.
 func (tg target) open(t *testing.T) *env {
 	t.Helper()
 	s := servers[tg.server]
@@ -132,23 +142,33 @@ func (tg target) open(t *testing.T) *env {
 		t.Skipf("%s: %s", tg.name, s.reason)
 	}
 	poolsMu.Lock()
-	defer poolsMu.Unlock()
-	db, ok := pools[tg.name]
+	p, ok := pools[tg.name]
 	if !ok {
-		var err error
-		if db, err = sql.Open(tg.driver, s.dsn); err != nil {
-			t.Fatalf("open %s: %v", tg.name, err)
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := db.PingContext(ctx); err != nil {
-			t.Fatalf("%s: cannot reach the database at %s=%q: %v", tg.name, s.env, s.dsn, err)
-		}
-		db.SetMaxOpenConns(40)
-		db.SetMaxIdleConns(40)
-		pools[tg.name] = db
+		p.db, p.err = tg.connect(s)
+		pools[tg.name] = p
 	}
-	return &env{target: tg, t: t, db: db, dsn: s.dsn}
+	poolsMu.Unlock()
+	if p.err != nil {
+		t.Fatal(p.err)
+	}
+	return &env{target: tg, t: t, db: p.db, dsn: s.dsn}
+}
+
+// connect opens the target's pool and checks that its server answers.
+func (tg target) connect(s *server) (*sql.DB, error) {
+	db, err := sql.Open(tg.driver, s.dsn)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", tg.name, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := db.PingContext(ctx); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("%s: cannot reach the database at %s=%q: %w", tg.name, s.env, s.dsn, err)
+	}
+	db.SetMaxOpenConns(40)
+	db.SetMaxIdleConns(40)
+	return db, nil
 }
 
 // embedded reports an in-process database (SQLite): there is no network
