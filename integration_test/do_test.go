@@ -115,6 +115,7 @@ func TestStormRunsOnce(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
 		for _, level := range isolationLevels {
 			t.Run(levelName(level), func(t *testing.T) {
+				e := e.in(t)
 				s, o := e.store(), e.op()
 				req := charge("storm", "100")
 				var (

@@ -239,6 +239,7 @@ func TestHTTPClaimFailuresRelease(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
 		for _, failure := range []string{"502", "panic"} {
 			t.Run(failure, func(t *testing.T) {
+				e := e.in(t)
 				p := newProvider()
 				api := e.claimAPI(p)
 				if failure == "502" {
@@ -271,6 +272,7 @@ func TestHTTPClaimFailuresRelease(t *testing.T) {
 		}
 
 		t.Run("4xx", func(t *testing.T) {
+			e := e.in(t)
 			api := e.claimAPI(newProvider())
 			srv, _ := e.serve(idemhttp.Config{Mode: idemhttp.ModeClaim}, api)
 			for i := range 2 {

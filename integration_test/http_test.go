@@ -231,6 +231,7 @@ func TestHTTPConcurrentDuplicates(t *testing.T) {
 				name = levelName(opts.Isolation)
 			}
 			t.Run(name, func(t *testing.T) {
+				e := e.in(t)
 				api := e.chargeAPI()
 				api.delay = 50 * time.Millisecond
 				srv, _ := e.serve(idemhttp.Config{TxOptions: opts}, api)
@@ -500,6 +501,7 @@ func TestHTTPFailuresNotStored(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
 		for _, failure := range []string{"503", "panic"} {
 			t.Run(failure, func(t *testing.T) {
+				e := e.in(t)
 				api := e.chargeAPI()
 				api.respond = func(w http.ResponseWriter, run int64) {
 					if run == 1 {
@@ -544,6 +546,7 @@ func TestHTTPFailuresNotStored(t *testing.T) {
 		}
 
 		t.Run("stored", func(t *testing.T) {
+			e := e.in(t)
 			api := e.chargeAPI()
 			api.respond = func(w http.ResponseWriter, run int64) {
 				w.WriteHeader(http.StatusInternalServerError)
@@ -580,6 +583,7 @@ func TestHTTPStreamingRefused(t *testing.T) {
 // testStreamingRefused runs one case of TestHTTPStreamingRefused.
 func testStreamingRefused(t *testing.T, e *env, mode idemhttp.Mode, how string) {
 	t.Run(fmt.Sprintf("%s/claim=%v", how, mode == idemhttp.ModeClaim), func(t *testing.T) {
+		e := e.in(t)
 		api := e.chargeAPI()
 		var got error
 		api.respond = func(w http.ResponseWriter, _ int64) {

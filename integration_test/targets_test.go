@@ -115,6 +115,14 @@ type env struct {
 	dsn string
 }
 
+// in is e for a subtest t: its helpers then fail and clean up in t, never
+// in the parent test from the subtest's goroutine.
+func (e *env) in(t *testing.T) *env {
+	c := *e
+	c.t = t
+	return &c
+}
+
 // targetPool is a target's connection pool, opened once per suite run,
 // or why it could not be.
 type targetPool struct {
