@@ -43,18 +43,23 @@ type inliner interface {
 
 // exec runs one of the Store's statements through db.
 func (s *Store) exec(ctx context.Context, db DBTX, query string, args ...any) (sql.Result, error) {
-	if in, ok := s.dialect.(inliner); ok {
-		query, args = in.inline(query, args)
-	}
+	query, args = s.inline(query, args)
 	return db.ExecContext(ctx, query, args...)
 }
 
 // queryRow runs one of the Store's queries through db.
 func (s *Store) queryRow(ctx context.Context, db DBTX, query string, args ...any) *sql.Row {
-	if in, ok := s.dialect.(inliner); ok {
-		query, args = in.inline(query, args)
-	}
+	query, args = s.inline(query, args)
 	return db.QueryRowContext(ctx, query, args...)
+}
+
+// inline is the dialect's inline where it has one, else query and args
+// as they are.
+func (s *Store) inline(query string, args []any) (string, []any) {
+	if in, ok := s.dialect.(inliner); ok {
+		return in.inline(query, args)
+	}
+	return query, args
 }
 
 // dialects are the Dialects IsRetryable consults.

@@ -112,6 +112,7 @@ func Fingerprint(parts ...[]byte) string {
 type Store struct {
 	dialect   Dialect
 	table     string
+	parts     []string // table, split into its validated identifiers
 	lease     time.Duration
 	retention time.Duration
 	lockWait  time.Duration // with hasLockWait: the bound of WithLockTimeout
@@ -195,6 +196,7 @@ func (s *Store) configure() error {
 	if err != nil {
 		return err
 	}
+	s.parts = parts
 	s.q = s.dialect.queries(s.dialect.quote(parts))
 	return nil
 }
@@ -218,8 +220,7 @@ func (s *Store) Migrate(ctx context.Context, db DBTX) error {
 	if db == nil {
 		return errors.New("idem: Migrate needs a database handle, got nil")
 	}
-	parts, _ := parseTable(s.table)
-	for _, stmt := range s.dialect.schema(parts) {
+	for _, stmt := range s.dialect.schema(s.parts) {
 		if _, err := db.ExecContext(ctx, stmt); err != nil {
 			return fmt.Errorf("idem: migrate table %s: %w; check that the database user may create tables and indexes, then run Migrate again (it is safe to repeat)", s.table, err)
 		}

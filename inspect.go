@@ -126,8 +126,7 @@ func (s *Store) Stats(ctx context.Context, db DBTX) (Stats, error) {
 	if err := rows.Err(); err != nil {
 		return Stats{}, fmt.Errorf("idem: stats of %s: %w", s.table, err)
 	}
-	parts, _ := parseTable(s.table)
-	query, args := s.dialect.size(parts)
+	query, args := s.dialect.size(s.parts)
 	var table, index sql.NullInt64
 	if err := db.QueryRowContext(ctx, query, args...).Scan(&table, &index); err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return Stats{}, fmt.Errorf("idem: size of %s: %w", s.table, err)
