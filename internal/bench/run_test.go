@@ -32,13 +32,16 @@ var targets = []target{
 }
 
 // open opens tg's server with the harness's pool size, skipping when its
-// DSN is unset. IDEM_BENCH_DSN_PARAMS is appended to the DSN (e.g.
+// DSN is unset (failing instead under IDEM_TEST_REQUIRE=1, as in CI). IDEM_BENCH_DSN_PARAMS is appended to the DSN (e.g.
 // "binary_parameters=yes" or "interpolateParams=true"), for measuring
 // driver settings.
 func (tg target) open(tb testing.TB) *sql.DB {
 	tb.Helper()
 	dsn := os.Getenv(tg.env)
 	if dsn == "" {
+		if os.Getenv("IDEM_TEST_REQUIRE") == "1" {
+			tb.Fatalf("IDEM_TEST_REQUIRE=1 and %s is unset", tg.env)
+		}
 		tb.Skipf("%s is unset", tg.env)
 	}
 	if p := os.Getenv("IDEM_BENCH_DSN_PARAMS"); p != "" {
