@@ -38,9 +38,6 @@ type Claim struct {
 // next Begin or Do, with a larger token. Begin retries its own transaction
 // on the errors IsRetryable reports, as RunTx does. See docs/claims.md.
 func (s *Store) Begin(ctx context.Context, db *sql.DB, req Request) (claim *Claim, replay *Result, err error) {
-	if s.err != nil {
-		return nil, nil, s.err
-	}
 	if db == nil {
 		return nil, nil, errors.New("idem: Begin needs a *sql.DB, got nil")
 	}
@@ -91,8 +88,8 @@ func (c *Claim) Extend(ctx context.Context, db DBTX, d time.Duration) (err error
 		return err
 	}
 	defer c.observeClaim(ctx, 0, startWatch(), &err)
-	if d <= 0 {
-		return fmt.Errorf("idem: Extend needs a positive duration, got %v", d)
+	if err := checkDuration("Extend's duration", d); err != nil {
+		return err
 	}
 	return c.fenced(ctx, db, c.s.q.extend, "extend the lease", "stop the work and do not complete it",
 		micros(d), c.req.Scope, c.req.Key, c.token)

@@ -25,7 +25,7 @@
 // schema into your migrations), then call Store.Do inside the transaction
 // that writes your business rows:
 //
-//	store := idem.New(idem.Postgres)
+//	store, err := idem.New(idem.Postgres) // a bad option is an error here
 //	err := idem.RunTx(ctx, db, nil, func(tx *sql.Tx) error {
 //		res, err := store.Do(ctx, tx, idem.Request{
 //			Scope:       customerID,

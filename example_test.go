@@ -50,7 +50,10 @@ func ExampleStore_Do() {
 		log.Fatal(err)
 	}
 	ctx := context.Background()
-	store := idem.New(idem.Postgres)
+	store, err := idem.New(idem.Postgres)
+	if err != nil {
+		log.Fatal(err)
+	}
 	if err := store.Migrate(ctx, db); err != nil {
 		log.Fatal(err)
 	}
@@ -121,7 +124,10 @@ func ExampleStore_Begin() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	store := idem.New(idem.Postgres, idem.WithLease(time.Minute))
+	store, err := idem.New(idem.Postgres, idem.WithLease(time.Minute))
+	if err != nil {
+		log.Fatal(err)
+	}
 	req := idem.Request{
 		Scope:       "customer-42",
 		Key:         "6f1d2c9e-5b0a-4c1e-9d8e-3a7b2f0c4d11", // the client's Idempotency-Key

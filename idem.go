@@ -120,7 +120,6 @@ type Store struct {
 	observer  Observer
 	// hasLockWait reports that WithLockTimeout was given.
 	hasLockWait bool
-	err         error // a configuration error, returned by every method
 }
 
 // Option configures a Store.
@@ -129,18 +128,34 @@ type Option func(*Store)
 // WithTable sets the table's name (default "idempotency_keys"). It must be
 // an identifier, optionally schema-qualified: letters, digits and
 // underscores, not starting with a digit, at most 48 bytes a part. Any other
-// name makes every method of the Store return an error; it is never
-// interpolated into SQL.
+// name makes New return an error; it is never interpolated into SQL.
 func WithTable(name string) Option { return func(s *Store) { s.table = name } }
 
 // WithLease sets how long a PROCESSING claim is honoured before another
-// request may take it over (default 30s). It must be positive.
+// request may take it over (default 30s). It must be positive and at most
+// MaxDuration.
 func WithLease(d time.Duration) Option { return func(s *Store) { s.lease = d } }
 
 // WithRetention sets how long a completed key replays (default 24h). Past
 // it the key is forgotten and may be reused with any payload. It must be
-// positive.
+// positive and at most MaxDuration.
 func WithRetention(d time.Duration) Option { return func(s *Store) { s.retention = d } }
+
+// MaxDuration is the largest lease, retention or Extend that idem accepts:
+// 100 years. Durations are sent to the database in microseconds and added
+// to its clock; a larger one could overflow that arithmetic (Go's
+// time.Duration near its maximum) or a DATETIME column (year 9999 on
+// MySQL), and would then mean a lease or retention already over.
+const MaxDuration = 100 * 365 * 24 * time.Hour
+
+// checkDuration refuses a duration that is not positive or exceeds
+// MaxDuration, naming what it is for.
+func checkDuration(what string, d time.Duration) error {
+	if d <= 0 || d > MaxDuration {
+		return fmt.Errorf("idem: %s must be positive and at most %v (MaxDuration), got %v", what, MaxDuration, d)
+	}
+	return nil
+}
 
 // MaxLockTimeout is the largest bound WithLockTimeout accepts.
 const MaxLockTimeout = 24 * time.Hour
@@ -163,26 +178,31 @@ func WithLockTimeout(d time.Duration) Option {
 	return func(s *Store) { s.lockWait, s.hasLockWait = d, true }
 }
 
-// New returns a Store for the dialect. A bad option does not panic: every
-// method of the Store then returns the error.
-func New(d Dialect, opts ...Option) *Store {
+// New returns a Store for the dialect, or an error that names the bad
+// option (a table name that is not an identifier, a lease, retention or
+// lock timeout out of bounds, an option the dialect does not support). A
+// Store that New returns is usable: no later call reports its
+// configuration.
+func New(d Dialect, opts ...Option) (*Store, error) {
 	s := &Store{dialect: d, table: DefaultTable, lease: DefaultLease, retention: DefaultRetention}
 	for _, o := range opts {
 		o(s)
 	}
-	s.err = s.configure()
-	return s
+	if err := s.configure(); err != nil {
+		return nil, err
+	}
+	return s, nil
 }
 
 func (s *Store) configure() error {
 	if s.dialect == nil {
 		return errors.New("idem: New needs a Dialect (idem.Postgres, idem.MySQL or idem.SQLite)")
 	}
-	if s.lease <= 0 {
-		return fmt.Errorf("idem: lease must be positive, got %v", s.lease)
+	if err := checkDuration("lease", s.lease); err != nil {
+		return err
 	}
-	if s.retention <= 0 {
-		return fmt.Errorf("idem: retention must be positive, got %v", s.retention)
+	if err := checkDuration("retention", s.retention); err != nil {
+		return err
 	}
 	if s.hasLockWait {
 		if s.lockWait <= 0 || s.lockWait > MaxLockTimeout {
@@ -201,12 +221,6 @@ func (s *Store) configure() error {
 	return nil
 }
 
-// Err reports a configuration error from New (a bad table name, lease,
-// retention or lock timeout, or an option the dialect does not support),
-// the one every method of the Store would return; nil when the Store is
-// usable. Check it at startup to fail early.
-func (s *Store) Err() error { return s.err }
-
 // Table returns the table name the Store was configured with.
 func (s *Store) Table() string { return s.table }
 
@@ -214,9 +228,6 @@ func (s *Store) Table() string { return s.table }
 // of package schema for the Store's dialect and table name. It is safe to
 // run again. On MySQL, DDL commits any transaction open on db.
 func (s *Store) Migrate(ctx context.Context, db DBTX) error {
-	if s.err != nil {
-		return s.err
-	}
 	if db == nil {
 		return errors.New("idem: Migrate needs a database handle, got nil")
 	}
@@ -239,9 +250,6 @@ func (s *Store) Migrate(ctx context.Context, db DBTX) error {
 // tx and stores nothing; the caller should roll back. See docs/semantics.md.
 func (s *Store) Do(ctx context.Context, tx DBTX, req Request, fn func(ctx context.Context) (Response, error)) (res Result, err error) {
 	start := startWatch()
-	if s.err != nil {
-		return Result{}, s.err
-	}
 	if err := checkTx(tx); err != nil {
 		return Result{}, err
 	}

@@ -32,9 +32,6 @@ type Record struct {
 // anything. It returns nil and no error when there is none. An invalid key
 // or scope is ErrInvalidKey or ErrInvalidRequest, as for Do.
 func (s *Store) Inspect(ctx context.Context, db DBTX, scope, key string) (*Record, error) {
-	if s.err != nil {
-		return nil, s.err
-	}
 	if db == nil {
 		return nil, errors.New("idem: Inspect needs a database handle, got nil")
 	}
@@ -94,9 +91,6 @@ type Stats struct {
 // Stats counts the Store's records with one scan of the table, and asks the
 // database for the table's size. It changes nothing.
 func (s *Store) Stats(ctx context.Context, db DBTX) (Stats, error) {
-	if s.err != nil {
-		return Stats{}, s.err
-	}
 	if db == nil {
 		return Stats{}, errors.New("idem: Stats needs a database handle, got nil")
 	}

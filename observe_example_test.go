@@ -23,7 +23,9 @@ func ExampleSlogObserver() {
 		},
 	}))
 	obs := idem.SlogObserver(logger)
-	_ = idem.New(idem.Postgres, idem.WithObserver(obs))
+	if _, err := idem.New(idem.Postgres, idem.WithObserver(obs)); err != nil {
+		panic(err)
+	}
 
 	ctx := context.Background()
 	obs.Observe(ctx, idem.Event{Kind: idem.EventTakeover, Table: "idempotency_keys", Scope: "tenant-1",

@@ -20,9 +20,6 @@ import (
 // traffic. Each batch is reported to the Store's Observer. See
 // docs/operations.md for batch sizes and cadence.
 func (s *Store) Purge(ctx context.Context, db *sql.DB, batch int) (int64, error) {
-	if s.err != nil {
-		return 0, s.err
-	}
 	if db == nil {
 		return 0, errors.New("idem: Purge needs a *sql.DB, got nil")
 	}
@@ -47,9 +44,6 @@ func (s *Store) Purge(ctx context.Context, db *sql.DB, batch int) (int64, error)
 // a batch comes back short; call it yourself to pace a purge or to report
 // its progress.
 func (s *Store) PurgeBatch(ctx context.Context, db *sql.DB, limit int) (int64, error) {
-	if s.err != nil {
-		return 0, s.err
-	}
 	if db == nil {
 		return 0, errors.New("idem: PurgeBatch needs a *sql.DB, got nil")
 	}

@@ -2,6 +2,7 @@ package idem
 
 import (
 	"errors"
+	"math"
 	"net/http"
 	"reflect"
 	"strings"
@@ -63,17 +64,31 @@ func TestInFlightRoundsUp(t *testing.T) {
 }
 
 func TestNewReportsBadOptions(t *testing.T) {
-	for name, s := range map[string]*Store{
-		"nil dialect": New(nil),
-		"lease":       New(Postgres, WithLease(0)),
-		"retention":   New(MySQL, WithRetention(-time.Second)),
-		"table":       New(Postgres, WithTable("x y")),
+	for name, c := range map[string]struct {
+		d    Dialect
+		opts []Option
+		want string
+	}{
+		"nil dialect":        {nil, nil, "needs a Dialect"},
+		"zero lease":         {Postgres, []Option{WithLease(0)}, "lease must be positive"},
+		"negative retention": {MySQL, []Option{WithRetention(-time.Second)}, "retention must be positive"},
+		// Past MaxInt64-999ns the conversion to microseconds overflowed and
+		// the database got a negative interval: every claim was born
+		// expired and every record forgotten.
+		"lease that overflows":     {Postgres, []Option{WithLease(math.MaxInt64)}, "at most 876000h0m0s"},
+		"retention that overflows": {SQLite, []Option{WithRetention(math.MaxInt64)}, "at most 876000h0m0s"},
+		"retention past bound":     {MySQL, []Option{WithRetention(MaxDuration + 1)}, "MaxDuration"},
+		"table":                    {Postgres, []Option{WithTable("x y")}, "table name"},
+		"lock timeout":             {Postgres, []Option{WithLockTimeout(0)}, "lock timeout"},
 	} {
-		if s.err == nil {
-			t.Errorf("%s: no configuration error", name)
+		s, err := New(c.d, c.opts...)
+		if err == nil || s != nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: New returned %v, %v; want nil and an error with %q", name, s, err, c.want)
 		}
-		if _, err := s.Do(t.Context(), nil, Request{Key: "k"}, nil); err != s.err {
-			t.Errorf("%s: Do returned %v, want the configuration error", name, err)
+	}
+	for _, d := range []time.Duration{time.Microsecond, MaxDuration} {
+		if _, err := New(Postgres, WithLease(d), WithRetention(d)); err != nil {
+			t.Errorf("lease and retention %v: %v", d, err)
 		}
 	}
 }

@@ -61,7 +61,11 @@ func TestAnswerError(t *testing.T) {
 }
 
 func TestNewChecksConfig(t *testing.T) {
-	store, db := idem.New(idem.Postgres), &sql.DB{}
+	store, err := idem.New(idem.Postgres)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := &sql.DB{}
 	for name, cfg := range map[string]Config{
 		"no Store":         {DB: db},
 		"no DB":            {Store: store},
@@ -82,7 +86,11 @@ func TestNewChecksConfig(t *testing.T) {
 // A body of exactly MaxBody bytes is read whole, with or without a
 // Content-Length; one byte more is a 413.
 func TestReadBodyLimit(t *testing.T) {
-	m, err := New(Config{Store: idem.New(idem.Postgres), DB: &sql.DB{}, MaxBody: 64})
+	store, err := idem.New(idem.Postgres)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := New(Config{Store: store, DB: &sql.DB{}, MaxBody: 64})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,6 +20,15 @@ import (
 	"github.com/idemkit/idem/idemhttp"
 )
 
+// store is idem's Store for the examples' SQLite database.
+func store() *idem.Store {
+	s, err := idem.New(idem.SQLite)
+	if err != nil {
+		log.Fatal(err)
+	}
+	return s
+}
+
 // openDB opens a SQLite database in a fresh directory, with idem's table
 // and an orders table. A real service would open PostgreSQL or MySQL.
 func openDB() (db *sql.DB, cleanup func()) {
@@ -32,7 +41,7 @@ func openDB() (db *sql.DB, cleanup func()) {
 	if err != nil {
 		log.Fatal(err)
 	}
-	if err := idem.New(idem.SQLite).Migrate(context.Background(), db); err != nil {
+	if err := store().Migrate(context.Background(), db); err != nil {
 		log.Fatal(err)
 	}
 	if _, err := db.Exec("CREATE TABLE orders (id INTEGER PRIMARY KEY, item TEXT NOT NULL, ref TEXT)"); err != nil {
@@ -67,7 +76,7 @@ func post(url string) {
 func Example() {
 	db, cleanup := openDB()
 	defer cleanup()
-	mw, err := idemhttp.New(idemhttp.Config{Store: idem.New(idem.SQLite), DB: db, Required: true})
+	mw, err := idemhttp.New(idemhttp.Config{Store: store(), DB: db, Required: true})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -113,7 +122,7 @@ func Example() {
 func ExampleClaimFrom() {
 	db, cleanup := openDB()
 	defer cleanup()
-	mw, err := idemhttp.New(idemhttp.Config{Store: idem.New(idem.SQLite), DB: db, Mode: idemhttp.ModeClaim, Required: true})
+	mw, err := idemhttp.New(idemhttp.Config{Store: store(), DB: db, Mode: idemhttp.ModeClaim, Required: true})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -51,7 +51,8 @@ func TestErrorsSayWhatToDo(t *testing.T) {
 			}
 		}
 
-		bad := idem.New(e.dialect, idem.WithTable("missing_"+strings.TrimPrefix(s.Table(), "idem_")))
+		bad, err := idem.New(e.dialect, idem.WithTable("missing_"+strings.TrimPrefix(s.Table(), "idem_")))
+		must(t, err)
 		tx = e.begin(nil)
 		_, err = bad.Do(ctx, tx, charge("k", "1"), ok)
 		check("missing table", err, `claim for key "k"`, "roll back the transaction")

@@ -45,7 +45,8 @@ func TestDailyPartitionsRunAKeyTwice(t *testing.T) {
 
 		// idem's claim names that constraint, so Do fails rather than run
 		// twice.
-		s := idem.New(idem.Postgres, idem.WithTable(table))
+		s, err := idem.New(idem.Postgres, idem.WithTable(table))
+		must(t, err)
 		tx := e.begin(nil)
 		if _, err := s.Do(ctx, tx, charge("refused", "1"), o.fn(tx, "refused")); err == nil || !strings.Contains(err.Error(), "ON CONFLICT") || o.calls.Load() != 0 {
 			t.Fatalf("Do on the daily layout: err = %v after %d executions, want no matching ON CONFLICT constraint and none", err, o.calls.Load())

@@ -227,7 +227,10 @@ func randName(prefix string) string {
 func (e *env) store(opts ...idem.Option) *idem.Store {
 	e.t.Helper()
 	table := randName("idem")
-	s := idem.New(e.dialect, append([]idem.Option{idem.WithTable(table)}, opts...)...)
+	s, err := idem.New(e.dialect, append([]idem.Option{idem.WithTable(table)}, opts...)...)
+	if err != nil {
+		e.t.Fatalf("new: %v", err)
+	}
 	if err := s.Migrate(context.Background(), e.db); err != nil {
 		e.t.Fatalf("migrate: %v", err)
 	}

@@ -89,10 +89,17 @@ func newDemo(ctx context.Context, db *sql.DB, t target, burst int) (*demo, error
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)
 	p := "idem_demo_" + hex.EncodeToString(b) + "_"
+	store, err := idem.New(t.dialect, idem.WithTable(p+"keys"))
+	if err != nil {
+		return nil, err
+	}
+	claims, err := idem.New(t.dialect, idem.WithTable(p+"keys"), idem.WithLease(demoLease))
+	if err != nil {
+		return nil, err
+	}
 	d := &demo{
 		db: db, t: t, bind: sqlx.BindType(t.driver), burst: burst, prefix: p,
-		store:   idem.New(t.dialect, idem.WithTable(p+"keys")),
-		claims:  idem.New(t.dialect, idem.WithTable(p+"keys"), idem.WithLease(demoLease)),
+		store: store, claims: claims,
 		charges: p + "charges", naiveCache: p + "naive_cache", naiveCharges: p + "naive_charges",
 		provider: p + "provider",
 	}

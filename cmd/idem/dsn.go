@@ -171,8 +171,8 @@ func (f *dbFlags) open(ctx context.Context, create bool, opts ...idem.Option) (*
 	if err != nil {
 		return nil, t, nil, err
 	}
-	s := idem.New(t.dialect, append([]idem.Option{idem.WithTable(f.table)}, opts...)...)
-	if err := s.Err(); err != nil {
+	s, err := idem.New(t.dialect, append([]idem.Option{idem.WithTable(f.table)}, opts...)...)
+	if err != nil {
 		return nil, t, nil, usageErr("%v", err)
 	}
 	switch {

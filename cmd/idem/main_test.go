@@ -171,7 +171,10 @@ func TestOperate(t *testing.T) {
 			defer db.Close()
 			defer db.Exec("DROP TABLE IF EXISTS " + table)
 
-			s := idem.New(tgt.dialect, idem.WithTable(table))
+			s, err := idem.New(tgt.dialect, idem.WithTable(table))
+			if err != nil {
+				t.Fatal(err)
+			}
 			tx, err := db.Begin()
 			if err != nil {
 				t.Fatal(err)

@@ -81,7 +81,11 @@ func run(ctx context.Context, ln net.Listener, cfg config) error {
 		return err
 	}
 	defer db.Close()
-	a := &app{db: db, dialect: dialect, store: idem.New(dialect, cfg.idem...), charges: cfg.charges, provider: cfg.provider, log: cfg.log}
+	store, err := idem.New(dialect, cfg.idem...)
+	if err != nil {
+		return err
+	}
+	a := &app{db: db, dialect: dialect, store: store, charges: cfg.charges, provider: cfg.provider, log: cfg.log}
 	h, err := a.handler(ctx)
 	if err != nil {
 		return err

@@ -34,10 +34,14 @@ func Setup(ctx context.Context, db *sql.DB, dialect idem.Dialect) (*Env, error) 
 	suffix := make([]byte, 6)
 	_, _ = rand.Read(suffix)
 	tag := hex.EncodeToString(suffix)
+	store, err := idem.New(dialect, idem.WithTable("idem_bench_"+tag))
+	if err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
 	e := &Env{
 		db:      db,
 		dialect: dialect,
-		store:   idem.New(dialect, idem.WithTable("idem_bench_"+tag)),
+		store:   store,
 		orders:  "idem_bench_orders_" + tag,
 		prefix:  tag + "-",
 	}
