@@ -5,11 +5,10 @@ import (
 	"database/sql"
 	"encoding/hex"
 	"errors"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/go-sql-driver/mysql"
 
 	"github.com/idemkit/idem/schema"
 )
@@ -141,8 +140,46 @@ func (mysqlDialect) boundLockWait(ctx context.Context, db DBTX, q queries, d tim
 	if _, rerr := db.ExecContext(ctx, q.lockWaitRestore, old); rerr != nil {
 		return false, errors.Join(err, rerr)
 	}
-	e, ok := errors.AsType[*mysql.MySQLError](err)
-	return ok && e.Number == erLockWaitTimeout && !rollbackWholeTx, err
+	n, ok := mysqlErrno(err)
+	return ok && n == erLockWaitTimeout && !rollbackWholeTx, err
+}
+
+// mysqlErrorPkg and mysqlErrorType name github.com/go-sql-driver/mysql's
+// *MySQLError. idem recognises it by its package, name and Number field
+// instead of importing the driver: an import would link the driver into
+// every program that uses idem and register the "mysql" driver name there,
+// which panics beside another driver (or a test's mock) of that name.
+const (
+	mysqlErrorPkg  = "github.com/go-sql-driver/mysql"
+	mysqlErrorType = "MySQLError"
+)
+
+// mysqlErrno returns the Number of the first *mysql.MySQLError in err's
+// tree, as errors.As would find it.
+func mysqlErrno(err error) (uint16, bool) {
+	for err != nil {
+		if v := reflect.ValueOf(err); v.Kind() == reflect.Pointer && !v.IsNil() {
+			if e := v.Elem(); e.Kind() == reflect.Struct && e.Type().PkgPath() == mysqlErrorPkg && e.Type().Name() == mysqlErrorType {
+				if f := e.FieldByName("Number"); f.IsValid() && f.CanUint() {
+					return uint16(f.Uint()), true
+				}
+			}
+		}
+		switch u := err.(type) {
+		case interface{ Unwrap() error }:
+			err = u.Unwrap()
+		case interface{ Unwrap() []error }:
+			for _, e := range u.Unwrap() {
+				if n, ok := mysqlErrno(e); ok {
+					return n, true
+				}
+			}
+			return 0, false
+		default:
+			return 0, false
+		}
+	}
+	return 0, false
 }
 
 // MySQL error numbers idem reads.
@@ -158,18 +195,18 @@ func (mysqlDialect) inserted(_ sql.Result, err error) (bool, error) {
 	if err == nil {
 		return true, nil
 	}
-	if e, ok := errors.AsType[*mysql.MySQLError](err); ok && e.Number == erDupEntry {
+	if n, ok := mysqlErrno(err); ok && n == erDupEntry {
 		return false, nil
 	}
 	return false, err
 }
 
 func (mysqlDialect) retryable(err error) bool {
-	e, ok := errors.AsType[*mysql.MySQLError](err)
+	n, ok := mysqlErrno(err)
 	if !ok {
 		return false
 	}
-	switch e.Number {
+	switch n {
 	case erLockWaitTimeout, erLockDeadlock, erCheckread, erLockNowait:
 		return true
 	}
