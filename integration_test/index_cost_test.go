@@ -14,8 +14,7 @@ import (
 // What the created_at index costs on the write path and what it buys the
 // purge: a B-tree (the schema's), BRIN (Postgres) and no index, measured
 // on fresh tables, alternating, a few rounds. It is a measurement, not a
-// check, so it runs only with IDEM_INDEX_COST=1; docs/operations.md quotes
-// it.
+// check, so it runs only with IDEM_INDEX_COST=1; docs/design.md quotes it.
 func TestIndexCost(t *testing.T) {
 	if os.Getenv("IDEM_INDEX_COST") != "1" {
 		t.Skip("set IDEM_INDEX_COST=1 to measure the cost of the created_at index")
