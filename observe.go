@@ -74,6 +74,7 @@ func (k EventKind) String() string {
 type Event struct {
 	Kind      EventKind     // what happened
 	Table     string        // the Store's table
+	Dialect   string        // the Store's dialect: "postgres", "mysql", "sqlite"
 	Scope     string        // the request's Scope; empty for a purge batch
 	Key       string        // the request's Key; empty for a purge batch
 	Operation string        // the request's Operation; empty for a purge batch
@@ -121,7 +122,7 @@ func (s *Store) observe(ctx context.Context, ev Event) {
 	if s.observer == nil {
 		return
 	}
-	ev.Table = s.table
+	ev.Table, ev.Dialect = s.table, s.dialect.Name()
 	s.observer.Observe(ctx, ev)
 }
 
@@ -190,12 +191,13 @@ func (s *Store) observeErr(ctx context.Context, ev Event, err error) {
 }
 
 // SlogObserver returns an Observer that logs every Event on l, message
-// "idem " plus the kind, with the attributes table, scope, key, operation,
-// duration, and token, rows or err where they apply. The levels: executed,
-// replayed, claimed, released and purge_batch at Debug; in_flight and
-// mismatch (a client's doing) at Info; takeover, lease_lost and failed (a
-// process died or stalled, or a statement failed) and a failed purge batch
-// at Warn.
+// "idem " plus the kind, with the attributes table, dialect, scope, key,
+// operation, duration, and token, rows or err where they apply (dialect
+// when set, as it is in every Event a Store reports). The levels:
+// executed, replayed, claimed, released and purge_batch at Debug;
+// in_flight and mismatch (a client's doing) at Info; takeover, lease_lost
+// and failed (a process died or stalled, or a statement failed) and a
+// failed purge batch at Warn.
 func SlogObserver(l *slog.Logger) Observer {
 	return ObserverFunc(func(ctx context.Context, ev Event) {
 		level := slog.LevelDebug
@@ -208,8 +210,11 @@ func SlogObserver(l *slog.Logger) Observer {
 		if !l.Enabled(ctx, level) {
 			return
 		}
-		attrs := make([]slog.Attr, 0, 7)
+		attrs := make([]slog.Attr, 0, 8)
 		attrs = append(attrs, slog.String("table", ev.Table))
+		if ev.Dialect != "" {
+			attrs = append(attrs, slog.String("dialect", ev.Dialect))
+		}
 		if ev.Kind != EventPurgeBatch {
 			attrs = append(attrs, slog.String("scope", ev.Scope), slog.String("key", ev.Key), slog.String("operation", ev.Operation))
 		}
