@@ -135,16 +135,17 @@ func (s *Store) observeDo(ctx context.Context, req Request, start stopwatch, res
 	done, e := EventExecuted, *err
 	switch {
 	case e == nil && res.StatusCode == 0:
-		e = errPanicked // every return with a nil error carries a valid status
+		e = ErrPanicked // every return with a nil error carries a valid status
 	case res.Replayed:
 		done = EventReplayed
 	}
 	s.observeErr(ctx, Event{Kind: done, Scope: req.Scope, Key: req.Key, Operation: req.Operation, Duration: start.elapsed()}, e)
 }
 
-// errPanicked is the Err of the EventFailed reported for a Do or Begin
-// that is unwinding from a panic (in fn, most likely).
-var errPanicked = errors.New("idem: the call panicked")
+// ErrPanicked is the Err of the EventFailed an Observer receives for a Do
+// or Begin that is unwinding from a panic (in fn, most likely). No call
+// returns it: the panic goes on to the caller.
+var ErrPanicked = errors.New("idem: the call panicked")
 
 // observeBegin reports the outcome of a Begin that began at start. It is
 // deferred by Begin.
@@ -157,7 +158,7 @@ func (s *Store) observeBegin(ctx context.Context, req Request, start stopwatch, 
 	case *claim != nil:
 		ev.Kind, ev.Token = EventClaimed, (*claim).token
 	case e == nil && *replay == nil:
-		e = errPanicked
+		e = ErrPanicked
 	}
 	s.observeErr(ctx, ev, e)
 }

@@ -236,10 +236,6 @@ func dbSystem(dialect string) string {
 	return "other_sql"
 }
 
-// panicked is the message of the error idem reports for a call unwinding
-// from a panic; idem does not export that error.
-const panicked = "idem: the call panicked"
-
 // knownErrors are the errors whose name error.type gives in place of
 // their type's, which says little.
 var knownErrors = []struct {
@@ -264,7 +260,7 @@ var plainTypes = map[string]bool{
 
 // errorType is the error.type of err, described at Observer.Observe.
 func errorType(err error) string {
-	if err.Error() == panicked {
+	if errors.Is(err, idem.ErrPanicked) {
 		return "panic"
 	}
 	for _, k := range knownErrors {
