@@ -53,6 +53,14 @@ func TestDSNReportedLeaks(t *testing.T) {
 	}
 }
 
+// A DSN given without --dsn is a stray argument, refused without quoting it.
+func TestDSNWithoutFlag(t *testing.T) {
+	code, stdout, stderr := runIn("stats", "mysql://alice:s3cretpw@127.0.0.1:1/test")
+	if code != 2 || !strings.Contains(stderr, "--dsn") || strings.Contains(stdout+stderr, "s3cretpw") {
+		t.Errorf("exit %d, stderr %q; want exit 2, a hint at --dsn and no password", code, stderr)
+	}
+}
+
 // An upper-case scheme reaches pgx in the form it recognises, so it
 // connects where the DSN says instead of to the local socket.
 func TestDSNSchemeCase(t *testing.T) {

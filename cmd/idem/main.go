@@ -152,7 +152,8 @@ func parse(fs *flag.FlagSet, args []string) error {
 		return &exitError{code: 2, err: err, quiet: true}
 	}
 	if fs.NArg() > 0 {
-		return usageErr("%s: unexpected argument %q (flags only; see idem %s --help)", fs.Name(), fs.Arg(0), fs.Name())
+		// Not quoted: the likeliest stray argument is a DSN given without --dsn.
+		return usageErr("%s: %d unexpected argument(s) after the flags, not shown (one may be a DSN with a password); give the database with --dsn (see idem %s --help)", fs.Name(), fs.NArg(), fs.Name())
 	}
 	return nil
 }
