@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/idemkit/idem"
 )
@@ -30,11 +32,21 @@ func isJSON(contentType string) bool {
 }
 
 // canonicalJSON rewrites a valid JSON text without insignificant
-// whitespace and with the members of every object sorted by their key's
-// bytes (a stable sort: duplicate keys keep their order). Strings and
-// numbers are kept exactly as written, so 1.0 stays 1.0, a big integer
+// whitespace and with the members of every object sorted by name. Strings
+// and numbers are kept exactly as written, so 1.0 stays 1.0, a big integer
 // keeps every digit and "\u0041" stays distinct from "A": two bodies share
-// a canonical form only if they differ in whitespace and member order.
+// a canonical form only if they differ in whitespace and in an order of
+// members that no decoder reads differently.
+//
+// Members are sorted by their name as a decoder sees it: unescaped (as
+// encoding/json does: "\u0061mount" is "amount") and case-folded (as
+// encoding/json matches struct fields: "AMOUNT" fills Amount). Members
+// whose names are the same in that sense keep the order they were written
+// in, because that order decides what the handler gets: encoding/json keeps
+// the last of them, other decoders the first. So {"amount":1,"amount":1000}
+// and {"amount":1000,"amount":1} get two fingerprints, and a retry that
+// swaps them is refused as a reused key (422) instead of replaying a
+// charge of the other amount; the same bytes again still replay.
 func canonicalJSON(b []byte) []byte {
 	c := canonicaliser{b: b}
 	return c.value(make([]byte, 0, len(b)))
@@ -47,7 +59,7 @@ type canonicaliser struct {
 	i int
 }
 
-type member struct{ key, value []byte }
+type member struct{ key, name, value []byte }
 
 func (c *canonicaliser) value(out []byte) []byte {
 	c.space()
@@ -60,9 +72,9 @@ func (c *canonicaliser) value(out []byte) []byte {
 			key := c.str()
 			c.space()
 			c.i++ // ':'
-			ms = append(ms, member{key: key, value: c.value(nil)})
+			ms = append(ms, member{key: key, name: foldedName(key), value: c.value(nil)})
 		}
-		slices.SortStableFunc(ms, func(a, b member) int { return bytes.Compare(a.key, b.key) })
+		slices.SortStableFunc(ms, func(a, b member) int { return bytes.Compare(a.name, b.name) })
 		out = append(out, '{')
 		for j, m := range ms {
 			if j > 0 {
@@ -121,4 +133,25 @@ func (c *canonicaliser) space() {
 	for c.i < len(c.b) && strings.IndexByte(" \t\r\n", c.b[c.i]) >= 0 {
 		c.i++
 	}
+}
+
+// foldedName is a member name token as a decoder compares it: unescaped the
+// way encoding/json unescapes it (invalid UTF-8 and lone surrogates become
+// U+FFFD) and every rune replaced by the smallest rune of its simple case
+// folding orbit, so two names are equal under strings.EqualFold exactly
+// when their folded names are equal.
+func foldedName(token []byte) []byte {
+	// The token is from a text json.Valid accepted, so this cannot fail;
+	// if it did, the name would be "" and its member keep its place.
+	var name string
+	_ = json.Unmarshal(token, &name)
+	out := make([]byte, 0, len(name))
+	for _, r := range name {
+		least := r
+		for f := unicode.SimpleFold(r); f != r; f = unicode.SimpleFold(f) {
+			least = min(least, f)
+		}
+		out = utf8.AppendRune(out, least)
+	}
+	return out
 }

@@ -15,6 +15,11 @@ func TestCanonicalJSON(t *testing.T) {
 		`-0`:                             `-0`,
 		`1e2`:                            `1e2`,
 		`{"a":1,"a":2}`:                  `{"a":1,"a":2}`,
+		`{"a":2,"a":1}`:                  `{"a":2,"a":1}`,
+		`{"b":1,"\u0061":2,"a":3}`:       `{"\u0061":2,"a":3,"b":1}`,
+		`{"a":3,"b":1,"\u0061":2}`:       `{"a":3,"\u0061":2,"b":1}`,
+		`{"b":1,"A":2,"a":3}`:            `{"A":2,"a":3,"b":1}`,
+		`{"\u212a":1,"k":2,"j":3}`:       `{"j":3,"\u212a":1,"k":2}`,
 		`{"b":{"d":[],"c":{}},"a":""}`:   `{"a":"","b":{"c":{},"d":[]}}`,
 		`"\u0041 \" \\ }"`:               `"\u0041 \" \\ }"`,
 		`{"k\"}":1,"k":2}`:               `{"k":2,"k\"}":1}`,
@@ -74,5 +79,32 @@ func TestFingerprint(t *testing.T) {
 	}
 	if len(base) != 64 {
 		t.Errorf("fingerprint %q is not a hex SHA-256", base)
+	}
+}
+
+// Members whose names a decoder merges (the same name unescaped, or the
+// same name but for case, which encoding/json matches to one struct field)
+// are kept in the order written: encoding/json keeps the last of them, so
+// swapping them changes the request and must change the fingerprint.
+func TestFingerprintDuplicateNames(t *testing.T) {
+	fp := func(body string) string {
+		r := httptest.NewRequest("POST", "/v1/charges", strings.NewReader(body))
+		r.Header.Set("Content-Type", "application/json")
+		return fingerprint(r, []byte(body))
+	}
+	pairs := [][2]string{
+		{`{"amount":1,"\u0061mount":1000}`, `{"\u0061mount":1000,"amount":1}`},
+		{`{"amount":1,"amount":1000}`, `{"amount":1000,"amount":1}`},
+		{`{"amount":1,"AMOUNT":1000}`, `{"AMOUNT":1000,"amount":1}`},
+		{`{"currency":"eur","amount":1,"\u0061mount":1000}`, `{"\u0061mount":1000,"currency":"eur","amount":1}`},
+		{`{"x":{"amount":1,"am\u006fun\u0074":1000}}`, `{"x":{"am\u006fun\u0074":1000,"amount":1}}`},
+	}
+	for _, p := range pairs {
+		if fp(p[0]) == fp(p[1]) {
+			t.Errorf("%s and %s share a fingerprint", p[0], p[1])
+		}
+	}
+	if fp(`{"amount":1,"\u0061mount":1000,"currency":"eur"}`) != fp(`{"currency":"eur","amount":1,"\u0061mount":1000}`) {
+		t.Error("moving a member with another name changed the fingerprint")
 	}
 }

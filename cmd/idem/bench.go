@@ -56,7 +56,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	t, err := parseDSN(dsn)
+	t, err := parseDSN(ctx, dsn)
 	if err != nil {
 		return err
 	}

@@ -51,7 +51,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		defer os.RemoveAll(dir)
 		dsn = "sqlite:" + filepath.Join(dir, "demo.db")
 	}
-	t, err := parseDSN(dsn)
+	t, err := parseDSN(ctx, dsn)
 	if err != nil {
 		return err
 	}

@@ -47,26 +47,85 @@ type target struct {
 }
 
 // parseDSN reads postgres://, postgresql://, mysql://, sqlite: and file:
-// DSNs.
-func parseDSN(dsn string) (target, error) {
+// DSNs, the scheme in any case. It first hands every part of dsn that could
+// hold a password to the redactor in ctx, so that no error printed later
+// shows one; its own messages never quote the DSN or any part of it but
+// the scheme.
+func parseDSN(ctx context.Context, dsn string) (target, error) {
+	redactorFrom(ctx).add(dsnSecrets(dsn)...)
 	scheme, rest, ok := strings.Cut(dsn, ":")
-	if !ok || dsn == "" {
-		// Not quoted: a key=value DSN would show its password.
-		return target{}, usageErr("the DSN has no scheme; use postgres://..., mysql://user:pass@host:port/db, sqlite:path or file:path")
+	if !ok || !validScheme(scheme) {
+		return target{}, usageErr("%s", noScheme(dsn))
 	}
 	switch strings.ToLower(scheme) {
 	case "postgres", "postgresql":
-		u, err := url.Parse(dsn)
+		u, err := parseURL(dsn, "Postgres")
 		if err != nil {
-			return target{}, usageErr("bad Postgres DSN: %v", redact(err))
+			return target{}, err
 		}
-		return target{dialect: idem.Postgres, driver: "pgx", dsn: dsn, where: "postgres at " + hostOr(u.Host, "localhost:5432")}, nil
+		// pgx recognises only the lower-case schemes and reads anything
+		// else as key=value settings, quoting the whole DSN in its error.
+		return target{dialect: idem.Postgres, driver: "pgx", dsn: "postgres" + dsn[len(scheme):],
+			where: "postgres at " + hostOr(u.Host, "localhost:5432")}, nil
 	case "mysql":
 		return parseMySQL(dsn)
 	case "sqlite", "file":
 		return parseSQLite(rest)
 	}
+	if !strings.HasPrefix(rest, "//") {
+		return target{}, usageErr("%s", noScheme(dsn))
+	}
 	return target{}, usageErr("unknown DSN scheme %q; use postgres://, postgresql://, mysql://, sqlite: or file:", scheme)
+}
+
+// validScheme reports an RFC 3986 scheme: a letter, then letters, digits,
+// '+', '-' or '.'. Only such a word is ever quoted back; a key=value DSN
+// cut at its first ':' would show its password.
+func validScheme(s string) bool {
+	if s == "" || len(s) > 32 {
+		return false
+	}
+	for i, r := range s {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z':
+		case i > 0 && (r >= '0' && r <= '9' || r == '+' || r == '-' || r == '.'):
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// noScheme explains a DSN without a known scheme, quoting none of it.
+func noScheme(dsn string) string {
+	const forms = "use postgres://user:pass@host:5432/db, mysql://user:pass@host:3306/db, sqlite:path or file:path"
+	first, _, _ := strings.Cut(dsn, ":")
+	switch {
+	case strings.Contains(first, "="):
+		return "a key=value DSN is not accepted; write it as postgres://user:pass@host:5432/db?param=value (percent-encode the password)"
+	case strings.Contains(dsn, "@tcp(") || strings.Contains(dsn, "@unix("):
+		return "a go-sql-driver DSN (user:pass@tcp(host:port)/db) is not accepted; write it as mysql://user:pass@host:port/db"
+	}
+	return "the DSN (not shown: it may hold a password) has no known scheme; " + forms
+}
+
+// parseURL parses a postgres:// or mysql:// DSN. Its errors say what to
+// fix without quoting the DSN: url.Parse's own would quote it, or a piece of
+// a password that a raw '/', '?' or '#' cut off as a host or port.
+func parseURL(dsn, name string) (*url.URL, error) {
+	u, err := url.Parse(dsn)
+	if err != nil {
+		return nil, usageErr("the %s DSN (not shown: it may hold a password) is not a valid URL; percent-encode the user name and password (%%40 for @, %%3A for :, %%2F for /, %%3F for ?, %%23 for #, %%25 for %%, %%20 for a space)", name)
+	}
+	if _, after, _ := strings.Cut(dsn, "://"); strings.Count(after, "@") > 1 ||
+		strings.Contains(after[strings.IndexAny(after+"/", "/?#"):], "@") {
+		// A raw '/', '?' or '#' in the password ends the host part early,
+		// and drivers split a raw '@' differently (pgx at the first, like
+		// libpq; net/url at the last): a driver would take a piece of the
+		// password for the host (and look it up in DNS) or the database.
+		return nil, usageErr("the %s DSN (not shown: it may hold a password) has more than one '@' or one after its host; percent-encode '@', '/', '?' and '#' in the user name and password (%%40, %%2F, %%3F, %%23)", name)
+	}
+	return u, nil
 }
 
 func hostOr(h, def string) string {
@@ -79,9 +138,9 @@ func hostOr(h, def string) string {
 // parseMySQL turns mysql://user:pass@host:port/db?params into
 // go-sql-driver's user:pass@tcp(host:port)/db?params.
 func parseMySQL(dsn string) (target, error) {
-	u, err := url.Parse(dsn)
+	u, err := parseURL(dsn, "MySQL")
 	if err != nil {
-		return target{}, usageErr("bad MySQL DSN: %v", redact(err))
+		return target{}, err
 	}
 	if u.Host == "" {
 		return target{}, usageErr("MySQL DSN needs a host: mysql://user:pass@host:port/db")
@@ -123,15 +182,6 @@ func parseSQLite(rest string) (target, error) {
 		where: "sqlite file " + path, file: path}, nil
 }
 
-// redact drops the password from a url.Parse error, which quotes the DSN.
-func redact(err error) error {
-	var ue *url.Error
-	if errors.As(err, &ue) {
-		return ue.Err
-	}
-	return err
-}
-
 // dbFlags are the flags every database subcommand takes.
 type dbFlags struct {
 	dsn   string
@@ -167,7 +217,7 @@ func (f *dbFlags) open(ctx context.Context, create bool, opts ...idem.Option) (*
 	if err != nil {
 		return nil, target{}, nil, err
 	}
-	t, err := parseDSN(dsn)
+	t, err := parseDSN(ctx, dsn)
 	if err != nil {
 		return nil, t, nil, err
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -8,10 +9,12 @@ import (
 	"maps"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 	"unicode"
+	"unicode/utf16"
 	"unicode/utf8"
 
 	"github.com/idemkit/idem"
@@ -65,12 +68,12 @@ func printRecord(w io.Writer, r *idem.Record) {
 	row("scope", "%q", r.Scope)
 	row("key", "%q", r.Key)
 	status := r.Status
-	if r.Forgotten {
+	if status = shown(status); r.Forgotten {
 		status += " (past retention: forgotten, awaiting purge)"
 	}
 	row("status", "%s", status)
-	row("operation", "%s", r.Operation)
-	row("fingerprint", "%s", r.Fingerprint)
+	row("operation", "%s", shown(r.Operation))
+	row("fingerprint", "%s", shown(r.Fingerprint))
 	row("token", "%d", r.Token)
 	row("created", "%s (age %s)", stamp(r.CreatedAt), ago(r.Now.Sub(r.CreatedAt)))
 	if r.Status != "completed" {
@@ -87,16 +90,38 @@ func printRecord(w io.Writer, r *idem.Record) {
 		row("response", "%d %s, %d bytes", resp.StatusCode, http.StatusText(resp.StatusCode), len(resp.Body))
 		for _, name := range slices.Sorted(maps.Keys(resp.Header)) {
 			for _, v := range resp.Header[name] {
-				row("header", "%s: %s", name, v)
+				row("header", "%s: %s", shown(name), shown(v))
 			}
 		}
-		if isText(resp.Body) {
-			row("body", "%s", strings.ReplaceAll(string(resp.Body), "\n", "\n\t"))
-		} else {
+		switch body := string(resp.Body); {
+		case !isText(resp.Body):
 			row("body", "(binary, %d bytes)", len(resp.Body))
+		case strings.HasPrefix(body, `"`) || strings.IndexFunc(body, notPrintable) >= 0:
+			row("body", "%s", strconv.Quote(body))
+		default:
+			row("body", "%s", strings.ReplaceAll(body, "\n", "\n\t"))
 		}
 	}
 	tw.Flush()
+}
+
+// shown is a stored string as the text output prints it: as it is when
+// every character is printable, else Go-quoted (control bytes, invalid
+// UTF-8 and invisible format characters escaped), so that nothing stored
+// reaches the operator's terminal as a control sequence. A string that
+// starts with a quote is quoted too, not to pass for a quoted one.
+func shown(s string) string {
+	if strings.HasPrefix(s, `"`) || strings.IndexFunc(s, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0 || !utf8.ValidString(s) {
+		return strconv.Quote(s)
+	}
+	return s
+}
+
+// notPrintable reports a character of a text body that the text output
+// does not print as it is: anything but a printable character, a newline
+// or a tab (a carriage return could overwrite what came before it).
+func notPrintable(r rune) bool {
+	return !unicode.IsPrint(r) && r != '\n' && r != '\t'
 }
 
 // isText reports a body a terminal can show: UTF-8 without control
@@ -186,8 +211,29 @@ func inspectJSON(r *idem.Record) recordJSON {
 	return j
 }
 
+// writeJSON writes v indented. encoding/json escapes control characters
+// and replaces invalid UTF-8; writeJSON also escapes the invisible
+// characters it leaves as they are (U+202E, which reverses the text after
+// it, and the like), so no stored string can disguise itself on a terminal.
 func writeJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
 	enc.SetIndent("", "  ")
-	return enc.Encode(v)
+	if err := enc.Encode(v); err != nil {
+		return err
+	}
+	out := make([]byte, 0, buf.Len())
+	for _, r := range buf.String() {
+		if r < utf8.RuneSelf || unicode.IsPrint(r) {
+			out = utf8.AppendRune(out, r)
+			continue
+		}
+		if r1, r2 := utf16.EncodeRune(r); r1 != utf8.RuneError {
+			out = fmt.Appendf(out, `\u%04x\u%04x`, r1, r2)
+		} else {
+			out = fmt.Appendf(out, `\u%04x`, r)
+		}
+	}
+	_, err := w.Write(out)
+	return err
 }

@@ -84,16 +84,19 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		name, rest = rest[0], []string{"--help"}
 	}
+	red := &redactor{}
 	for _, c := range commands {
 		if c.name == name {
-			return exitCode(c.run(ctx, rest, stdout, stderr), stderr)
+			return exitCode(c.run(withRedactor(ctx, red), rest, stdout, stderr), stderr, red)
 		}
 	}
 	fmt.Fprintf(stderr, "idem: unknown command %q; run \"idem help\" for the list\n", name)
 	return 2
 }
 
-func exitCode(err error, stderr io.Writer) int {
+// exitCode prints err on one line, every secret red knows scrubbed, and
+// returns the exit code it carries.
+func exitCode(err error, stderr io.Writer, red *redactor) int {
 	if err == nil || errors.Is(err, flag.ErrHelp) {
 		return 0
 	}
@@ -102,7 +105,7 @@ func exitCode(err error, stderr io.Writer) int {
 		e = &exitError{code: 1, err: err}
 	}
 	if !e.quiet {
-		fmt.Fprintln(stderr, "idem: "+strings.TrimPrefix(oneLine(err.Error()), "idem: "))
+		fmt.Fprintln(stderr, "idem: "+strings.TrimPrefix(oneLine(red.scrub(err.Error())), "idem: "))
 	}
 	return e.code
 }
@@ -149,7 +152,8 @@ func parse(fs *flag.FlagSet, args []string) error {
 		return &exitError{code: 2, err: err, quiet: true}
 	}
 	if fs.NArg() > 0 {
-		return usageErr("%s: unexpected argument %q (flags only; see idem %s --help)", fs.Name(), fs.Arg(0), fs.Name())
+		// Not quoted: the likeliest stray argument is a DSN given without --dsn.
+		return usageErr("%s: %d unexpected argument(s) after the flags, not shown (one may be a DSN with a password); give the database with --dsn (see idem %s --help)", fs.Name(), fs.NArg(), fs.Name())
 	}
 	return nil
 }

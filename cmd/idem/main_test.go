@@ -155,7 +155,7 @@ func TestOperate(t *testing.T) {
 	for name, dsn := range databases(t) {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
-			tgt, err := parseDSN(dsn)
+			tgt, err := parseDSN(ctx, dsn)
 			if err != nil {
 				t.Fatal(err)
 			}
