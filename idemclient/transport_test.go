@@ -323,14 +323,14 @@ func TestNetworkErrorsBounded(t *testing.T) {
 
 func TestAttemptsBounded(t *testing.T) {
 	srv := newServer(t, statuses(503))
-	for _, max := range []int{0, 1, 3} {
-		t.Run(fmt.Sprint(max), func(t *testing.T) {
+	for _, limit := range []int{0, 1, 3} {
+		t.Run(fmt.Sprint(limit), func(t *testing.T) {
 			before := len(srv.seen(t))
 			tr := fast(srv.Client().Transport)
-			tr.MaxAttempts = max
+			tr.MaxAttempts = limit
 			resp, body := do(t, tr, post(t, srv.URL, "{}"))
-			want := max
-			if max == 0 {
+			want := limit
+			if limit == 0 {
 				want = DefaultMaxAttempts
 			}
 			n := len(srv.seen(t)) - before
