@@ -14,39 +14,37 @@ import (
 // The problem types the middleware answers with. Each is the address of
 // its section in docs/http.md, which says what it means and what to do.
 const (
-	// TypeMissingKey (400): Config.Required is set and the request has no
+	// TypeMissingKey (400): [Config.Required] is set and the request has no
 	// Idempotency-Key. Send a new unique key with each new request.
-	TypeMissingKey = docs + "#missing-key"
+	TypeMissingKey = "https://github.com/idemkit/idem/blob/main/docs/http.md#missing-key"
 	// TypeInvalidKey (400): the Idempotency-Key field is malformed (more
 	// than one, empty, a list, a bad sf-string, a key too long or not
 	// visible ASCII). The detail says which rule was broken.
-	TypeInvalidKey = docs + "#invalid-key"
-	// TypeBodyTooLarge (413): the body is over Config.MaxBody. Nothing ran.
-	TypeBodyTooLarge = docs + "#body-too-large"
+	TypeInvalidKey = "https://github.com/idemkit/idem/blob/main/docs/http.md#invalid-key"
+	// TypeBodyTooLarge (413): the body is over [Config.MaxBody]. Nothing ran.
+	TypeBodyTooLarge = "https://github.com/idemkit/idem/blob/main/docs/http.md#body-too-large"
 	// TypeBodyUnread (400): reading the request body failed. Nothing ran;
 	// send the request again.
-	TypeBodyUnread = docs + "#body-unread"
+	TypeBodyUnread = "https://github.com/idemkit/idem/blob/main/docs/http.md#body-unread"
 	// TypeKeyReused (422): the key was already used in this scope for
 	// another request (method, path, query or body). Do not retry: a new
 	// request needs a new key.
-	TypeKeyReused = docs + "#key-reused"
+	TypeKeyReused = "https://github.com/idemkit/idem/blob/main/docs/http.md#key-reused"
 	// TypeInFlight (409, with Retry-After): another request holds the key,
 	// or took it over from this one. Retry with the same key and body to
 	// get its result.
-	TypeInFlight = docs + "#in-flight"
+	TypeInFlight = "https://github.com/idemkit/idem/blob/main/docs/http.md#in-flight"
 	// TypeContention (503, with Retry-After): the transaction kept failing
 	// with serialization failures or deadlocks. Nothing was stored; retry
 	// with the same key.
-	TypeContention = docs + "#contention"
+	TypeContention = "https://github.com/idemkit/idem/blob/main/docs/http.md#contention"
 	// TypeStreaming (500): the handler called Flush or Hijack, which the
 	// middleware refuses ([ErrStreaming]). A bug in the server's wiring.
-	TypeStreaming = docs + "#streaming-not-supported"
+	TypeStreaming = "https://github.com/idemkit/idem/blob/main/docs/http.md#streaming-not-supported"
 	// TypeInternal (500): the server failed; the error is logged to
-	// Config.Logger, not shown. Nothing was stored; retry with the same key.
-	TypeInternal = docs + "#internal"
+	// [Config.Logger], not shown. Nothing was stored; retry with the same key.
+	TypeInternal = "https://github.com/idemkit/idem/blob/main/docs/http.md#internal"
 )
-
-const docs = "https://github.com/idemkit/idem/blob/main/docs/http.md"
 
 // Problem is an RFC 9457 problem details object, written as
 // application/problem+json. Every answer of the middleware itself is a

@@ -22,7 +22,9 @@ type Middleware struct {
 	gate       gate            // ModeTransaction: one request per key at the database
 }
 
-// Handler wraps next.
+// Handler wraps next: requests whose method is in [Config.Methods] are
+// served as the package documentation describes; others reach next
+// untouched.
 func (m *Middleware) Handler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !m.methods[r.Method] {
