@@ -150,8 +150,15 @@ func TestHTTPDuplicatesWaitInMemory(t *testing.T) {
 				responses, errs = append(responses, r), append(errs, err)
 			})
 		}
+		done := make(chan struct{})
+		go func() {
+			wg.Wait()
+			close(done)
+		}()
 		select {
 		case <-started:
+		case <-done: // the handler never ran: say what the server answered
+			t.Fatalf("the slow handler never ran; answers: %v %s", errors.Join(errs...), responses[0].body)
 		case <-time.After(30 * time.Second):
 			t.Fatal("the slow handler did not start within 30s")
 		}
@@ -159,7 +166,7 @@ func TestHTTPDuplicatesWaitInMemory(t *testing.T) {
 		t0 := time.Now()
 		other, err := post(srv.Client(), url, `{"amount": 1}`, "dup-other")
 		elapsed := time.Since(t0)
-		wg.Wait()
+		<-done
 		must(t, err)
 		must(t, errors.Join(errs...))
 
