@@ -224,6 +224,9 @@ func (s *Store) configure() error {
 // Table returns the table name the Store was configured with.
 func (s *Store) Table() string { return s.table }
 
+// Lease returns how long a PROCESSING claim is honoured ([WithLease]).
+func (s *Store) Lease() time.Duration { return s.lease }
+
 // Migrate creates the table and its index if they are absent, with the DDL
 // of package schema for the Store's dialect and table name. It is safe to
 // run again. On MySQL, DDL commits any transaction open on db.

@@ -11,39 +11,10 @@ import (
 	"github.com/idemkit/idem"
 )
 
-// Mode says how the middleware runs a handler.
-type Mode int
-
-const (
-	// ModeTransaction (the default) opens a transaction, then runs the
-	// handler inside Store.Do: a duplicate waits for the first request's
-	// transaction and replays its result. The transaction stays open while
-	// the handler runs, so the handler must be quick.
-	ModeTransaction Mode = iota
-	// ModeClaim commits a claim on the key with Store.Begin, then runs the
-	// handler with no transaction open, for handlers that call a slow
-	// external service (a payment provider): the handler passes
-	// ClaimFrom(ctx).RelayKey() on as the provider's idempotency key, then
-	// writes its rows through Tx, whose first call begins the transaction.
-	// The middleware completes the claim in that transaction with the
-	// captured response and commits. A duplicate that arrives meanwhile is
-	// a 409 with Retry-After, not a wait.
-	ModeClaim
-)
-
-// ClaimFrom returns the claim the middleware holds for the request whose
-// context is ctx: in ModeClaim, for a request with a key. Otherwise it
-// returns nil. The handler uses its RelayKey, and may Extend it for work
-// longer than the Store's lease; the middleware completes or releases it.
-func ClaimFrom(ctx context.Context) *idem.Claim {
-	c, _ := ctx.Value(claimKey).(*idem.Claim)
-	return c
-}
-
 // serveClaim runs the handler under a claim committed by Begin, and
 // completes the claim in the handler's transaction.
 func (m *Middleware) serveClaim(next http.Handler, w http.ResponseWriter, r *http.Request, req *idem.Request, body []byte) {
-	ctx := r.Context()
+	ctx := r.Context() // with a key: not cancelled by the client, bounded by Timeout
 	var claim *idem.Claim
 	if req != nil {
 		c, replay, err := m.cfg.Store.Begin(ctx, m.cfg.DB, *req)
@@ -58,9 +29,9 @@ func (m *Middleware) serveClaim(next http.Handler, w http.ResponseWriter, r *htt
 		claim = c
 		ctx = context.WithValue(ctx, claimKey, claim)
 	}
-	// Once the handler has run, its effects are recorded even if the
-	// client has gone: the transaction and the release do not end with
-	// the request's context.
+	// Once the handler has run, its effects are recorded even if it used
+	// up Timeout: the transaction and the release do not end with the
+	// handler's context.
 	detached := context.WithoutCancel(ctx)
 	h := &txHolder{begin: func() (*sql.Tx, error) { return m.cfg.DB.BeginTx(detached, m.cfg.TxOptions) }}
 	finished := false

@@ -50,6 +50,17 @@ func openDB() (db *sql.DB, cleanup func()) {
 	return db, func() { db.Close(); os.RemoveAll(dir) }
 }
 
+// caller is the examples' Config.Scope: who is calling. A real service
+// returns the principal its authentication put in the request's context;
+// here it is the user of HTTP Basic auth, unchecked.
+func caller(r *http.Request) (string, error) {
+	user, _, ok := r.BasicAuth()
+	if !ok {
+		return "", &idemhttp.Problem{Type: "about:blank", Title: "Unauthorized", Status: http.StatusUnauthorized, Detail: "log in"}
+	}
+	return "user:" + user, nil
+}
+
 // post sends the same order twice with one key, as a client retrying
 // after a lost answer would, and prints the answers.
 func post(url string) {
@@ -58,25 +69,27 @@ func post(url string) {
 		if err != nil {
 			log.Fatal(err)
 		}
+		req.SetBasicAuth("alice", "secret")
 		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Idempotency-Key", `"order-7"`)
+		req.Header.Set(idemhttp.HeaderIdempotencyKey, `"order-7"`)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			log.Fatal(err)
 		}
 		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		fmt.Printf("%d replayed=%q %s\n", resp.StatusCode, resp.Header.Get("Idempotent-Replayed"), strings.TrimSpace(string(body)))
+		fmt.Printf("%d replayed=%q %s\n", resp.StatusCode, resp.Header.Get(idemhttp.HeaderIdempotentReplayed), strings.TrimSpace(string(body)))
 	}
 }
 
-// A handler behind the middleware writes its rows through idemhttp.Tx; the
-// middleware stores its answer with the key in the same transaction, and
-// replays it for a retry without running the handler again.
+// A handler behind the middleware writes its rows through idemhttp.TxFrom;
+// the middleware stores its answer with the caller's key in the same
+// transaction, and replays it for the caller's retry without running the
+// handler again.
 func Example() {
 	db, cleanup := openDB()
 	defer cleanup()
-	mw, err := idemhttp.New(idemhttp.Config{Store: store(), DB: db, Required: true})
+	mw, err := idemhttp.New(idemhttp.Config{Store: store(), DB: db, Scope: caller, Required: true})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -90,7 +103,7 @@ func Example() {
 			http.Error(w, err.Error(), http.StatusBadRequest) // a 4xx is stored and replayed
 			return
 		}
-		res, err := idemhttp.Tx(r.Context()).ExecContext(r.Context(), "INSERT INTO orders (item) VALUES (?)", order.Item)
+		res, err := idemhttp.TxFrom(r.Context()).ExecContext(r.Context(), "INSERT INTO orders (item) VALUES (?)", order.Item)
 		if err != nil {
 			http.Error(w, "try again", http.StatusInternalServerError) // a 5xx rolls back; a retry runs again
 			return
@@ -117,12 +130,12 @@ func Example() {
 
 // In ModeClaim the handler calls a slow provider with no transaction open,
 // passing the claim's RelayKey as the provider's own idempotency key, then
-// writes its rows through idemhttp.Tx, which begins the transaction in which
+// writes its rows through idemhttp.TxFrom, which begins the transaction in which
 // the middleware completes the claim.
 func ExampleClaimFrom() {
 	db, cleanup := openDB()
 	defer cleanup()
-	mw, err := idemhttp.New(idemhttp.Config{Store: store(), DB: db, Mode: idemhttp.ModeClaim, Required: true})
+	mw, err := idemhttp.New(idemhttp.Config{Store: store(), DB: db, Scope: caller, Mode: idemhttp.ModeClaim, Required: true})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -145,7 +158,7 @@ func ExampleClaimFrom() {
 	mux := http.NewServeMux()
 	mux.Handle("POST /v1/orders", mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ref := charge(idemhttp.ClaimFrom(r.Context()).RelayKey())
-		tx := idemhttp.Tx(r.Context()) // begins the transaction now
+		tx := idemhttp.TxFrom(r.Context()) // begins the transaction now
 		if tx == nil {
 			http.Error(w, "database unavailable", http.StatusServiceUnavailable)
 			return

@@ -8,11 +8,14 @@ import (
 	"github.com/idemkit/idem"
 )
 
-// HeaderName is the request header field that carries the key.
-const HeaderName = "Idempotency-Key"
-
-// ReplayedHeader is set to "true" on every replayed response.
-const ReplayedHeader = "Idempotent-Replayed"
+// The header fields of the protocol.
+const (
+	// HeaderIdempotencyKey is the request header field that carries the
+	// key.
+	HeaderIdempotencyKey = "Idempotency-Key"
+	// HeaderIdempotentReplayed is set to "true" on every replayed response.
+	HeaderIdempotentReplayed = "Idempotent-Replayed"
+)
 
 // parseKey reads the Idempotency-Key field of h. The value is an RFC 8941
 // sf-string ("abc", with the escapes \" and \\), as
@@ -20,28 +23,28 @@ const ReplayedHeader = "Idempotent-Replayed"
 // (abc) as many clients send it. present is false when there is no such
 // field; a malformed one is a 400 Problem.
 func parseKey(h http.Header) (key string, present bool, p *Problem) {
-	lines := h.Values(HeaderName)
+	lines := h.Values(HeaderIdempotencyKey)
 	switch len(lines) {
 	case 0:
 		return "", false, nil
 	case 1:
 	default:
-		return "", true, invalidKey("the request has %d %s field lines; send exactly one", len(lines), HeaderName)
+		return "", true, invalidKey("the request has %d %s field lines; send exactly one", len(lines), HeaderIdempotencyKey)
 	}
 	v := strings.Trim(lines[0], " \t")
 	if v == "" {
-		return "", true, invalidKey("the %s field is empty; send a unique key such as a UUID, e.g. %s: \"8e03978e-40d5-43e8-bc93-6894a57f9324\"", HeaderName, HeaderName)
+		return "", true, invalidKey("the %s field is empty; send a unique key such as a UUID, e.g. %s: \"8e03978e-40d5-43e8-bc93-6894a57f9324\"", HeaderIdempotencyKey, HeaderIdempotencyKey)
 	}
 	if v[0] == '"' {
 		key, err := parseString(v)
 		if err != "" {
-			return "", true, invalidKey("%s value %s is not a valid structured-field string: %s", HeaderName, quote(v), err)
+			return "", true, invalidKey("%s value %s is not a valid structured-field string: %s", HeaderIdempotencyKey, quote(v), err)
 		}
 		return checkKey(key)
 	}
 	if i := strings.IndexAny(v, ",;\""); i >= 0 {
 		what := map[byte]string{',': "a list (a comma)", ';': "parameters (a semicolon)", '"': "a stray double quote"}[v[i]]
-		return "", true, invalidKey("%s value %s holds %s at offset %d; send exactly one key, as a string (\"abc\") or a bare token (abc)", HeaderName, quote(v), what, i)
+		return "", true, invalidKey("%s value %s holds %s at offset %d; send exactly one key, as a string (\"abc\") or a bare token (abc)", HeaderIdempotencyKey, quote(v), what, i)
 	}
 	return checkKey(v)
 }

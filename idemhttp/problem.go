@@ -2,32 +2,54 @@ package idemhttp
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/idemkit/idem"
 )
 
 // The problem types the middleware answers with. Each is the address of
 // its section in docs/http.md, which says what it means and what to do.
 const (
-	TypeMissingKey   = docs + "#missing-key"
-	TypeInvalidKey   = docs + "#invalid-key"
-	TypeBodyTooLarge = docs + "#body-too-large"
-	TypeBodyUnread   = docs + "#body-unread"
-	TypeKeyReused    = docs + "#key-reused"
-	TypeInFlight     = docs + "#in-flight"
-	TypeContention   = docs + "#contention"
-	TypeStreaming    = docs + "#streaming-not-supported"
-	TypeInternal     = docs + "#internal"
+	// TypeMissingKey (400): [Config.Required] is set and the request has no
+	// Idempotency-Key. Send a new unique key with each new request.
+	TypeMissingKey = "https://github.com/idemkit/idem/blob/main/docs/http.md#missing-key"
+	// TypeInvalidKey (400): the Idempotency-Key field is malformed (more
+	// than one, empty, a list, a bad sf-string, a key too long or not
+	// visible ASCII). The detail says which rule was broken.
+	TypeInvalidKey = "https://github.com/idemkit/idem/blob/main/docs/http.md#invalid-key"
+	// TypeBodyTooLarge (413): the body is over [Config.MaxBody]. Nothing ran.
+	TypeBodyTooLarge = "https://github.com/idemkit/idem/blob/main/docs/http.md#body-too-large"
+	// TypeBodyUnread (400): reading the request body failed. Nothing ran;
+	// send the request again.
+	TypeBodyUnread = "https://github.com/idemkit/idem/blob/main/docs/http.md#body-unread"
+	// TypeKeyReused (422): the key was already used in this scope for
+	// another request (method, path, query or body). Do not retry: a new
+	// request needs a new key.
+	TypeKeyReused = "https://github.com/idemkit/idem/blob/main/docs/http.md#key-reused"
+	// TypeInFlight (409, with Retry-After): another request holds the key,
+	// or took it over from this one. Retry with the same key and body to
+	// get its result.
+	TypeInFlight = "https://github.com/idemkit/idem/blob/main/docs/http.md#in-flight"
+	// TypeContention (503, with Retry-After): the transaction kept failing
+	// with serialization failures or deadlocks. Nothing was stored; retry
+	// with the same key.
+	TypeContention = "https://github.com/idemkit/idem/blob/main/docs/http.md#contention"
+	// TypeStreaming (500): the handler called Flush or Hijack, which the
+	// middleware refuses ([ErrStreaming]). A bug in the server's wiring.
+	TypeStreaming = "https://github.com/idemkit/idem/blob/main/docs/http.md#streaming-not-supported"
+	// TypeInternal (500): the server failed; the error is logged to
+	// [Config.Logger], not shown. Nothing was stored; retry with the same key.
+	TypeInternal = "https://github.com/idemkit/idem/blob/main/docs/http.md#internal"
 )
-
-const docs = "https://github.com/idemkit/idem/blob/main/docs/http.md"
 
 // Problem is an RFC 9457 problem details object, written as
 // application/problem+json. Every answer of the middleware itself is a
-// Problem. A Scope function may return one (say a 401) to answer with it;
-// any other error from Scope is a 500.
+// Problem. A [Config.Scope] function may return one (say a 401) to answer
+// with it; any other error from Scope is a 500.
 type Problem struct {
 	Type   string `json:"type"`
 	Title  string `json:"title"`
@@ -55,13 +77,69 @@ func (p *Problem) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
 	h.Set("Content-Type", "application/problem+json")
 	h.Set("Cache-Control", "no-store")
 	if p.RetryAfter > 0 {
-		secs := (p.RetryAfter + time.Second - 1) / time.Second
-		h.Set("Retry-After", strconv.FormatInt(int64(secs), 10))
+		h.Set("Retry-After", strconv.FormatInt(seconds(p.RetryAfter), 10))
 	}
 	w.WriteHeader(p.Status)
 	_, _ = w.Write(append(body, '\n'))
 }
 
+// answerError answers an error of serving a request: a [Problem] of the
+// type that says what the client should do next.
+func (m *Middleware) answerError(w http.ResponseWriter, r *http.Request, err error) {
+	var (
+		attempt  *attemptError
+		inFlight *idem.InFlightError
+	)
+	switch {
+	case errors.As(err, &attempt) && attempt.rec.streamed != "":
+		problem(http.StatusInternalServerError, TypeStreaming, "Streaming not supported",
+			"the handler of %s %s called %s, but behind idemhttp a response is buffered until its transaction commits; nothing was stored; serve streaming endpoints without the middleware",
+			r.Method, r.URL.Path, attempt.rec.streamed).ServeHTTP(w, r)
+	case errors.As(err, &attempt):
+		writeResponse(w, attempt.rec.header, attempt.rec.statusCode(), attempt.rec.body.Bytes())
+	case errors.Is(err, idem.ErrMismatch):
+		problem(http.StatusUnprocessableEntity, TypeKeyReused, "Idempotency-Key reused",
+			"this %s was already used for a different request (another method, path, query or body); a retry must repeat the request exactly, and a new request needs a new key", HeaderIdempotencyKey).ServeHTTP(w, r)
+	case errors.Is(err, idem.ErrLeaseLost):
+		p := problem(http.StatusConflict, TypeInFlight, "Request taken over",
+			"this request ran past its lease and a retry with the same %s took it over; nothing of this attempt was stored; retry to get that request's result", HeaderIdempotencyKey)
+		p.RetryAfter = m.cfg.RetryAfter
+		p.ServeHTTP(w, r)
+	case errors.As(err, &inFlight):
+		wait := min(m.cfg.RetryAfter, inFlight.RetryAfter)
+		p := problem(http.StatusConflict, TypeInFlight, "Request in progress",
+			"a request with this %s is still being processed; retry after %d seconds to get its result", HeaderIdempotencyKey, seconds(wait))
+		p.RetryAfter = wait
+		p.ServeHTTP(w, r)
+	case errors.Is(err, idem.ErrInvalidKey):
+		invalidKey("%v", err).ServeHTTP(w, r)
+	case idem.IsRetryable(err):
+		p := problem(http.StatusServiceUnavailable, TypeContention, "Database contention",
+			"the transaction kept failing with serialization failures or deadlocks and was rolled back; nothing was stored; retry with the same %s", HeaderIdempotencyKey)
+		p.RetryAfter = m.cfg.RetryAfter
+		p.ServeHTTP(w, r)
+	default:
+		m.fail(w, r, "transaction", err)
+	}
+}
+
+// fail answers an error of the server with a 500, or with the error itself
+// when it is a *Problem, and logs it.
+func (m *Middleware) fail(w http.ResponseWriter, r *http.Request, stage string, err error) {
+	if p, ok := errors.AsType[*Problem](err); ok {
+		p.ServeHTTP(w, r)
+		return
+	}
+	m.cfg.Logger.ErrorContext(r.Context(), "idemhttp: request failed", "stage", stage, "method", r.Method, "path", r.URL.Path, "err", err)
+	problem(http.StatusInternalServerError, TypeInternal, "Internal error",
+		"the request failed on the server and was rolled back; nothing was stored; retry with the same %s", HeaderIdempotencyKey).ServeHTTP(w, r)
+}
+
 func problem(status int, typ, title, detail string, args ...any) *Problem {
 	return &Problem{Type: typ, Title: title, Status: status, Detail: fmt.Sprintf(detail, args...)}
+}
+
+// seconds is d in whole seconds, rounded up.
+func seconds(d time.Duration) int64 {
+	return int64((d + time.Second - 1) / time.Second)
 }

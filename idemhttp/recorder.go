@@ -9,10 +9,10 @@ import (
 	"net/http"
 )
 
-// ErrStreaming is what Flush (through http.ResponseController) and Hijack
+// ErrStreaming is what Flush (through [http.ResponseController]) and Hijack
 // return to a handler behind the middleware. Its response is buffered
 // until the transaction commits, so it cannot be streamed; the request is
-// rolled back and answered with a 500 Problem of type TypeStreaming.
+// rolled back and answered with a 500 [Problem] of type [TypeStreaming].
 var ErrStreaming = errors.New("idemhttp: the response is buffered until the transaction commits; Flush and Hijack are not supported behind this middleware")
 
 // recorder captures a handler's response. It implements http.Flusher and

@@ -37,7 +37,7 @@ func (e *env) chargeAPI() *chargeAPI { return &chargeAPI{e: e, biz: e.business()
 
 func (a *chargeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	run := a.calls.Add(1)
-	tx := idemhttp.Tx(r.Context())
+	tx := idemhttp.TxFrom(r.Context())
 	if tx == nil {
 		http.Error(w, "no transaction", http.StatusInternalServerError)
 		return
@@ -66,8 +66,23 @@ func (a *chargeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	fmt.Fprintf(w, `{"key":%q,"amount":%s,"run":%d}`, key, in.Amount, run)
 }
 
+// callerHeader names the caller of a test request: the tests' stand-in
+// for authentication.
+const callerHeader = "X-Caller"
+
+// byCaller is the tests' Config.Scope: the caller the request names, or a
+// 401 when it names none.
+func byCaller(r *http.Request) (string, error) {
+	caller := r.Header.Get(callerHeader)
+	if caller == "" {
+		return "", &idemhttp.Problem{Type: "about:blank", Title: "Unauthorized", Status: http.StatusUnauthorized, Detail: "name the caller in " + callerHeader}
+	}
+	return "user:" + caller, nil
+}
+
 // serve starts a loopback server running h behind the middleware, with
-// cfg's Store and DB defaulting to a fresh store on the target.
+// cfg's Store and DB defaulting to a fresh store on the target and its
+// Scope to byCaller.
 func (e *env) serve(cfg idemhttp.Config, h http.Handler) (*httptest.Server, *idem.Store) {
 	e.t.Helper()
 	if cfg.Store == nil {
@@ -75,6 +90,9 @@ func (e *env) serve(cfg idemhttp.Config, h http.Handler) (*httptest.Server, *ide
 	}
 	if cfg.DB == nil {
 		cfg.DB = e.db
+	}
+	if cfg.Scope == nil {
+		cfg.Scope = byCaller
 	}
 	m, err := idemhttp.New(cfg)
 	must(e.t, err)
@@ -92,17 +110,25 @@ type response struct {
 	body   []byte
 }
 
-func (r response) replayed() bool { return r.header.Get("Idempotent-Replayed") == "true" }
+func (r response) replayed() bool { return r.header.Get(idemhttp.HeaderIdempotentReplayed) == "true" }
 
-// post sends one POST with the given Idempotency-Key field lines.
+// post sends one POST as the caller alice with the given Idempotency-Key
+// field lines.
 func post(client *http.Client, url, body string, keys ...string) (response, error) {
+	return postAs(client, "alice", url, body, keys...)
+}
+
+// postAs sends one POST as caller with the given Idempotency-Key field
+// lines.
+func postAs(client *http.Client, caller, url, body string, keys ...string) (response, error) {
 	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
 	if err != nil {
 		return response{}, err
 	}
 	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(callerHeader, caller)
 	for _, k := range keys {
-		req.Header.Add("Idempotency-Key", k)
+		req.Header.Add(idemhttp.HeaderIdempotencyKey, k)
 	}
 	resp, err := client.Do(req)
 	if err != nil {
@@ -489,7 +515,7 @@ func TestHTTPReplayHeaders(t *testing.T) {
 			t.Errorf("stored header holds a field off the allow-list: %q", stored)
 		}
 
-		if _, err := idemhttp.New(idemhttp.Config{Store: s, DB: e.db, ReplayHeaders: []string{"set-cookie"}}); err == nil {
+		if _, err := idemhttp.New(idemhttp.Config{Store: s, DB: e.db, Scope: byCaller, ReplayHeaders: []string{"set-cookie"}}); err == nil {
 			t.Error("New accepted Set-Cookie in ReplayHeaders")
 		}
 	})
@@ -644,7 +670,7 @@ func TestHTTPPassThrough(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
 		var sawTx atomic.Bool
 		srv, _ := e.serve(idemhttp.Config{}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			sawTx.Store(idemhttp.Tx(r.Context()) != nil)
+			sawTx.Store(idemhttp.TxFrom(r.Context()) != nil)
 			fmt.Fprint(w, r.Method)
 		}))
 		req, err := http.NewRequest(http.MethodPut, srv.URL+"/v1/charges/1", strings.NewReader("x"))

@@ -34,7 +34,7 @@ func main() {
 		dsn      = flag.String("dsn", "sqlite:payments.db", "database: postgres://user:pass@host:port/db, mysql://user:pass@host:port/db or sqlite:path (default $PAYMENTS_DSN, else a SQLite file)")
 		delay    = flag.Duration("provider-delay", 0, "how long each call to the fake card provider takes")
 		failRate = flag.Float64("provider-fail", 0, "fraction (0..1) of provider calls that fail without charging")
-		lease    = flag.Duration("lease", 10*time.Second, "how long a charge in progress holds its key before a retry may take it over")
+		lease    = flag.Duration("lease", 10*time.Second, "how long a charge in progress holds its key before a retry may take it over; also the deadline of its provider call")
 	)
 	flag.Parse()
 	if env := os.Getenv("PAYMENTS_DSN"); env != "" && !flagSet("dsn") {

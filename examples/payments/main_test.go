@@ -101,16 +101,25 @@ type answer struct {
 	body   []byte
 }
 
+// apiKey is the test client's API key.
+const apiKey = "sk_test_alice"
+
 func send(method, target, key, body string) (answer, error) {
+	return sendAs(http.DefaultClient, apiKey, method, target, key, body)
+}
+
+// sendAs sends a request as the API client whose key is apiKey, through c.
+func sendAs(c *http.Client, apiKey, method, target, key, body string) (answer, error) {
 	req, err := http.NewRequest(method, target, strings.NewReader(body))
 	if err != nil {
 		return answer{}, err
 	}
+	req.Header.Set("Authorization", "Bearer "+apiKey)
 	req.Header.Set("Content-Type", "application/json")
 	if key != "" {
 		req.Header.Set("Idempotency-Key", key)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := c.Do(req)
 	if err != nil {
 		return answer{}, err
 	}
@@ -225,6 +234,20 @@ func testCharges(t *testing.T, svc service, provider *FakeProvider) {
 		t.Fatalf("retry after the failure: %d %s", a.status, a.body)
 	}
 
+	// Another API client sending the same key and body has a charge of
+	// its own: keys are scoped by the caller.
+	other, err := sendAs(http.DefaultClient, "sk_test_bob", "POST", base+"/v1/charges", "order-1", body)
+	if err != nil || other.status != 201 || other.header.Get("Idempotent-Replayed") != "" || bytes.Equal(other.body, first.body) {
+		t.Fatalf("another client with order-1: %d %s %v; want a charge of its own", other.status, other.body, err)
+	}
+	if a := call(t, "POST", base+"/v1/charges", "order-1", body); !bytes.Equal(a.body, first.body) {
+		t.Fatalf("the first client's retry after the other's: %s, want %s", a.body, first.body)
+	}
+	anonymous, err := sendAs(http.DefaultClient, "", "POST", base+"/v1/charges", "order-1", body)
+	if err != nil || anonymous.status != 401 {
+		t.Fatalf("no API key: %d %s %v; want a 401", anonymous.status, anonymous.body, err)
+	}
+
 	// The middleware's own answers.
 	if a := call(t, "POST", base+"/v1/charges", "", body); a.status != 400 {
 		t.Fatalf("missing key: %d %s", a.status, a.body)
@@ -236,13 +259,57 @@ func testCharges(t *testing.T, svc service, provider *FakeProvider) {
 	if err := svc.db.QueryRow("SELECT COUNT(*) FROM " + svc.charges).Scan(&rows); err != nil {
 		t.Fatal(err)
 	}
-	if n := provider.Charges(); n != 4 || rows != 4 {
-		t.Fatalf("the provider made %d charges and the table holds %d, want 4 and 4 (orders 1 to 4)", n, rows)
+	if n := provider.Charges(); n != 5 || rows != 5 {
+		t.Fatalf("the provider made %d charges and the table holds %d, want 5 and 5 (orders 1 to 4, and bob's order 1)", n, rows)
 	}
 	// One call per key, and two for order-4, whose first call failed.
 	counts := slices.Sorted(maps.Values(provider.Calls()))
-	if !slices.Equal(counts, []int{1, 1, 1, 2}) {
-		t.Fatalf("provider calls per key: %v, want 1, 1, 1 and 2", provider.Calls())
+	if !slices.Equal(counts, []int{1, 1, 1, 1, 2}) {
+		t.Fatalf("provider calls per key: %v, want 1, 1, 1, 1 and 2", provider.Calls())
+	}
+}
+
+// A client that gives up before the provider answers (curl --max-time
+// shorter than -provider-delay) and retries five times: the provider call
+// is not cancelled with the first request, the card is charged once and
+// recorded once, and a retry gets the charge replayed.
+func TestPaymentsClientGivesUp(t *testing.T) {
+	for _, name := range []string{"sqlite", "postgres", "mysql"} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			provider := NewFakeProvider()
+			provider.SetDelay(time.Second)
+			svc := start(t, dsn(t, name), provider)
+			c := &http.Client{Timeout: 300 * time.Millisecond}
+			const body = `{"amount": 500, "currency": "EUR", "card": "4242424242424242"}`
+			var replays, timeouts int
+			for attempt := range 6 {
+				if attempt > 0 {
+					time.Sleep(500 * time.Millisecond)
+				}
+				a, err := sendAs(c, apiKey, "POST", svc.url+"/v1/charges", "impatient-1", body)
+				switch {
+				case errors.Is(err, context.DeadlineExceeded):
+					timeouts++
+				case err != nil:
+					t.Fatalf("attempt %d: %v", attempt+1, err)
+				case a.status == http.StatusConflict:
+				case a.status == 201 && a.header.Get("Idempotent-Replayed") == "true":
+					replays++
+				default:
+					t.Fatalf("attempt %d: %d %s; want a timeout, a 409 or the replay", attempt+1, a.status, a.body)
+				}
+			}
+			var rows int
+			if err := svc.db.QueryRow("SELECT COUNT(*) FROM " + svc.charges).Scan(&rows); err != nil {
+				t.Fatal(err)
+			}
+			calls := slices.Collect(maps.Values(provider.Calls()))
+			if timeouts == 0 || replays == 0 || !slices.Equal(calls, []int{1}) || provider.Charges() != 1 || rows != 1 {
+				t.Fatalf("%d timeouts, %d replays, provider calls %v, %d charges, %d rows; want the first attempt to time out, a replay, one call, one charge, one row",
+					timeouts, replays, calls, provider.Charges(), rows)
+			}
+		})
 	}
 }
 

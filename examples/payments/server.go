@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"database/sql"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -40,8 +42,7 @@ func (a *app) handler(ctx context.Context) (http.Handler, error) {
 		Mode:     idemhttp.ModeClaim,
 		Required: true,
 		Logger:   a.log,
-		// A real service would return the authenticated account here.
-		Scope: func(r *http.Request) (string, error) { return "demo-account", nil },
+		Scope:    account,
 	})
 	if err != nil {
 		return nil, err
@@ -50,6 +51,22 @@ func (a *app) handler(ctx context.Context) (http.Handler, error) {
 	mux.Handle("POST /v1/charges", mw.Handler(http.HandlerFunc(a.createCharge)))
 	mux.HandleFunc("GET /v1/charges/{id}", a.getCharge)
 	return mux, nil
+}
+
+// account is the Scope of every key: the API client calling, named by
+// its API key (Authorization: Bearer <key>), so that one client's key
+// never replays another client's charge. This demo accepts any key; a real
+// service looks it up and answers 401 for an unknown one. The scope is a
+// digest of the key, so that no credential is stored in the idempotency
+// table.
+func account(r *http.Request) (string, error) {
+	key, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok || key == "" {
+		return "", &idemhttp.Problem{Type: "about:blank", Title: "Unauthorized", Status: http.StatusUnauthorized,
+			Detail: "send your API key as Authorization: Bearer <key>"}
+	}
+	sum := sha256.Sum256([]byte(key))
+	return "acct_" + hex.EncodeToString(sum[:8]), nil
 }
 
 func chargesDDL(d idem.Dialect, table string) string {
@@ -86,7 +103,10 @@ type chargeJSON struct {
 // meanwhile get a 409 with Retry-After. The provider is called with the
 // claim's RelayKey, so even a rerun of this handler (after a 502, or after
 // a takeover of a claim whose lease ran out) charges the card once. The
-// charge row is written through idemhttp.Tx, where the middleware also
+// request's context is the middleware's: a client that gives up does not
+// cancel the provider call, which is bounded by the claim's lease instead,
+// so the charge is recorded and the client's retry replays it. The charge
+// row is written through idemhttp.TxFrom, where the middleware also
 // completes the claim: both commit together.
 func (a *app) createCharge(w http.ResponseWriter, r *http.Request) {
 	var in struct {
@@ -117,7 +137,7 @@ func (a *app) createCharge(w http.ResponseWriter, r *http.Request) {
 	if res.Declined {
 		c.Status, status = "declined", http.StatusPaymentRequired
 	}
-	tx := idemhttp.Tx(r.Context()) // begins the transaction, now that the slow part is done
+	tx := idemhttp.TxFrom(r.Context()) // begins the transaction, now that the slow part is done
 	if tx == nil {
 		problem(w, http.StatusServiceUnavailable, "the database is unavailable; retry with the same Idempotency-Key")
 		return
