@@ -15,8 +15,8 @@ import (
 	"time"
 )
 
-// HeaderName is the request header field that carries the key.
-const HeaderName = "Idempotency-Key"
+// HeaderIdempotencyKey is the request header field that carries the key.
+const HeaderIdempotencyKey = "Idempotency-Key"
 
 // The defaults of Transport's fields, used where a field is zero.
 const (
@@ -82,7 +82,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if base == nil {
 		base = http.DefaultTransport
 	}
-	hasKey := len(req.Header.Values(HeaderName)) > 0
+	hasKey := len(req.Header.Values(HeaderIdempotencyKey)) > 0
 	if !hasKey && (safe(req.Method) || t.NoAutoKey) {
 		return base.RoundTrip(req)
 	}
@@ -91,7 +91,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if r.Header == nil {
 			r.Header = make(http.Header)
 		}
-		r.Header.Set(HeaderName, `"`+NewKey()+`"`)
+		r.Header.Set(HeaderIdempotencyKey, `"`+NewKey()+`"`)
 	}
 	replay, once, err := t.replayable(r)
 	if err != nil {
@@ -265,7 +265,7 @@ type readCloser struct {
 // as 8e03978e-40d5-43e8-bc93-6894a57f9324. Set it yourself, as an
 // sf-string, to know a request's key before it is sent:
 //
-//	req.Header.Set(idemclient.HeaderName, strconv.Quote(idemclient.NewKey()))
+//	req.Header.Set(idemclient.HeaderIdempotencyKey, strconv.Quote(idemclient.NewKey()))
 func NewKey() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:]) // never fails
@@ -282,7 +282,7 @@ func Key(resp *http.Response) string {
 	if resp == nil || resp.Request == nil {
 		return ""
 	}
-	v := strings.TrimSpace(resp.Request.Header.Get(HeaderName))
+	v := strings.TrimSpace(resp.Request.Header.Get(HeaderIdempotencyKey))
 	if len(v) < 2 || v[0] != '"' || v[len(v)-1] != '"' {
 		return v
 	}

@@ -39,7 +39,7 @@ func newServer(t *testing.T, answer func(w http.ResponseWriter, n int)) *server 
 		b, err := io.ReadAll(r.Body)
 		s.mu.Lock()
 		n := len(s.attempts)
-		s.attempts = append(s.attempts, attempt{keys: r.Header.Values(HeaderName), body: string(b), at: time.Now(), err: err})
+		s.attempts = append(s.attempts, attempt{keys: r.Header.Values(HeaderIdempotencyKey), body: string(b), at: time.Now(), err: err})
 		s.mu.Unlock()
 		answer(w, n)
 	}))
@@ -123,7 +123,7 @@ func TestKeyAddedAndKeptAcrossAttempts(t *testing.T) {
 	if got := Key(resp); `"`+got+`"` != first[0] {
 		t.Fatalf("Key(resp) = %q, the server saw %s", got, first[0])
 	}
-	if v := req.Header.Values(HeaderName); v != nil {
+	if v := req.Header.Values(HeaderIdempotencyKey); v != nil {
 		t.Fatalf("the caller's request was changed: it has key %q", v)
 	}
 }
@@ -166,7 +166,7 @@ func TestExistingKeyKept(t *testing.T) {
 		t.Run(key, func(t *testing.T) {
 			srv := newServer(t, statuses(409, 200))
 			req := post(t, srv.URL, "{}")
-			req.Header.Set(HeaderName, key)
+			req.Header.Set(HeaderIdempotencyKey, key)
 			resp, _ := do(t, fast(srv.Client().Transport), req)
 			seen := srv.seen(t)
 			if resp.StatusCode != 200 || len(seen) != 2 {
@@ -386,7 +386,7 @@ func TestSafeMethodWithKeyRetried(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	req.Header.Set(HeaderName, `"k"`)
+	req.Header.Set(HeaderIdempotencyKey, `"k"`)
 	resp, _ := do(t, fast(srv.Client().Transport), req)
 	if n := len(srv.seen(t)); resp.StatusCode != 200 || n != 2 {
 		t.Fatalf("got %d after %d attempts, want 200 after 2", resp.StatusCode, n)
@@ -562,7 +562,7 @@ func TestKey(t *testing.T) {
 	} {
 		resp := &http.Response{Request: &http.Request{Header: http.Header{}}}
 		if v != "" {
-			resp.Request.Header.Set(HeaderName, v)
+			resp.Request.Header.Set(HeaderIdempotencyKey, v)
 		}
 		if got := Key(resp); got != want {
 			t.Errorf("Key with field %q = %q, want %q", v, got, want)

@@ -229,6 +229,7 @@ func testClientThroughFaults(t *testing.T, svc service, provider *FakeProvider) 
 				o.err = err
 				return
 			}
+			req.Header.Set("Authorization", "Bearer "+apiKey)
 			req.Header.Set("Content-Type", "application/json")
 			resp, err := client.Do(req)
 			if err != nil {
