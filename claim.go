@@ -48,7 +48,7 @@ func (s *Store) Begin(ctx context.Context, db *sql.DB, req Request) (claim *Clai
 	var token int64
 	err = RunTx(ctx, db, nil, func(tx *sql.Tx) error {
 		var err error
-		replay, err = s.claim(ctx, tx, req, &token)
+		replay, token, err = s.claim(ctx, tx, req, true)
 		return err
 	})
 	switch {

@@ -88,25 +88,30 @@ type queries struct {
 	// Args: operation, fingerprint, lease, scope, key, token, retention.
 	takeover string
 	// insertToken and takeoverToken are insert and takeover returning the
-	// token they wrote, for Begin; empty where the dialect cannot return it
-	// (MySQL), and token is read after the claim instead.
+	// token they wrote and how long after the statement's start the claim
+	// was granted, in µs (how long it waited for another transaction that
+	// held the key); empty where the dialect cannot return them (MySQL),
+	// and token reads them after the claim instead.
 	insertToken, takeoverToken string
-	// token reads the token of a record the transaction has just claimed.
+	// token reads the token of a record the transaction has just claimed,
+	// and how long ago, in µs, its claim statement started.
 	// Args: scope, key.
 	token string
 	// state reads a record's status and token as last committed (on MySQL
 	// a locking read), to explain why a fenced statement changed nothing.
 	// Args: scope, key.
 	state string
-	// completeClaim, extend and release are fenced: they change the record
-	// only while it is the PROCESSING claim with the given token, and then
-	// always change a column, so that MySQL, which counts changed rows,
-	// reports the match.
-	// completeClaim stores the final response.
+	// completeClaim, extend, release and remove are fenced: they change
+	// the record only while it is the PROCESSING claim with the given
+	// token, and then always change a column, so that MySQL, which counts
+	// changed rows, reports the match. A fenced statement that escaped its
+	// transaction (the database ended it) changes nothing.
+	// completeClaim stores the final response (Complete, and Do).
 	// Args: response status, header, body, scope, key, token.
 	completeClaim string
 	// extend moves the lease's end to at least lease from now, and at least
-	// one microsecond later than it was. Args: lease, scope, key, token.
+	// one microsecond later than it was (Extend, and Begin's claim when its
+	// statement waited). Args: lease, scope, key, token.
 	extend string
 	// release ends the claim without a result: the next attempt takes the
 	// record over at once. Args: scope, key, token.
@@ -114,10 +119,7 @@ type queries struct {
 	// The statements that bound a lock wait (WithLockTimeout) inside the
 	// caller's transaction; their use is the dialect's boundLockWait.
 	lockWaitSave, lockWaitSet, lockWaitRestore, lockWaitUndo, lockWaitRelease string
-	// complete stores the final response of the claim the transaction holds.
-	// Args: response status, header, body, scope, key.
-	complete string
-	// remove deletes a record. Args: scope, key.
+	// remove deletes Do's claim after fn failed. Args: scope, key, token.
 	remove string
 	// purge deletes at most limit records past retention, never a live
 	// claim. Args: retention, retention (again), limit.

@@ -66,16 +66,15 @@ WHERE scope = ? AND idem_key = ? AND token = ?
   AND (status = 'released'
     OR status = 'processing' AND lease_until <= ` + myNow + `
     OR status = 'completed' AND completed_at + INTERVAL ? MICROSECOND <= ` + myNow + `)`,
-		token: `SELECT token FROM ` + t + ` WHERE scope = ? AND idem_key = ?`,
+		// The claim's created_at is its statement's start; this runs right
+		// after that statement.
+		token: `SELECT token, TIMESTAMPDIFF(MICROSECOND, created_at, ` + myNow + `) FROM ` + t + ` WHERE scope = ? AND idem_key = ?`,
 		state: `SELECT status, token FROM ` + t + ` WHERE scope = ? AND idem_key = ? LOCK IN SHARE MODE`,
-		complete: `UPDATE ` + t + ` SET status = 'completed', completed_at = ` + myNow + `,
-  response_status = ?, response_headers = ?, response_body = ?
-WHERE scope = ? AND idem_key = ?`,
 		completeClaim: `UPDATE ` + t + ` SET status = 'completed', completed_at = ` + myNow + `,
   response_status = ?, response_headers = ?, response_body = ?` + fenced,
 		extend:  `UPDATE ` + t + ` SET lease_until = GREATEST(` + myNow + ` + INTERVAL ? MICROSECOND, lease_until + INTERVAL 1 MICROSECOND)` + fenced,
 		release: `UPDATE ` + t + ` SET status = 'released', lease_until = ` + myNow + fenced,
-		remove:  `DELETE FROM ` + t + ` WHERE scope = ? AND idem_key = ?`,
+		remove:  `DELETE FROM ` + t + fenced,
 		inspect: `SELECT operation, fingerprint, status, token,
   ` + myEpoch("lease_until") + `, ` + myEpoch("created_at") + `, ` + myEpoch("completed_at") + `, ` + myToken + `,
   (CASE WHEN status = 'completed' THEN completed_at ELSE lease_until END) + INTERVAL ? MICROSECOND <= ` + myNow + `,

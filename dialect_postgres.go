@@ -58,26 +58,26 @@ WHERE scope = $4 AND idem_key = $5 AND token = $6
     OR status = 'processing' AND lease_until <= ` + pgNow + `
     OR status = 'completed' AND completed_at + ` + pgMicros("$7") + ` <= ` + pgNow + `)`
 	fenced := ` WHERE scope = $%d AND idem_key = $%d AND token = $%d AND status = 'processing'`
+	// RETURNING runs once the row is written, after any wait for another
+	// transaction that held the key; created_at is the statement's start.
+	returning := "\nRETURNING token, " + pgEpoch("clock_timestamp()") + " - " + pgEpoch("created_at")
 	return queries{
 		insert:        insert,
-		insertToken:   insert + "\nRETURNING token",
+		insertToken:   insert + returning,
 		takeover:      takeover,
-		takeoverToken: takeover + "\nRETURNING token",
+		takeoverToken: takeover + returning,
 		get: `SELECT operation, fingerprint, status, token,
   (CASE WHEN status = 'completed' THEN completed_at ELSE lease_until END) + ` + pgMicros("$1") + ` <= ` + pgNow + `,
   (extract(epoch FROM lease_until - ` + pgNow + `) * 1000000)::bigint,
   response_status, response_headers, response_body
 FROM ` + t + ` WHERE scope = $2 AND idem_key = $3`,
 		state: `SELECT status, token FROM ` + t + ` WHERE scope = $1 AND idem_key = $2`,
-		complete: `UPDATE ` + t + ` SET status = 'completed', completed_at = ` + pgNow + `,
-  response_status = $1, response_headers = $2, response_body = $3
-WHERE scope = $4 AND idem_key = $5`,
 		completeClaim: `UPDATE ` + t + ` SET status = 'completed', completed_at = ` + pgNow + `,
   response_status = $1, response_headers = $2, response_body = $3` + fmt.Sprintf(fenced, 4, 5, 6),
 		extend: `UPDATE ` + t + ` SET lease_until = GREATEST(` + pgNow + ` + ` + pgMicros("$1") + `, lease_until + interval '1 microsecond')` +
 			fmt.Sprintf(fenced, 2, 3, 4),
 		release: `UPDATE ` + t + ` SET status = 'released', lease_until = ` + pgNow + fmt.Sprintf(fenced, 1, 2, 3),
-		remove:  `DELETE FROM ` + t + ` WHERE scope = $1 AND idem_key = $2`,
+		remove:  `DELETE FROM ` + t + fmt.Sprintf(fenced, 1, 2, 3),
 		inspect: `SELECT operation, fingerprint, status, token,
   ` + pgEpoch("lease_until") + `, ` + pgEpoch("created_at") + `, ` + pgEpoch("completed_at") + `, ` + pgToken + `,
   (CASE WHEN status = 'completed' THEN completed_at ELSE lease_until END) + ` + pgMicros("$1") + ` <= ` + pgNow + `,

@@ -70,6 +70,10 @@ const sqNow = "(CAST(ROUND(unixepoch('now', 'subsec') * 1000) AS INTEGER) * 1000
 
 func (sqliteDialect) queries(t string) queries {
 	const fenced = ` WHERE scope = ? AND idem_key = ? AND token = ? AND status = 'processing'`
+	// A claim statement never waits for another transaction that holds the
+	// key: the write lock is taken at BEGIN IMMEDIATE, or when the statement
+	// starts, before it reads the clock. So it is granted at its start.
+	const returning = "\nRETURNING token, 0"
 	insert := `INSERT INTO ` + t + ` (scope, idem_key, operation, fingerprint, status, token, lease_until, created_at)
 VALUES (?, ?, ?, ?, 'processing', ` + sqNow + `, ` + sqNow + ` + ?, ` + sqNow + `)
 ON CONFLICT (scope, idem_key) DO NOTHING`
@@ -84,9 +88,9 @@ WHERE scope = ? AND idem_key = ? AND token = ?
     OR status = 'completed' AND completed_at + ? <= ` + sqNow + `)`
 	return queries{
 		insert:        insert,
-		insertToken:   insert + "\nRETURNING token",
+		insertToken:   insert + returning,
 		takeover:      takeover,
-		takeoverToken: takeover + "\nRETURNING token",
+		takeoverToken: takeover + returning,
 		state:         `SELECT status, token FROM ` + t + ` WHERE scope = ? AND idem_key = ?`,
 		completeClaim: `UPDATE ` + t + ` SET status = 'completed', completed_at = ` + sqNow + `,
   response_status = ?, response_headers = ?, response_body = ?` + fenced,
@@ -97,10 +101,7 @@ WHERE scope = ? AND idem_key = ? AND token = ?
   lease_until - ` + sqNow + `,
   response_status, response_headers, response_body
 FROM ` + t + ` WHERE scope = ? AND idem_key = ?`,
-		complete: `UPDATE ` + t + ` SET status = 'completed', completed_at = ` + sqNow + `,
-  response_status = ?, response_headers = ?, response_body = ?
-WHERE scope = ? AND idem_key = ?`,
-		remove: `DELETE FROM ` + t + ` WHERE scope = ? AND idem_key = ?`,
+		remove: `DELETE FROM ` + t + fenced,
 		inspect: `SELECT operation, fingerprint, status, token, lease_until, created_at, completed_at, ` + sqNow + `,
   (CASE WHEN status = 'completed' THEN completed_at ELSE lease_until END) + ? <= ` + sqNow + `,
   response_status, response_headers, response_body

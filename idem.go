@@ -251,6 +251,13 @@ func (s *Store) Migrate(ctx context.Context, db DBTX) error {
 // Response is returned with Replayed true and fn is not called. When fn
 // returns an error, Do returns that error unchanged, removes its claim from
 // tx and stores nothing; the caller should roll back. See docs/semantics.md.
+//
+// Every statement Do runs after its claim is fenced on the claim's token:
+// if the database ended tx while fn ran (MySQL and SQLite do so at a
+// deadlock or an interrupted write, and the *sql.Tx stays open, so the
+// statement runs on its own), it changes nothing, whoever holds the key by
+// then, and Do returns an error that says so, wraps fn's error if any, and
+// for which IsRetryable is true: roll back and retry.
 func (s *Store) Do(ctx context.Context, tx DBTX, req Request, fn func(ctx context.Context) (Response, error)) (res Result, err error) {
 	start := startWatch()
 	if err := checkTx(tx); err != nil {
@@ -263,7 +270,7 @@ func (s *Store) Do(ctx context.Context, tx DBTX, req Request, fn func(ctx contex
 		return Result{}, err
 	}
 	defer s.observeDo(ctx, req, start, &res, &err)
-	replay, err := s.claim(ctx, tx, req, nil)
+	replay, token, err := s.claim(ctx, tx, req, false)
 	if err != nil {
 		return Result{}, err
 	}
@@ -275,32 +282,50 @@ func (s *Store) Do(ctx context.Context, tx DBTX, req Request, fn func(ctx contex
 		err = resp.validate()
 	}
 	if err != nil {
-		// Best effort: if the caller commits anyway, the key stays free. An
-		// error here means tx is already unusable and must be rolled back.
-		_, _ = s.exec(ctx, tx, s.q.remove, req.Scope, req.Key)
+		// Best effort: if the caller commits anyway, the key stays free.
+		// An error here means tx is already unusable and must be rolled
+		// back; no record changed means the claim is no longer there.
+		if res, rerr := s.exec(ctx, tx, s.q.remove, req.Scope, req.Key, token); rerr == nil {
+			if n, rerr := res.RowsAffected(); rerr == nil && n == 0 {
+				return Result{}, txEnded("remove the claim", req, err)
+			}
+		}
 		return Result{}, err
 	}
-	if err := s.exec1(ctx, tx, s.q.complete, "store the response", req,
-		resp.StatusCode, encodeHeader(resp.Header), resp.Body, req.Scope, req.Key); err != nil {
-		return Result{}, err
+	res1, err := s.exec(ctx, tx, s.q.completeClaim,
+		resp.StatusCode, encodeHeader(resp.Header), resp.Body, req.Scope, req.Key, token)
+	if err != nil {
+		return Result{}, stmtErr("store the response", req, err)
+	}
+	if n, err := res1.RowsAffected(); err != nil {
+		return Result{}, stmtErr("store the response", req, err)
+	} else if n != 1 {
+		return Result{}, txEnded("store the response", req, nil)
 	}
 	return Result{Response: resp}, nil
 }
 
-// exec1 runs a statement that must change exactly one row.
-func (s *Store) exec1(ctx context.Context, db DBTX, query, what string, req Request, args ...any) error {
-	res, err := s.exec(ctx, db, query, args...)
-	if err != nil {
-		return stmtErr(what, req, err)
+// errTxEnded is wrapped by the error Do returns when its statement after
+// fn, fenced on its claim's token, changed nothing: the claim this
+// transaction made is gone. IsRetryable reports true for it.
+var errTxEnded = errors.New("idem: the transaction was rolled back by the database")
+
+// txEnded reports that Do's statement after fn (what) found no claim of
+// its own to change, wrapping cause (fn's error) when there is one. MySQL
+// and SQLite end a transaction whole at a deadlock, a lock wait timeout
+// with innodb_rollback_on_timeout, or an interrupted write, while the
+// *sql.Tx stays open: the statement then ran on its own and, fenced on the
+// token, changed nothing. A retry of the whole transaction replays the
+// result of whoever holds the key now, or runs again.
+func txEnded(what string, req Request, cause error) error {
+	const why = "the claim this transaction made is gone: the database ended the transaction " +
+		"(a deadlock or an interrupted statement does so on MySQL and SQLite while the *sql.Tx stays open), " +
+		"or a statement in it deleted or changed the claim"
+	const next = "roll back and retry (RunTx does this): the retry replays the result of whoever holds the key now, or runs again"
+	if cause != nil {
+		return fmt.Errorf("%w: %s for key %q in scope %q changed nothing; %s; fn's error: %w; %s", errTxEnded, what, req.Key, req.Scope, why, cause, next)
 	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return stmtErr(what, req, err)
-	}
-	if n != 1 {
-		return fmt.Errorf("idem: %s for key %q in scope %q: %d records changed, want 1: a statement in this transaction deleted or changed the claim; roll back the transaction", what, req.Key, req.Scope, n)
-	}
-	return nil
+	return fmt.Errorf("%w: %s for key %q in scope %q changed nothing; %s; %s", errTxEnded, what, req.Key, req.Scope, why, next)
 }
 
 // stmtErr reports that one of idem's statements failed: what idem was

@@ -40,102 +40,134 @@ type record struct {
 
 // claim is acquire, with its lock waits bounded when the Store has
 // WithLockTimeout: a wait that runs out is an *InFlightError, and db is
-// left as it was before.
-func (s *Store) claim(ctx context.Context, db DBTX, req Request, token *int64) (*Result, error) {
+// left as it was before. A statement of the bound that fails is reported
+// like one of acquire's.
+func (s *Store) claim(ctx context.Context, db DBTX, req Request, begin bool) (*Result, int64, error) {
 	if !s.hasLockWait {
-		return s.acquire(ctx, db, req, token)
+		return s.acquire(ctx, db, req, begin)
 	}
-	var replay *Result
+	var (
+		replay     *Result
+		token      int64
+		acquireErr error
+	)
 	timedOut, err := s.dialect.(lockWaiter).boundLockWait(ctx, db, s.q, s.lockWait, func() error {
-		var err error
-		replay, err = s.acquire(ctx, db, req, token)
-		return err
+		replay, token, acquireErr = s.acquire(ctx, db, req, begin)
+		return acquireErr
 	})
-	if timedOut {
-		return nil, inFlight(s.lockWait)
+	switch {
+	case timedOut:
+		return nil, 0, inFlight(s.lockWait)
+	case err != nil && err != acquireErr:
+		return nil, 0, stmtErr("claim", req, err)
 	}
-	return replay, err
+	return replay, token, err
 }
 
-// acquire claims (Scope, Key) inside db and returns nil, or returns the
-// stored result to replay. db is the caller's transaction in Do and a short
-// transaction of its own in Begin. The insert waits on the row lock of any
-// other open transaction that holds the key, so of concurrent requests
-// exactly one proceeds; the others see its committed outcome. A record that
-// is forgotten, released or whose lease expired is taken over with an
-// update fenced on the token read and on the record still being free, so
-// two takeovers of one record have one winner, and a claim completed or
-// extended since the read is not taken.
+// restampAfter is how long a claim statement may have run before its claim
+// was granted (it waited for another transaction that held the key) and
+// still keep the lease it computed when it started; past it, Begin moves
+// the lease's end to a full lease from now.
+const restampAfter = 10 * time.Millisecond
+
+// acquire claims (Scope, Key) inside db and returns the claim's token, or
+// returns the stored result to replay. db is the caller's transaction in Do
+// and a short transaction of its own in Begin. The insert waits on the row
+// lock of any other open transaction that holds the key, so of concurrent
+// requests exactly one proceeds; the others see its committed outcome. A
+// record that is forgotten, released or whose lease expired is taken over
+// with an update fenced on the token read and on the record still being
+// free, so two takeovers of one record have one winner, and a claim
+// completed or extended since the read is not taken.
 //
-// When token is not nil, acquire stores there the token of the claim it
-// made (Begin); Do passes nil and runs no statement for it.
-func (s *Store) acquire(ctx context.Context, db DBTX, req Request, token *int64) (replay *Result, err error) {
+// The token fences every later statement on the claim. For Begin (begin
+// true), whose claim outlives db, a claim statement that waited longer than
+// restampAfter for the key has its lease counted again from now, so that a
+// claim is never committed with its lease already run out.
+func (s *Store) acquire(ctx context.Context, db DBTX, req Request, begin bool) (replay *Result, token int64, err error) {
 	lease, start := micros(s.lease), startWatch()
 	for range maxContention {
-		ok, err := s.claimRow(ctx, db, req, true, token,
+		ok, token, waited, err := s.claimRow(ctx, db, req, true,
 			req.Scope, req.Key, req.Operation, req.Fingerprint, lease)
 		if err != nil {
-			return nil, stmtErr("claim", req, err)
+			return nil, 0, stmtErr("claim", req, err)
 		}
 		if ok {
-			return nil, nil
+			return nil, token, s.restamp(ctx, db, req, begin, token, waited)
 		}
 		rec, found, err := s.get(ctx, db, req)
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		if !found {
 			continue // deleted since the insert saw it: claim it afresh
 		}
 		if !rec.forgotten {
 			if rec.operation != req.Operation || rec.fingerprint != req.Fingerprint {
-				return nil, mismatch(req, rec)
+				return nil, 0, mismatch(req, rec)
 			}
 			switch {
 			case rec.status == statusCompleted:
-				return &Result{Response: rec.resp, Replayed: true}, nil
+				return &Result{Response: rec.resp, Replayed: true}, 0, nil
 			case rec.status == statusProcessing && rec.leaseLeft > 0:
-				return nil, inFlight(rec.leaseLeft)
+				return nil, 0, inFlight(rec.leaseLeft)
 			}
 		}
-		ok, err = s.claimRow(ctx, db, req, false, token,
+		ok, token, waited, err = s.claimRow(ctx, db, req, false,
 			req.Operation, req.Fingerprint, lease, req.Scope, req.Key, rec.token, micros(s.retention))
 		if err != nil {
-			return nil, stmtErr("take over", req, err)
+			return nil, 0, stmtErr("take over", req, err)
 		}
 		if ok {
 			s.observe(ctx, Event{Kind: EventTakeover, Scope: req.Scope, Key: req.Key, Operation: req.Operation, Duration: start.elapsed(), Token: rec.token})
-			return nil, nil
+			return nil, token, s.restamp(ctx, db, req, begin, token, waited)
 		}
 		// Another request took the record over, or its owner completed or
 		// extended it, since the read: look again.
 	}
-	return nil, errContended
+	return nil, 0, errContended
+}
+
+// restamp moves the lease of Begin's claim to a full lease from now when
+// its statement waited longer than restampAfter, fenced on its token.
+func (s *Store) restamp(ctx context.Context, db DBTX, req Request, begin bool, token int64, waited time.Duration) error {
+	if !begin || waited <= restampAfter {
+		return nil
+	}
+	res, err := s.exec(ctx, db, s.q.extend, micros(s.lease), req.Scope, req.Key, token)
+	if err != nil {
+		return stmtErr("count the lease from the claim", req, err)
+	}
+	if n, err := res.RowsAffected(); err != nil || n != 1 {
+		return stmtErr("count the lease from the claim", req, errors.Join(err, fmt.Errorf("%d records changed, want 1", n)))
+	}
+	return nil
 }
 
 // claimRow runs the insert (insert true) or the takeover and reports
-// whether it claimed the record. With token not nil it also learns the new
-// token: from the same statement where the dialect can return it, else by
-// reading it in db.
-func (s *Store) claimRow(ctx context.Context, db DBTX, req Request, insert bool, token *int64, args ...any) (bool, error) {
+// whether it claimed the record, the claim's token and how long after the
+// statement's start the claim was granted: from the same statement where
+// the dialect can return them, else by reading them in db.
+func (s *Store) claimRow(ctx context.Context, db DBTX, req Request, insert bool, args ...any) (ok bool, token int64, waited time.Duration, err error) {
 	query, withToken := s.q.takeover, s.q.takeoverToken
 	if insert {
 		query, withToken = s.q.insert, s.q.insertToken
 	}
-	if token != nil && withToken != "" {
-		err := s.queryRow(ctx, db, withToken, args...).Scan(token)
+	var lag int64
+	if withToken != "" {
+		err := s.queryRow(ctx, db, withToken, args...).Scan(&token, &lag)
 		switch {
 		case err == nil:
-			return true, nil
+			return true, token, time.Duration(lag) * time.Microsecond, nil
 		case errors.Is(err, sql.ErrNoRows):
-			return false, nil
+			return false, 0, 0, nil
 		case insert:
-			return s.dialect.inserted(nil, err)
+			ok, err := s.dialect.inserted(nil, err)
+			return ok, 0, 0, err
 		}
-		return false, err
+		return false, 0, 0, err
 	}
 	res, err := s.exec(ctx, db, query, args...)
-	var ok bool
 	if insert {
 		ok, err = s.dialect.inserted(res, err)
 	} else if err == nil {
@@ -143,10 +175,11 @@ func (s *Store) claimRow(ctx context.Context, db DBTX, req Request, insert bool,
 		n, err = res.RowsAffected()
 		ok = n == 1
 	}
-	if err != nil || !ok || token == nil {
-		return ok, err
+	if err != nil || !ok {
+		return ok, 0, 0, err
 	}
-	return true, s.queryRow(ctx, db, s.q.token, req.Scope, req.Key).Scan(token)
+	err = s.queryRow(ctx, db, s.q.token, req.Scope, req.Key).Scan(&token, &lag)
+	return err == nil, token, time.Duration(lag) * time.Microsecond, err
 }
 
 func mismatch(req Request, rec record) error {

@@ -25,12 +25,13 @@ var (
 // IsRetryable reports whether err means the whole transaction should be
 // retried: a serialization failure, a deadlock or a lock wait timeout, from
 // any of the supported databases and drivers, or idem's own report that a
-// key changed hands while it was being claimed.
+// key changed hands while it was being claimed, or that the database rolled
+// back the transaction under Do (its claim was gone after fn).
 func IsRetryable(err error) bool {
 	if err == nil {
 		return false
 	}
-	if errors.Is(err, errContended) {
+	if errors.Is(err, errContended) || errors.Is(err, errTxEnded) {
 		return true
 	}
 	for _, d := range dialects {

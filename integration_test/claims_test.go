@@ -507,8 +507,12 @@ func TestLockTimeout(t *testing.T) {
 			must(t, err)
 			must(t, tx.QueryRow(e.sessionProbe()).Scan(&after))
 			must(t, tx.Commit())
-			if n := counted.n.Load(); n != 2+extra {
-				t.Errorf("%s path with WithLockTimeout ran %d statements, want %d", path, n, 2+extra)
+			want := 2 + extra
+			if path == "fresh" && e.dialect == idem.MySQL {
+				want++ // the token read after the INSERT
+			}
+			if n := counted.n.Load(); n != want {
+				t.Errorf("%s path with WithLockTimeout ran %d statements, want %d", path, n, want)
 			}
 			if before != after {
 				t.Errorf("%s path: session was %q before Do and %q after", path, before, after)

@@ -203,7 +203,8 @@ func TestCrashAfterBegin(t *testing.T) {
 }
 
 // hooked runs before() once, just before the first statement that starts
-// with prefix.
+// with prefix, whether it is run as an exec or a query (a takeover that
+// returns the token it wrote is a query).
 type hooked struct {
 	idem.DBTX
 	prefix string
@@ -216,6 +217,13 @@ func (h *hooked) ExecContext(ctx context.Context, q string, args ...any) (sql.Re
 		h.once.Do(h.before)
 	}
 	return h.DBTX.ExecContext(ctx, q, args...)
+}
+
+func (h *hooked) QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row {
+	if strings.HasPrefix(q, h.prefix) {
+		h.once.Do(h.before)
+	}
+	return h.DBTX.QueryRowContext(ctx, q, args...)
 }
 
 // Fault 4: the old owner completes between the new owner's read of the

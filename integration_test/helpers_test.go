@@ -24,7 +24,8 @@ func charge(key, amount string) idem.Request {
 }
 
 // op is an operation that inserts one business row for its key through tx
-// and counts its executions.
+// and counts its executions. Execution n writes "run-n" and answers
+// {"key":...,"run":n}.
 type op struct {
 	e     *env
 	biz   string
@@ -36,7 +37,7 @@ func (e *env) op() *op { return &op{e: e, biz: e.business()} }
 func (o *op) fn(tx idem.DBTX, key string) func(context.Context) (idem.Response, error) {
 	return func(ctx context.Context) (idem.Response, error) {
 		n := o.calls.Add(1)
-		if err := o.e.insertRow(tx, o.biz, key, "charged"); err != nil {
+		if err := o.e.insertRow(tx, o.biz, key, fmt.Sprintf("run-%d", n)); err != nil {
 			return idem.Response{}, err
 		}
 		return idem.Response{StatusCode: 201, Body: fmt.Appendf(nil, `{"key":%q,"run":%d}`, key, n)}, nil
