@@ -48,7 +48,7 @@ func (s *Store) Begin(ctx context.Context, db *sql.DB, req Request) (claim *Clai
 	var token int64
 	err = RunTx(ctx, db, nil, func(tx *sql.Tx) error {
 		var err error
-		replay, token, err = s.claim(ctx, tx, req, true)
+		replay, token, err = s.claim(ctx, sqlConn{tx, s.dialect}, req, true)
 		return err
 	})
 	switch {
@@ -91,8 +91,7 @@ func (c *Claim) Extend(ctx context.Context, db DBTX, d time.Duration) (err error
 	if err := checkDuration("Extend's duration", d); err != nil {
 		return err
 	}
-	return c.fenced(ctx, db, c.s.q.extend, "extend the lease", "stop the work and do not complete it",
-		micros(d), c.req.Scope, c.req.Key, c.token)
+	return c.fenced(ctx, db, c.s.st.extend(c.req, c.token, micros(d)), "extend the lease", "stop the work and do not complete it")
 }
 
 // Complete stores resp as the final result of the claim, through tx: the
@@ -110,8 +109,7 @@ func (c *Claim) Complete(ctx context.Context, tx DBTX, resp Response) (err error
 	if err := resp.validate(); err != nil {
 		return err
 	}
-	return c.fenced(ctx, tx, c.s.q.completeClaim, "complete", "roll back this transaction",
-		resp.StatusCode, encodeHeader(resp.Header), resp.Body, c.req.Scope, c.req.Key, c.token)
+	return c.fenced(ctx, tx, c.s.st.complete(c.req, c.token, resp, encodeHeader(resp.Header)), "complete", "roll back this transaction")
 }
 
 // Release ends the claim without a result, for an operation that did not
@@ -124,8 +122,7 @@ func (c *Claim) Release(ctx context.Context, db DBTX) (err error) {
 		return err
 	}
 	defer c.observeClaim(ctx, EventReleased, startWatch(), &err)
-	return c.fenced(ctx, db, c.s.q.release, "release", "the key is no longer this claim's to release",
-		c.req.Scope, c.req.Key, c.token)
+	return c.fenced(ctx, db, c.s.st.release(c.req, c.token), "release", "the key is no longer this claim's to release")
 }
 
 func (c *Claim) check(db DBTX, method string) error {
@@ -140,12 +137,9 @@ func (c *Claim) check(db DBTX, method string) error {
 
 // fenced runs a statement fenced on the claim's token. When it changes
 // nothing, fenced reads the record to say why.
-func (c *Claim) fenced(ctx context.Context, db DBTX, query, what, advice string, args ...any) error {
-	res, err := c.s.exec(ctx, db, query, args...)
-	if err != nil {
-		return fmt.Errorf("idem: %s key %q (token %d): %w", what, c.req.Key, c.token, err)
-	}
-	n, err := res.RowsAffected()
+func (c *Claim) fenced(ctx context.Context, db DBTX, q query, what, advice string) error {
+	sc := sqlConn{db, c.s.dialect}
+	n, err := sc.exec(ctx, q)
 	if err != nil {
 		return fmt.Errorf("idem: %s key %q (token %d): %w", what, c.req.Key, c.token, err)
 	}
@@ -153,10 +147,10 @@ func (c *Claim) fenced(ctx context.Context, db DBTX, query, what, advice string,
 		return nil
 	}
 	var (
-		status string
+		status Status
 		token  int64
 	)
-	err = c.s.queryRow(ctx, db, c.s.q.state, c.req.Scope, c.req.Key).Scan(&status, &token)
+	err = sc.queryRow(ctx, c.s.st.state(c.req), &status, &token)
 	var why string
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
@@ -166,9 +160,9 @@ func (c *Claim) fenced(ctx context.Context, db DBTX, query, what, advice string,
 			ErrLeaseLost, what, c.req.Key, c.token, err, advice)
 	case token != c.token:
 		why = fmt.Sprintf("was taken over by another request, whose token is %d", token)
-	case status == statusCompleted:
+	case status == StatusCompleted:
 		why = "was already completed by this claim"
-	case status == statusReleased:
+	case status == StatusReleased:
 		why = "was already released by this claim"
 	default:
 		why = fmt.Sprintf("is %s and did not change", status)

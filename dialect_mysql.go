@@ -28,94 +28,175 @@ type mysqlDialect struct{}
 
 func (mysqlDialect) Name() string { return "mysql" }
 
-func (mysqlDialect) quote(parts []string) string {
-	return "`" + strings.Join(parts, "`.`") + "`"
+func (mysqlDialect) statements(parts []string) statements {
+	quoted := "`" + strings.Join(parts, "`.`") + "`"
+	base := parts[len(parts)-1]
+	r := func(sql string) string { return render(sql, quoted, base) }
+	var schemaName any
+	if len(parts) == 2 {
+		schemaName = parts[0]
+	}
+	return &myStatements{
+		ddl:         schemaStatements(schema.MySQL, quoted, base),
+		schemaName:  schemaName,
+		base:        base,
+		insertSQL:   r(myInsert),
+		takeoverSQL: r(myTakeover),
+		claimedSQL:  r(myClaimed),
+		readSQL:     r(myRead),
+		stateSQL:    r(myState),
+		completeSQL: r(myComplete),
+		extendSQL:   r(myExtend),
+		releaseSQL:  r(myRelease),
+		removeSQL:   r(myRemove),
+		purgeSQL:    r(myPurge),
+		inspectSQL:  r(myInspect),
+		statsSQL:    r(myStats),
+	}
 }
 
-func (m mysqlDialect) schema(parts []string) []string {
-	return schemaStatements(schema.MySQL, m.quote(parts), parts[len(parts)-1])
+// myStatements are the statements for one table, rendered once.
+type myStatements struct {
+	ddl        []string
+	schemaName any // nil: the connection's database
+	base       string
+	insertSQL, takeoverSQL, claimedSQL, readSQL, stateSQL, completeSQL,
+	extendSQL, releaseSQL, removeSQL, purgeSQL, inspectSQL, statsSQL string
 }
 
-const (
-	myNow   = "UTC_TIMESTAMP(6)"
-	myToken = "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', " + myNow + ")"
-)
+func (s *myStatements) schema() []string { return s.ddl }
 
-// myEpoch is a DATETIME(6) column (UTC) in microseconds since the Unix epoch.
-func myEpoch(col string) string {
-	return "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', " + col + ")"
+// A token is the clock in microseconds since the Unix epoch,
+// TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)), or
+// one more than the token before it.
+const myInsert = `INSERT INTO idempotency_keys (scope, idem_key, operation, fingerprint, status, token, lease_until, created_at)
+VALUES (?, ?, ?, ?, 'processing', TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)),
+  UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, UTC_TIMESTAMP(6))`
+
+func (s *myStatements) insert(r Request, lease int64) query {
+	return query{s.insertSQL, []any{r.Scope, r.Key, r.Operation, r.Fingerprint, lease}}
 }
 
-func (mysqlDialect) queries(t string) queries {
-	const fenced = ` WHERE scope = ? AND idem_key = ? AND token = ? AND status = 'processing'`
-	return queries{
-		insert: `INSERT INTO ` + t + ` (scope, idem_key, operation, fingerprint, status, token, lease_until, created_at)
-VALUES (?, ?, ?, ?, 'processing', ` + myToken + `, ` + myNow + ` + INTERVAL ? MICROSECOND, ` + myNow + `)`,
-		get: `SELECT operation, fingerprint, status, token,
-  (CASE WHEN status = 'completed' THEN completed_at ELSE lease_until END) + INTERVAL ? MICROSECOND <= ` + myNow + `,
-  TIMESTAMPDIFF(MICROSECOND, ` + myNow + `, lease_until),
-  response_status, response_headers, response_body
-FROM ` + t + ` WHERE scope = ? AND idem_key = ? LOCK IN SHARE MODE`,
-		// MySQL evaluates SET from left to right; token is read before it
-		// is assigned and nothing after it reads it. The WHERE reads the row
-		// as last committed (an UPDATE's read is a locking one).
-		takeover: `UPDATE ` + t + ` SET operation = ?, fingerprint = ?, status = 'processing',
-  token = GREATEST(token + 1, ` + myToken + `), lease_until = ` + myNow + ` + INTERVAL ? MICROSECOND, created_at = ` + myNow + `,
+// MySQL evaluates SET from left to right; token is read before it is
+// assigned and nothing after it reads it. The WHERE reads the row as last
+// committed (an UPDATE's read is a locking one).
+const myTakeover = `UPDATE idempotency_keys SET operation = ?, fingerprint = ?, status = 'processing',
+  token = GREATEST(token + 1, TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))),
+  lease_until = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, created_at = UTC_TIMESTAMP(6),
   completed_at = NULL, response_status = NULL, response_headers = NULL, response_body = NULL
 WHERE scope = ? AND idem_key = ? AND token = ?
   AND (status = 'released'
-    OR status = 'processing' AND lease_until <= ` + myNow + `
-    OR status = 'completed' AND completed_at + INTERVAL ? MICROSECOND <= ` + myNow + `)`,
-		// The claim's created_at is its statement's start; this runs right
-		// after that statement.
-		token: `SELECT token, TIMESTAMPDIFF(MICROSECOND, created_at, ` + myNow + `) FROM ` + t + ` WHERE scope = ? AND idem_key = ?`,
-		state: `SELECT status, token FROM ` + t + ` WHERE scope = ? AND idem_key = ? LOCK IN SHARE MODE`,
-		completeClaim: `UPDATE ` + t + ` SET status = 'completed', completed_at = ` + myNow + `,
-  response_status = ?, response_headers = ?, response_body = ?` + fenced,
-		extend:  `UPDATE ` + t + ` SET lease_until = GREATEST(` + myNow + ` + INTERVAL ? MICROSECOND, lease_until + INTERVAL 1 MICROSECOND)` + fenced,
-		release: `UPDATE ` + t + ` SET status = 'released', lease_until = ` + myNow + fenced,
-		remove:  `DELETE FROM ` + t + fenced,
-		inspect: `SELECT operation, fingerprint, status, token,
-  ` + myEpoch("lease_until") + `, ` + myEpoch("created_at") + `, ` + myEpoch("completed_at") + `, ` + myToken + `,
-  (CASE WHEN status = 'completed' THEN completed_at ELSE lease_until END) + INTERVAL ? MICROSECOND <= ` + myNow + `,
+    OR status = 'processing' AND lease_until <= UTC_TIMESTAMP(6)
+    OR status = 'completed' AND completed_at + INTERVAL ? MICROSECOND <= UTC_TIMESTAMP(6))`
+
+func (s *myStatements) takeover(r Request, token, lease, retention int64) query {
+	return query{s.takeoverSQL, []any{r.Operation, r.Fingerprint, lease, r.Scope, r.Key, token, retention}}
+}
+
+// returnsToken is false: MySQL has no RETURNING, and LAST_INSERT_ID()
+// must stay the caller's.
+func (*myStatements) returnsToken() bool { return false }
+
+// The claim's created_at is its statement's start; claimed runs right
+// after that statement.
+const myClaimed = `SELECT token, TIMESTAMPDIFF(MICROSECOND, created_at, UTC_TIMESTAMP(6)) FROM idempotency_keys WHERE scope = ? AND idem_key = ?`
+
+func (s *myStatements) claimed(r Request) query {
+	return query{s.claimedSQL, []any{r.Scope, r.Key}}
+}
+
+// A shared-lock read sees the latest committed row even when the
+// transaction's REPEATABLE READ snapshot is older.
+const myRead = `SELECT operation, fingerprint, status, token,
+  (CASE WHEN status = 'completed' THEN completed_at ELSE lease_until END) + INTERVAL ? MICROSECOND <= UTC_TIMESTAMP(6),
+  TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), lease_until),
   response_status, response_headers, response_body
-FROM ` + t + ` WHERE scope = ? AND idem_key = ?`,
-		stats: `SELECT status, COUNT(*), MIN(` + myEpoch("created_at") + `),
-  COUNT(CASE WHEN created_at <= ` + myNow + ` - INTERVAL ? MICROSECOND
-    AND (CASE WHEN status = 'completed' THEN completed_at ELSE lease_until END) <= ` + myNow + ` - INTERVAL ? MICROSECOND THEN 1 END),
-  ` + myToken + `
-FROM ` + t + ` GROUP BY status ORDER BY status`,
-		// created_at is never later than completed_at or lease_until, so
-		// its index bounds the scan.
-		purge: `DELETE FROM ` + t + `
-WHERE created_at <= ` + myNow + ` - INTERVAL ? MICROSECOND
-  AND (CASE WHEN status = 'completed' THEN completed_at ELSE lease_until END) <= ` + myNow + ` - INTERVAL ? MICROSECOND
-ORDER BY created_at LIMIT ?`,
-		// Under REPEATABLE READ, a batch the optimizer runs as a full scan
-		// (a batch near the table's size) locks every gap of the primary
-		// key, so each fresh claim waits for the batch to commit; READ
-		// COMMITTED takes no gap locks.
-		purgeIsolation: sql.LevelReadCommitted,
-		// innodb_lock_wait_timeout is a session variable in whole seconds.
-		// lockWaitSave reads it and whether a timeout rolls back the whole
-		// transaction; lockWaitSet and lockWaitRestore set it (arg: seconds).
-		lockWaitSave:    `SELECT @@SESSION.innodb_lock_wait_timeout, @@GLOBAL.innodb_rollback_on_timeout`,
-		lockWaitSet:     `SET SESSION innodb_lock_wait_timeout = ?`,
-		lockWaitRestore: `SET SESSION innodb_lock_wait_timeout = ?`,
-	}
+FROM idempotency_keys WHERE scope = ? AND idem_key = ? LOCK IN SHARE MODE`
+
+func (s *myStatements) read(r Request, retention int64) query {
+	return query{s.readSQL, []any{retention, r.Scope, r.Key}}
+}
+
+const myState = `SELECT status, token FROM idempotency_keys WHERE scope = ? AND idem_key = ? LOCK IN SHARE MODE`
+
+func (s *myStatements) state(r Request) query { return query{s.stateSQL, []any{r.Scope, r.Key}} }
+
+const myComplete = `UPDATE idempotency_keys SET status = 'completed', completed_at = UTC_TIMESTAMP(6),
+  response_status = ?, response_headers = ?, response_body = ?
+WHERE scope = ? AND idem_key = ? AND token = ? AND status = 'processing'`
+
+func (s *myStatements) complete(r Request, token int64, resp Response, header []byte) query {
+	return query{s.completeSQL, []any{resp.StatusCode, header, resp.Body, r.Scope, r.Key, token}}
+}
+
+const myExtend = `UPDATE idempotency_keys
+SET lease_until = GREATEST(UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, lease_until + INTERVAL 1 MICROSECOND)
+WHERE scope = ? AND idem_key = ? AND token = ? AND status = 'processing'`
+
+func (s *myStatements) extend(r Request, token, lease int64) query {
+	return query{s.extendSQL, []any{lease, r.Scope, r.Key, token}}
+}
+
+const myRelease = `UPDATE idempotency_keys SET status = 'released', lease_until = UTC_TIMESTAMP(6)
+WHERE scope = ? AND idem_key = ? AND token = ? AND status = 'processing'`
+
+func (s *myStatements) release(r Request, token int64) query {
+	return query{s.releaseSQL, []any{r.Scope, r.Key, token}}
+}
+
+const myRemove = `DELETE FROM idempotency_keys WHERE scope = ? AND idem_key = ? AND token = ? AND status = 'processing'`
+
+func (s *myStatements) remove(r Request, token int64) query {
+	return query{s.removeSQL, []any{r.Scope, r.Key, token}}
+}
+
+// created_at is never later than completed_at or lease_until, so its
+// index bounds the scan.
+const myPurge = `DELETE FROM idempotency_keys
+WHERE created_at <= UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND
+  AND (CASE WHEN status = 'completed' THEN completed_at ELSE lease_until END) <= UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND
+ORDER BY created_at LIMIT ?`
+
+func (s *myStatements) purge(retention int64, limit int) query {
+	return query{s.purgeSQL, []any{retention, retention, limit}}
+}
+
+// purgeIsolation is READ COMMITTED: under REPEATABLE READ, a batch the
+// optimizer runs as a full scan (a batch near the table's size) locks
+// every gap of the primary key, so each fresh claim waits for the batch to
+// commit; READ COMMITTED takes no gap locks.
+func (*myStatements) purgeIsolation() sql.IsolationLevel { return sql.LevelReadCommitted }
+
+const myInspect = `SELECT operation, fingerprint, status, token,
+  TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', lease_until), TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', created_at),
+  TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', completed_at), TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)),
+  (CASE WHEN status = 'completed' THEN completed_at ELSE lease_until END) + INTERVAL ? MICROSECOND <= UTC_TIMESTAMP(6),
+  response_status, response_headers, response_body
+FROM idempotency_keys WHERE scope = ? AND idem_key = ?`
+
+func (s *myStatements) inspect(scope, key string, retention int64) query {
+	return query{s.inspectSQL, []any{retention, scope, key}}
+}
+
+const myStats = `SELECT status, COUNT(*), MIN(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', created_at)),
+  COUNT(CASE WHEN created_at <= UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND
+    AND (CASE WHEN status = 'completed' THEN completed_at ELSE lease_until END) <= UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND THEN 1 END),
+  TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))
+FROM idempotency_keys GROUP BY status ORDER BY status`
+
+func (s *myStatements) stats(retention int64) query {
+	return query{s.statsSQL, []any{retention, retention}}
 }
 
 // size reads information_schema, whose figures InnoDB refreshes from time
 // to time (ANALYZE TABLE refreshes them at once). The primary key is the
 // table's clustered index, so it counts in the table's bytes.
-func (mysqlDialect) size(parts []string) (string, []any) {
-	var schema any
-	if len(parts) == 2 {
-		schema = parts[0]
-	}
-	return `SELECT data_length, index_length FROM information_schema.TABLES
-WHERE table_schema = COALESCE(?, DATABASE()) AND table_name = ?`, []any{schema, parts[len(parts)-1]}
+func (s *myStatements) size() query {
+	return query{`SELECT data_length, index_length FROM information_schema.TABLES
+WHERE table_schema = COALESCE(?, DATABASE()) AND table_name = ?`, []any{s.schemaName, s.base}}
 }
+
+func (mysqlDialect) lockWaits() bool { return true }
 
 // boundLockWait sets innodb_lock_wait_timeout to d, rounded up to whole
 // seconds, for fn and sets it back afterwards, whatever fn returned. A lock
@@ -124,19 +205,19 @@ WHERE table_schema = COALESCE(?, DATABASE()) AND table_name = ?`, []any{schema, 
 // transaction: then the error is passed on as it is, and IsRetryable
 // reports it), and idem writes nothing before its last statement, so the
 // transaction is left as it was before fn.
-func (mysqlDialect) boundLockWait(ctx context.Context, db DBTX, q queries, d time.Duration, fn func() error) (bool, error) {
+func (mysqlDialect) boundLockWait(ctx context.Context, c conn, d time.Duration, fn func() error) (bool, error) {
 	var (
 		old             int64
 		rollbackWholeTx bool
 	)
-	if err := db.QueryRowContext(ctx, q.lockWaitSave).Scan(&old, &rollbackWholeTx); err != nil {
+	if err := c.queryRow(ctx, query{sql: `SELECT @@SESSION.innodb_lock_wait_timeout, @@GLOBAL.innodb_rollback_on_timeout`}, &old, &rollbackWholeTx); err != nil {
 		return false, err
 	}
-	if _, err := db.ExecContext(ctx, q.lockWaitSet, int64((d+time.Second-1)/time.Second)); err != nil {
+	if _, err := c.exec(ctx, query{`SET SESSION innodb_lock_wait_timeout = ?`, []any{int64((d + time.Second - 1) / time.Second)}}); err != nil {
 		return false, err
 	}
 	err := fn()
-	if _, rerr := db.ExecContext(ctx, q.lockWaitRestore, old); rerr != nil {
+	if _, rerr := c.exec(ctx, query{`SET SESSION innodb_lock_wait_timeout = ?`, []any{old}}); rerr != nil {
 		return false, errors.Join(err, rerr)
 	}
 	n, ok := mysqlErrno(err)
@@ -190,7 +271,7 @@ const (
 	erLockNowait      = 3572 // MySQL 8: NOWAIT could not lock
 )
 
-func (mysqlDialect) inserted(_ sql.Result, err error) (bool, error) {
+func (mysqlDialect) inserted(_ int64, err error) (bool, error) {
 	if err == nil {
 		return true, nil
 	}
@@ -226,9 +307,9 @@ const maxInline = 64 << 10
 // frees), unless the DSN sets interpolateParams. The query's only "?" are
 // its placeholders: idem's SQL holds no string literal or identifier with
 // one.
-func (mysqlDialect) inline(query string, args []any) (string, []any) {
-	size := len(query)
-	for _, a := range args {
+func (mysqlDialect) inline(q query) query {
+	size := len(q.sql)
+	for _, a := range q.args {
 		switch v := a.(type) {
 		case string:
 			size += 3 + hex.EncodedLen(len(v))
@@ -237,17 +318,17 @@ func (mysqlDialect) inline(query string, args []any) (string, []any) {
 		case int, int64:
 			size += 20
 		default:
-			return query, args
+			return q
 		}
 	}
-	if size > maxInline || strings.Count(query, "?") != len(args) {
-		return query, args
+	if size > maxInline || strings.Count(q.sql, "?") != len(q.args) {
+		return q
 	}
-	b := make([]byte, 0, size)
-	for _, a := range args {
-		i := strings.IndexByte(query, '?')
-		b = append(b, query[:i]...)
-		query = query[i+1:]
+	b, rest := make([]byte, 0, size), q.sql
+	for _, a := range q.args {
+		i := strings.IndexByte(rest, '?')
+		b = append(b, rest[:i]...)
+		rest = rest[i+1:]
 		switch v := a.(type) {
 		case string:
 			b = appendHex(b, v)
@@ -263,7 +344,7 @@ func (mysqlDialect) inline(query string, args []any) (string, []any) {
 			b = strconv.AppendInt(b, v, 10)
 		}
 	}
-	return string(append(b, query...)), nil
+	return query{sql: string(append(b, rest...))}
 }
 
 func appendHex[T string | []byte](b []byte, v T) []byte {

@@ -36,7 +36,7 @@ func TestMySQLErrnoReadsTheDriversError(t *testing.T) {
 			t.Errorf("%s: retryable = %v, want %v", name, got, c.retryable)
 		}
 	}
-	if ok, err := MySQL.inserted(nil, fmt.Errorf("x: %w", dup)); ok || err != nil {
+	if ok, err := MySQL.inserted(0, fmt.Errorf("x: %w", dup)); ok || err != nil {
 		t.Errorf("inserted on a duplicate: %v, %v; want false, nil", ok, err)
 	}
 }

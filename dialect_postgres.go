@@ -18,124 +18,182 @@ import (
 // transaction that holds the key. Under REPEATABLE READ and SERIALIZABLE,
 // a duplicate whose winner committed after the snapshot was taken fails with
 // a serialization failure (SQLSTATE 40001), which IsRetryable reports.
+//
+// Times come from statement_timestamp(): the database clock when the
+// statement arrived, the same for every use within one statement. A token
+// is that clock in microseconds since the Unix epoch, or one more than the
+// token before it.
 var Postgres Dialect = postgres{}
 
 type postgres struct{}
 
 func (postgres) Name() string { return "postgres" }
 
-func (postgres) quote(parts []string) string {
-	return `"` + strings.Join(parts, `"."`) + `"`
+func (postgres) statements(parts []string) statements {
+	quoted := `"` + strings.Join(parts, `"."`) + `"`
+	base := parts[len(parts)-1]
+	r := func(sql string) string { return render(sql, quoted, base) }
+	return &pgStatements{
+		ddl:         schemaStatements(schema.Postgres, quoted, base),
+		quoted:      quoted,
+		insertSQL:   r(pgInsert),
+		takeoverSQL: r(pgTakeover),
+		readSQL:     r(pgRead),
+		stateSQL:    r(pgState),
+		completeSQL: r(pgComplete),
+		extendSQL:   r(pgExtend),
+		releaseSQL:  r(pgRelease),
+		removeSQL:   r(pgRemove),
+		purgeSQL:    r(pgPurge),
+		inspectSQL:  r(pgInspect),
+		statsSQL:    r(pgStats),
+	}
 }
 
-func (p postgres) schema(parts []string) []string {
-	return schemaStatements(schema.Postgres, p.quote(parts), parts[len(parts)-1])
+// pgStatements are the statements for one table, rendered once.
+type pgStatements struct {
+	ddl    []string
+	quoted string
+	insertSQL, takeoverSQL, readSQL, stateSQL, completeSQL, extendSQL,
+	releaseSQL, removeSQL, purgeSQL, inspectSQL, statsSQL string
 }
 
-// Times come from statement_timestamp(): the database clock when the
-// statement arrived, the same for every use within one statement.
-const (
-	pgNow   = "statement_timestamp()"
-	pgToken = "(extract(epoch FROM " + pgNow + ") * 1000000)::bigint"
-)
+func (s *pgStatements) schema() []string { return s.ddl }
 
-// pgEpoch is a timestamptz column in microseconds since the Unix epoch.
-func pgEpoch(col string) string { return "(extract(epoch FROM " + col + ") * 1000000)::bigint" }
+func (*pgStatements) returnsToken() bool { return true }
 
-func pgMicros(param string) string { return "(" + param + "::bigint * interval '1 microsecond')" }
+// RETURNING runs once the row is written, after any wait for another
+// transaction that held the key; created_at is the statement's start.
+const pgInsert = `INSERT INTO idempotency_keys (scope, idem_key, operation, fingerprint, status, token, lease_until, created_at)
+VALUES ($1, $2, $3, $4, 'processing', (extract(epoch FROM statement_timestamp()) * 1000000)::bigint,
+  statement_timestamp() + $5::bigint * interval '1 microsecond', statement_timestamp())
+ON CONFLICT (scope, idem_key) DO NOTHING
+RETURNING token, ((extract(epoch FROM clock_timestamp()) - extract(epoch FROM created_at)) * 1000000)::bigint`
 
-func (postgres) queries(t string) queries {
-	insert := `INSERT INTO ` + t + ` (scope, idem_key, operation, fingerprint, status, token, lease_until, created_at)
-VALUES ($1, $2, $3, $4, 'processing', ` + pgToken + `, ` + pgNow + ` + ` + pgMicros("$5") + `, ` + pgNow + `)
-ON CONFLICT (scope, idem_key) DO NOTHING`
-	// Under READ COMMITTED, an update that waited for another transaction
-	// evaluates this WHERE again on the row that one committed.
-	takeover := `UPDATE ` + t + ` SET operation = $1, fingerprint = $2, status = 'processing',
-  token = GREATEST(token + 1, ` + pgToken + `), lease_until = ` + pgNow + ` + ` + pgMicros("$3") + `, created_at = ` + pgNow + `,
+func (s *pgStatements) insert(r Request, lease int64) query {
+	return query{s.insertSQL, []any{r.Scope, r.Key, r.Operation, r.Fingerprint, lease}}
+}
+
+// Under READ COMMITTED, an update that waited for another transaction
+// evaluates its WHERE again on the row that one committed.
+const pgTakeover = `UPDATE idempotency_keys SET operation = $1, fingerprint = $2, status = 'processing',
+  token = GREATEST(token + 1, (extract(epoch FROM statement_timestamp()) * 1000000)::bigint),
+  lease_until = statement_timestamp() + $3::bigint * interval '1 microsecond', created_at = statement_timestamp(),
   completed_at = NULL, response_status = NULL, response_headers = NULL, response_body = NULL
 WHERE scope = $4 AND idem_key = $5 AND token = $6
   AND (status = 'released'
-    OR status = 'processing' AND lease_until <= ` + pgNow + `
-    OR status = 'completed' AND completed_at + ` + pgMicros("$7") + ` <= ` + pgNow + `)`
-	fenced := ` WHERE scope = $%d AND idem_key = $%d AND token = $%d AND status = 'processing'`
-	// RETURNING runs once the row is written, after any wait for another
-	// transaction that held the key; created_at is the statement's start.
-	returning := "\nRETURNING token, " + pgEpoch("clock_timestamp()") + " - " + pgEpoch("created_at")
-	return queries{
-		insert:        insert,
-		insertToken:   insert + returning,
-		takeover:      takeover,
-		takeoverToken: takeover + returning,
-		get: `SELECT operation, fingerprint, status, token,
-  (CASE WHEN status = 'completed' THEN completed_at ELSE lease_until END) + ` + pgMicros("$1") + ` <= ` + pgNow + `,
-  (extract(epoch FROM lease_until - ` + pgNow + `) * 1000000)::bigint,
-  response_status, response_headers, response_body
-FROM ` + t + ` WHERE scope = $2 AND idem_key = $3`,
-		state: `SELECT status, token FROM ` + t + ` WHERE scope = $1 AND idem_key = $2`,
-		completeClaim: `UPDATE ` + t + ` SET status = 'completed', completed_at = ` + pgNow + `,
-  response_status = $1, response_headers = $2, response_body = $3` + fmt.Sprintf(fenced, 4, 5, 6),
-		extend: `UPDATE ` + t + ` SET lease_until = GREATEST(` + pgNow + ` + ` + pgMicros("$1") + `, lease_until + interval '1 microsecond')` +
-			fmt.Sprintf(fenced, 2, 3, 4),
-		release: `UPDATE ` + t + ` SET status = 'released', lease_until = ` + pgNow + fmt.Sprintf(fenced, 1, 2, 3),
-		remove:  `DELETE FROM ` + t + fmt.Sprintf(fenced, 1, 2, 3),
-		inspect: `SELECT operation, fingerprint, status, token,
-  ` + pgEpoch("lease_until") + `, ` + pgEpoch("created_at") + `, ` + pgEpoch("completed_at") + `, ` + pgToken + `,
-  (CASE WHEN status = 'completed' THEN completed_at ELSE lease_until END) + ` + pgMicros("$1") + ` <= ` + pgNow + `,
-  response_status, response_headers, response_body
-FROM ` + t + ` WHERE scope = $2 AND idem_key = $3`,
-		stats: `SELECT status, COUNT(*), MIN(` + pgEpoch("created_at") + `),
-  COUNT(CASE WHEN created_at <= ` + pgNow + ` - ` + pgMicros("$1") + `
-    AND (CASE WHEN status = 'completed' THEN completed_at ELSE lease_until END) <= ` + pgNow + ` - ` + pgMicros("$2") + ` THEN 1 END),
-  ` + pgToken + `
-FROM ` + t + ` GROUP BY status ORDER BY status`,
-		// created_at is never later than completed_at or lease_until, so
-		// its index bounds the scan; SKIP LOCKED passes over rows a live
-		// transaction holds instead of waiting for them.
-		purge: `DELETE FROM ` + t + ` WHERE (scope, idem_key) IN (
-  SELECT scope, idem_key FROM ` + t + `
-  WHERE created_at <= ` + pgNow + ` - ` + pgMicros("$1") + `
-    AND (CASE WHEN status = 'completed' THEN completed_at ELSE lease_until END) <= ` + pgNow + ` - ` + pgMicros("$2") + `
-  ORDER BY created_at LIMIT $3 FOR UPDATE SKIP LOCKED)`,
-		// Whatever the server's default: no serialization failures
-		// against live traffic.
-		purgeIsolation: sql.LevelReadCommitted,
-		// set_config(..., true) is SET LOCAL: it lasts to the end of the
-		// transaction, or until the savepoint is rolled back to.
-		// lockWaitSet evaluates its columns left to right, so it returns
-		// the bound in force before it. Its arg: the new bound;
-		// lockWaitRestore's: the old one.
-		lockWaitSave:    `SAVEPOINT idem_lock_wait`,
-		lockWaitSet:     `SELECT current_setting('lock_timeout'), set_config('lock_timeout', $1, true)`,
-		lockWaitRestore: `SELECT set_config('lock_timeout', $1, true)`,
-		lockWaitUndo:    `ROLLBACK TO SAVEPOINT idem_lock_wait`,
-		lockWaitRelease: `RELEASE SAVEPOINT idem_lock_wait`,
-	}
+    OR status = 'processing' AND lease_until <= statement_timestamp()
+    OR status = 'completed' AND completed_at + $7::bigint * interval '1 microsecond' <= statement_timestamp())
+RETURNING token, ((extract(epoch FROM clock_timestamp()) - extract(epoch FROM created_at)) * 1000000)::bigint`
+
+func (s *pgStatements) takeover(r Request, token, lease, retention int64) query {
+	return query{s.takeoverSQL, []any{r.Operation, r.Fingerprint, lease, r.Scope, r.Key, token, retention}}
 }
 
-func (postgres) inserted(res sql.Result, err error) (bool, error) {
-	if err != nil {
-		return false, err
-	}
-	n, err := res.RowsAffected()
-	return n == 1, err
+// claimed is not used: insert and takeover return the token.
+func (*pgStatements) claimed(Request) query { return query{} }
+
+const pgRead = `SELECT operation, fingerprint, status, token,
+  (CASE WHEN status = 'completed' THEN completed_at ELSE lease_until END) + $1::bigint * interval '1 microsecond' <= statement_timestamp(),
+  (extract(epoch FROM lease_until - statement_timestamp()) * 1000000)::bigint,
+  response_status, response_headers, response_body
+FROM idempotency_keys WHERE scope = $2 AND idem_key = $3`
+
+func (s *pgStatements) read(r Request, retention int64) query {
+	return query{s.readSQL, []any{retention, r.Scope, r.Key}}
 }
 
-// size asks Postgres for the table's size (with its TOAST data) and that of
-// its indexes.
-func (p postgres) size(parts []string) (string, []any) {
-	return `SELECT pg_table_size($1::regclass), pg_indexes_size($1::regclass)`, []any{p.quote(parts)}
+const pgState = `SELECT status, token FROM idempotency_keys WHERE scope = $1 AND idem_key = $2`
+
+func (s *pgStatements) state(r Request) query { return query{s.stateSQL, []any{r.Scope, r.Key}} }
+
+const pgComplete = `UPDATE idempotency_keys SET status = 'completed', completed_at = statement_timestamp(),
+  response_status = $1, response_headers = $2, response_body = $3
+WHERE scope = $4 AND idem_key = $5 AND token = $6 AND status = 'processing'`
+
+func (s *pgStatements) complete(r Request, token int64, resp Response, header []byte) query {
+	return query{s.completeSQL, []any{resp.StatusCode, header, resp.Body, r.Scope, r.Key, token}}
 }
+
+const pgExtend = `UPDATE idempotency_keys
+SET lease_until = GREATEST(statement_timestamp() + $1::bigint * interval '1 microsecond', lease_until + interval '1 microsecond')
+WHERE scope = $2 AND idem_key = $3 AND token = $4 AND status = 'processing'`
+
+func (s *pgStatements) extend(r Request, token, lease int64) query {
+	return query{s.extendSQL, []any{lease, r.Scope, r.Key, token}}
+}
+
+const pgRelease = `UPDATE idempotency_keys SET status = 'released', lease_until = statement_timestamp()
+WHERE scope = $1 AND idem_key = $2 AND token = $3 AND status = 'processing'`
+
+func (s *pgStatements) release(r Request, token int64) query {
+	return query{s.releaseSQL, []any{r.Scope, r.Key, token}}
+}
+
+const pgRemove = `DELETE FROM idempotency_keys WHERE scope = $1 AND idem_key = $2 AND token = $3 AND status = 'processing'`
+
+func (s *pgStatements) remove(r Request, token int64) query {
+	return query{s.removeSQL, []any{r.Scope, r.Key, token}}
+}
+
+// created_at is never later than completed_at or lease_until, so its
+// index bounds the scan; SKIP LOCKED passes over rows a live transaction
+// holds instead of waiting for them.
+const pgPurge = `DELETE FROM idempotency_keys WHERE (scope, idem_key) IN (
+  SELECT scope, idem_key FROM idempotency_keys
+  WHERE created_at <= statement_timestamp() - $1::bigint * interval '1 microsecond'
+    AND (CASE WHEN status = 'completed' THEN completed_at ELSE lease_until END) <= statement_timestamp() - $1::bigint * interval '1 microsecond'
+  ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED)`
+
+func (s *pgStatements) purge(retention int64, limit int) query {
+	return query{s.purgeSQL, []any{retention, limit}}
+}
+
+// purgeIsolation is READ COMMITTED whatever the server's default: no
+// serialization failures against live traffic.
+func (*pgStatements) purgeIsolation() sql.IsolationLevel { return sql.LevelReadCommitted }
+
+const pgInspect = `SELECT operation, fingerprint, status, token,
+  (extract(epoch FROM lease_until) * 1000000)::bigint, (extract(epoch FROM created_at) * 1000000)::bigint,
+  (extract(epoch FROM completed_at) * 1000000)::bigint, (extract(epoch FROM statement_timestamp()) * 1000000)::bigint,
+  (CASE WHEN status = 'completed' THEN completed_at ELSE lease_until END) + $1::bigint * interval '1 microsecond' <= statement_timestamp(),
+  response_status, response_headers, response_body
+FROM idempotency_keys WHERE scope = $2 AND idem_key = $3`
+
+func (s *pgStatements) inspect(scope, key string, retention int64) query {
+	return query{s.inspectSQL, []any{retention, scope, key}}
+}
+
+const pgStats = `SELECT status, COUNT(*), MIN((extract(epoch FROM created_at) * 1000000)::bigint),
+  COUNT(CASE WHEN created_at <= statement_timestamp() - $1::bigint * interval '1 microsecond'
+    AND (CASE WHEN status = 'completed' THEN completed_at ELSE lease_until END) <= statement_timestamp() - $1::bigint * interval '1 microsecond' THEN 1 END),
+  (extract(epoch FROM statement_timestamp()) * 1000000)::bigint
+FROM idempotency_keys GROUP BY status ORDER BY status`
+
+func (s *pgStatements) stats(retention int64) query { return query{s.statsSQL, []any{retention}} }
+
+// size asks for the table's size (with its TOAST data) and that of its
+// indexes.
+func (s *pgStatements) size() query {
+	return query{`SELECT pg_table_size($1::regclass), pg_indexes_size($1::regclass)`, []any{s.quoted}}
+}
+
+func (postgres) inserted(n int64, err error) (bool, error) { return n == 1, err }
 
 // sqlState is implemented by the errors of lib/pq (*pq.Error) and pgx
 // (*pgconn.PgError).
 type sqlState interface{ SQLState() string }
 
-func (postgres) retryable(err error) bool {
+func sqlStateOf(err error) string {
 	var e sqlState
 	if !errors.As(err, &e) {
-		return false
+		return ""
 	}
-	switch e.SQLState() {
+	return e.SQLState()
+}
+
+func (postgres) retryable(err error) bool {
+	switch sqlStateOf(err) {
 	case "40001", // serialization_failure
 		"40P01", // deadlock_detected
 		"55P03": // lock_not_available (lock_timeout)
@@ -144,33 +202,39 @@ func (postgres) retryable(err error) bool {
 	return false
 }
 
+func (postgres) lockWaits() bool { return true }
+
 // boundLockWait runs fn inside a savepoint with lock_timeout set to d for
 // the transaction. On success lock_timeout is set back and the savepoint
 // released. On any error, rolling back to the savepoint undoes fn and the
 // setting, and leaves the transaction usable (Postgres aborts a transaction
-// at its first error, so this is the only way back).
-func (postgres) boundLockWait(ctx context.Context, db DBTX, q queries, d time.Duration, fn func() error) (bool, error) {
-	if _, err := db.ExecContext(ctx, q.lockWaitSave); err != nil {
+// at its first error, so this is the only way back). set_config(..., true)
+// is SET LOCAL: it lasts to the end of the transaction, or until the
+// savepoint is rolled back to; its SELECT evaluates the columns left to
+// right, so it returns the bound in force before it.
+func (postgres) boundLockWait(ctx context.Context, c conn, d time.Duration, fn func() error) (bool, error) {
+	if _, err := c.exec(ctx, query{sql: `SAVEPOINT idem_lock_wait`}); err != nil {
 		return false, err
 	}
 	var old, set string
 	bound := fmt.Sprintf("%dms", (d+time.Millisecond-1)/time.Millisecond)
-	if err := db.QueryRowContext(ctx, q.lockWaitSet, bound).Scan(&old, &set); err != nil {
+	if err := c.queryRow(ctx, query{`SELECT current_setting('lock_timeout'), set_config('lock_timeout', $1, true)`, []any{bound}}, &old, &set); err != nil {
 		return false, err
 	}
 	if err := fn(); err != nil {
-		var e sqlState
-		timedOut := errors.As(err, &e) && e.SQLState() == "55P03"
-		for _, stmt := range []string{q.lockWaitUndo, q.lockWaitRelease} {
-			if _, uerr := db.ExecContext(ctx, stmt); uerr != nil {
+		timedOut := sqlStateOf(err) == "55P03"
+		for _, stmt := range []string{`ROLLBACK TO SAVEPOINT idem_lock_wait`, `RELEASE SAVEPOINT idem_lock_wait`} {
+			if _, uerr := c.exec(ctx, query{sql: stmt}); uerr != nil {
 				return false, errors.Join(err, uerr)
 			}
 		}
 		return timedOut, err
 	}
-	if _, err := db.ExecContext(ctx, q.lockWaitRestore, old); err != nil {
+	if err := c.queryRow(ctx, query{`SELECT set_config('lock_timeout', $1, true)`, []any{old}}, &set); err != nil {
 		return false, err
 	}
-	_, err := db.ExecContext(ctx, q.lockWaitRelease)
+	_, err := c.exec(ctx, query{sql: `RELEASE SAVEPOINT idem_lock_wait`})
 	return false, err
 }
+
+func (postgres) inline(q query) query { return q }

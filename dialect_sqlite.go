@@ -1,10 +1,12 @@
 package idem
 
 import (
+	"context"
 	"database/sql"
 	"errors"
 	"reflect"
 	"strings"
+	"time"
 
 	"github.com/idemkit/idem/schema"
 )
@@ -44,102 +46,183 @@ type sqliteDialect struct{}
 
 func (sqliteDialect) Name() string { return "sqlite" }
 
-func (sqliteDialect) quote(parts []string) string {
-	return `"` + strings.Join(parts, `"."`) + `"`
-}
-
-// schema renders the DDL. SQLite qualifies an index's name with the schema
-// (the attached database) and never the table it is on.
-func (d sqliteDialect) schema(parts []string) []string {
+func (sqliteDialect) statements(parts []string) statements {
+	quoted := `"` + strings.Join(parts, `"."`) + `"`
 	base := parts[len(parts)-1]
-	stmts := schemaStatements(schema.SQLite, d.quote(parts), base)
+	r := func(sql string) string { return render(sql, quoted, base) }
+	ddl := schemaStatements(schema.SQLite, quoted, base)
+	schemaName := "main"
 	if len(parts) == 2 {
+		// SQLite qualifies an index's name with the schema (the attached
+		// database) and never the table it is on.
+		schemaName = parts[0]
 		index := base + "_created_at_idx"
-		for i, s := range stmts {
-			stmts[i] = strings.Replace(s, " "+index+" ON "+d.quote(parts)+" ",
-				" "+d.quote([]string{parts[0], index})+" ON "+d.quote(parts[1:])+" ", 1)
+		for i, s := range ddl {
+			ddl[i] = strings.Replace(s, " "+index+" ON "+quoted+" ",
+				` "`+parts[0]+`"."`+index+`" ON "`+base+`" `, 1)
 		}
 	}
-	return stmts
+	return &sqStatements{
+		ddl:         ddl,
+		schemaName:  schemaName,
+		base:        base,
+		insertSQL:   r(sqInsert),
+		takeoverSQL: r(sqTakeover),
+		readSQL:     r(sqRead),
+		stateSQL:    r(sqState),
+		completeSQL: r(sqComplete),
+		extendSQL:   r(sqExtend),
+		releaseSQL:  r(sqRelease),
+		removeSQL:   r(sqRemove),
+		purgeSQL:    r(sqPurge),
+		inspectSQL:  r(sqInspect),
+		statsSQL:    r(sqStats),
+	}
 }
+
+// sqStatements are the statements for one table, rendered once.
+type sqStatements struct {
+	ddl              []string
+	schemaName, base string
+	insertSQL, takeoverSQL, readSQL, stateSQL, completeSQL, extendSQL,
+	releaseSQL, removeSQL, purgeSQL, inspectSQL, statsSQL string
+}
+
+func (s *sqStatements) schema() []string { return s.ddl }
+
+func (*sqStatements) returnsToken() bool { return true }
 
 // sqNow is the database clock in microseconds since the Unix epoch. SQLite's
 // 'now' has millisecond resolution and is the same for every use within one
-// statement.
+// statement. A token is that clock, or one more than the token before it.
 const sqNow = "(CAST(ROUND(unixepoch('now', 'subsec') * 1000) AS INTEGER) * 1000)"
 
-func (sqliteDialect) queries(t string) queries {
-	const fenced = ` WHERE scope = ? AND idem_key = ? AND token = ? AND status = 'processing'`
-	// A claim statement never waits for another transaction that holds the
-	// key: the write lock is taken at BEGIN IMMEDIATE, or when the statement
-	// starts, before it reads the clock. So it is granted at its start.
-	const returning = "\nRETURNING token, 0"
-	insert := `INSERT INTO ` + t + ` (scope, idem_key, operation, fingerprint, status, token, lease_until, created_at)
+// A claim statement never waits for another transaction that holds the
+// key: the write lock is taken at BEGIN IMMEDIATE, or when the statement
+// starts, before it reads the clock. So it is granted at its start, and
+// returns 0 for how long it waited.
+const sqInsert = `INSERT INTO idempotency_keys (scope, idem_key, operation, fingerprint, status, token, lease_until, created_at)
 VALUES (?, ?, ?, ?, 'processing', ` + sqNow + `, ` + sqNow + ` + ?, ` + sqNow + `)
-ON CONFLICT (scope, idem_key) DO NOTHING`
-	// A writer holds the database's only write lock, so the WHERE reads the
-	// row as last committed.
-	takeover := `UPDATE ` + t + ` SET operation = ?, fingerprint = ?, status = 'processing',
+ON CONFLICT (scope, idem_key) DO NOTHING
+RETURNING token, 0`
+
+func (s *sqStatements) insert(r Request, lease int64) query {
+	return query{s.insertSQL, []any{r.Scope, r.Key, r.Operation, r.Fingerprint, lease}}
+}
+
+// A writer holds the database's only write lock, so the WHERE reads the
+// row as last committed.
+const sqTakeover = `UPDATE idempotency_keys SET operation = ?, fingerprint = ?, status = 'processing',
   token = max(token + 1, ` + sqNow + `), lease_until = ` + sqNow + ` + ?, created_at = ` + sqNow + `,
   completed_at = NULL, response_status = NULL, response_headers = NULL, response_body = NULL
 WHERE scope = ? AND idem_key = ? AND token = ?
   AND (status = 'released'
     OR status = 'processing' AND lease_until <= ` + sqNow + `
-    OR status = 'completed' AND completed_at + ? <= ` + sqNow + `)`
-	return queries{
-		insert:        insert,
-		insertToken:   insert + returning,
-		takeover:      takeover,
-		takeoverToken: takeover + returning,
-		state:         `SELECT status, token FROM ` + t + ` WHERE scope = ? AND idem_key = ?`,
-		completeClaim: `UPDATE ` + t + ` SET status = 'completed', completed_at = ` + sqNow + `,
-  response_status = ?, response_headers = ?, response_body = ?` + fenced,
-		extend:  `UPDATE ` + t + ` SET lease_until = max(` + sqNow + ` + ?, lease_until + 1)` + fenced,
-		release: `UPDATE ` + t + ` SET status = 'released', lease_until = ` + sqNow + fenced,
-		get: `SELECT operation, fingerprint, status, token,
+    OR status = 'completed' AND completed_at + ? <= ` + sqNow + `)
+RETURNING token, 0`
+
+func (s *sqStatements) takeover(r Request, token, lease, retention int64) query {
+	return query{s.takeoverSQL, []any{r.Operation, r.Fingerprint, lease, r.Scope, r.Key, token, retention}}
+}
+
+// claimed is not used: insert and takeover return the token.
+func (*sqStatements) claimed(Request) query { return query{} }
+
+const sqRead = `SELECT operation, fingerprint, status, token,
   (CASE WHEN status = 'completed' THEN completed_at ELSE lease_until END) + ? <= ` + sqNow + `,
   lease_until - ` + sqNow + `,
   response_status, response_headers, response_body
-FROM ` + t + ` WHERE scope = ? AND idem_key = ?`,
-		remove: `DELETE FROM ` + t + fenced,
-		inspect: `SELECT operation, fingerprint, status, token, lease_until, created_at, completed_at, ` + sqNow + `,
+FROM idempotency_keys WHERE scope = ? AND idem_key = ?`
+
+func (s *sqStatements) read(r Request, retention int64) query {
+	return query{s.readSQL, []any{retention, r.Scope, r.Key}}
+}
+
+const sqState = `SELECT status, token FROM idempotency_keys WHERE scope = ? AND idem_key = ?`
+
+func (s *sqStatements) state(r Request) query { return query{s.stateSQL, []any{r.Scope, r.Key}} }
+
+const sqComplete = `UPDATE idempotency_keys SET status = 'completed', completed_at = ` + sqNow + `,
+  response_status = ?, response_headers = ?, response_body = ?
+WHERE scope = ? AND idem_key = ? AND token = ? AND status = 'processing'`
+
+func (s *sqStatements) complete(r Request, token int64, resp Response, header []byte) query {
+	return query{s.completeSQL, []any{resp.StatusCode, header, resp.Body, r.Scope, r.Key, token}}
+}
+
+const sqExtend = `UPDATE idempotency_keys SET lease_until = max(` + sqNow + ` + ?, lease_until + 1)
+WHERE scope = ? AND idem_key = ? AND token = ? AND status = 'processing'`
+
+func (s *sqStatements) extend(r Request, token, lease int64) query {
+	return query{s.extendSQL, []any{lease, r.Scope, r.Key, token}}
+}
+
+const sqRelease = `UPDATE idempotency_keys SET status = 'released', lease_until = ` + sqNow + `
+WHERE scope = ? AND idem_key = ? AND token = ? AND status = 'processing'`
+
+func (s *sqStatements) release(r Request, token int64) query {
+	return query{s.releaseSQL, []any{r.Scope, r.Key, token}}
+}
+
+const sqRemove = `DELETE FROM idempotency_keys WHERE scope = ? AND idem_key = ? AND token = ? AND status = 'processing'`
+
+func (s *sqStatements) remove(r Request, token int64) query {
+	return query{s.removeSQL, []any{r.Scope, r.Key, token}}
+}
+
+// DELETE ... LIMIT needs a compile-time option; a subquery does not.
+// created_at is never later than completed_at or lease_until, so its
+// index bounds the scan.
+const sqPurge = `DELETE FROM idempotency_keys WHERE (scope, idem_key) IN (
+  SELECT scope, idem_key FROM idempotency_keys
+  WHERE created_at <= ` + sqNow + ` - ?
+    AND (CASE WHEN status = 'completed' THEN completed_at ELSE lease_until END) <= ` + sqNow + ` - ?
+  ORDER BY created_at LIMIT ?)`
+
+func (s *sqStatements) purge(retention int64, limit int) query {
+	return query{s.purgeSQL, []any{retention, retention, limit}}
+}
+
+// purgeIsolation is the default: every SQLite transaction is SERIALIZABLE.
+func (*sqStatements) purgeIsolation() sql.IsolationLevel { return sql.LevelDefault }
+
+const sqInspect = `SELECT operation, fingerprint, status, token, lease_until, created_at, completed_at, ` + sqNow + `,
   (CASE WHEN status = 'completed' THEN completed_at ELSE lease_until END) + ? <= ` + sqNow + `,
   response_status, response_headers, response_body
-FROM ` + t + ` WHERE scope = ? AND idem_key = ?`,
-		stats: `SELECT status, COUNT(*), MIN(created_at),
+FROM idempotency_keys WHERE scope = ? AND idem_key = ?`
+
+func (s *sqStatements) inspect(scope, key string, retention int64) query {
+	return query{s.inspectSQL, []any{retention, scope, key}}
+}
+
+const sqStats = `SELECT status, COUNT(*), MIN(created_at),
   COUNT(CASE WHEN created_at <= ` + sqNow + ` - ?
     AND (CASE WHEN status = 'completed' THEN completed_at ELSE lease_until END) <= ` + sqNow + ` - ? THEN 1 END),
   ` + sqNow + `
-FROM ` + t + ` GROUP BY status ORDER BY status`,
-		// DELETE ... LIMIT needs a compile-time option; a subquery does
-		// not. created_at is never later than completed_at or lease_until,
-		// so its index bounds the scan.
-		purge: `DELETE FROM ` + t + ` WHERE (scope, idem_key) IN (
-  SELECT scope, idem_key FROM ` + t + `
-  WHERE created_at <= ` + sqNow + ` - ?
-    AND (CASE WHEN status = 'completed' THEN completed_at ELSE lease_until END) <= ` + sqNow + ` - ?
-  ORDER BY created_at LIMIT ?)`,
-	}
+FROM idempotency_keys GROUP BY status ORDER BY status`
+
+func (s *sqStatements) stats(retention int64) query {
+	return query{s.statsSQL, []any{retention, retention}}
 }
 
 // size sums the pages of the table's b-tree (which holds the primary key:
 // WITHOUT ROWID) and of its index, from the dbstat virtual table.
-func (sqliteDialect) size(parts []string) (string, []any) {
-	schema, base := "main", parts[len(parts)-1]
-	if len(parts) == 2 {
-		schema = parts[0]
-	}
-	return `SELECT (SELECT SUM(pgsize) FROM dbstat(?) WHERE name = ?),
-  (SELECT SUM(pgsize) FROM dbstat(?) WHERE name = ?)`, []any{schema, base, schema, base + "_created_at_idx"}
+func (s *sqStatements) size() query {
+	return query{`SELECT (SELECT SUM(pgsize) FROM dbstat(?) WHERE name = ?),
+  (SELECT SUM(pgsize) FROM dbstat(?) WHERE name = ?)`, []any{s.schemaName, s.base, s.schemaName, s.base + "_created_at_idx"}}
 }
 
-func (sqliteDialect) inserted(res sql.Result, err error) (bool, error) {
-	if err != nil {
-		return false, err
-	}
-	n, err := res.RowsAffected()
-	return n == 1, err
+func (sqliteDialect) inserted(n int64, err error) (bool, error) { return n == 1, err }
+
+// lockWaits is false: a duplicate waits at BEGIN IMMEDIATE, before idem
+// runs, and busy_timeout bounds that wait.
+func (sqliteDialect) lockWaits() bool { return false }
+
+func (sqliteDialect) boundLockWait(context.Context, conn, time.Duration, func() error) (bool, error) {
+	return false, errors.New("idem: WithLockTimeout is not supported by the sqlite dialect")
 }
+
+func (sqliteDialect) inline(q query) query { return q }
 
 // SQLite's primary result codes that mean "retry the transaction"; an
 // extended code carries one of them in its low byte.

@@ -8,6 +8,21 @@ import (
 	"time"
 )
 
+// Status is the state of a record.
+type Status string
+
+// The statuses of a record.
+const (
+	// StatusProcessing: a claim holds the key; the operation runs, or its
+	// process died (then the claim is taken over once its lease ends).
+	StatusProcessing Status = "processing"
+	// StatusCompleted: the operation's response is stored and replays.
+	StatusCompleted Status = "completed"
+	// StatusReleased: the claim was given up without a result; the next
+	// attempt takes the key over at once.
+	StatusReleased Status = "released"
+)
+
 // Record is a stored idempotency record, as Inspect reads it for a person
 // or a tool. Times are UTC, from the database clock.
 type Record struct {
@@ -15,7 +30,7 @@ type Record struct {
 	Key         string
 	Operation   string
 	Fingerprint string
-	Status      string    // "processing", "completed" or "released"
+	Status      Status
 	Token       int64     // the fencing token of the current claim
 	LeaseUntil  time.Time // when a PROCESSING claim's lease ends
 	CreatedAt   time.Time // when the current claim was made
@@ -24,7 +39,8 @@ type Record struct {
 	// Forgotten reports a record past retention: Do treats the key as
 	// absent, and Purge deletes the record.
 	Forgotten bool
-	// Response is the stored response; nil unless Status is "completed".
+	// Response is the stored response; nil unless Status is
+	// [StatusCompleted].
 	Response *Response
 }
 
@@ -44,7 +60,7 @@ func (s *Store) Inspect(ctx context.Context, db DBTX, scope, key string) (*Recor
 		completed, status   sql.NullInt64
 		header, body        []byte
 	)
-	err := db.QueryRowContext(ctx, s.q.inspect, micros(s.retention), scope, key).Scan(
+	err := sqlConn{db, s.dialect}.queryRow(ctx, s.st.inspect(scope, key, micros(s.retention)),
 		&rec.Operation, &rec.Fingerprint, &rec.Status, &rec.Token, &lease, &created, &completed, &now,
 		&rec.Forgotten, &status, &header, &body)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -57,7 +73,7 @@ func (s *Store) Inspect(ctx context.Context, db DBTX, scope, key string) (*Recor
 	if completed.Valid {
 		rec.CompletedAt = fromMicros(completed.Int64)
 	}
-	if rec.Status == statusCompleted {
+	if rec.Status == StatusCompleted {
 		h, err := decodeHeader(header)
 		if err != nil {
 			return nil, fmt.Errorf("idem: inspect key %q: %w", key, err)
@@ -69,9 +85,9 @@ func (s *Store) Inspect(ctx context.Context, db DBTX, scope, key string) (*Recor
 
 // Stats summarises a Store's table.
 type Stats struct {
-	// ByStatus counts the records per status ("processing", "completed",
-	// "released"); a status without records is absent.
-	ByStatus map[string]int64
+	// ByStatus counts the records per status; a status without records
+	// is absent.
+	ByStatus map[Status]int64
 	// Total is the number of records.
 	Total int64
 	// Expired counts the records past retention that Purge would delete now.
@@ -94,20 +110,15 @@ func (s *Store) Stats(ctx context.Context, db DBTX) (Stats, error) {
 	if db == nil {
 		return Stats{}, errors.New("idem: Stats needs a database handle, got nil")
 	}
-	st := Stats{ByStatus: map[string]int64{}, TableBytes: -1, IndexBytes: -1}
-	r := micros(s.retention)
-	rows, err := db.QueryContext(ctx, s.q.stats, r, r)
-	if err != nil {
-		return Stats{}, fmt.Errorf("idem: stats of %s: %w", s.table, err)
-	}
-	defer rows.Close()
-	for rows.Next() {
+	st := Stats{ByStatus: map[Status]int64{}, TableBytes: -1, IndexBytes: -1}
+	c := sqlConn{db, s.dialect}
+	err := c.queryRows(ctx, s.st.stats(micros(s.retention)), func(scan func(...any) error) error {
 		var (
-			status              string
+			status              Status
 			n, oldest, exp, now int64
 		)
-		if err := rows.Scan(&status, &n, &oldest, &exp, &now); err != nil {
-			return Stats{}, fmt.Errorf("idem: stats of %s: %w", s.table, err)
+		if err := scan(&status, &n, &oldest, &exp, &now); err != nil {
+			return err
 		}
 		st.ByStatus[status] = n
 		st.Total += n
@@ -116,13 +127,13 @@ func (s *Store) Stats(ctx context.Context, db DBTX) (Stats, error) {
 		if t := fromMicros(oldest); st.Oldest.IsZero() || t.Before(st.Oldest) {
 			st.Oldest = t
 		}
-	}
-	if err := rows.Err(); err != nil {
+		return nil
+	})
+	if err != nil {
 		return Stats{}, fmt.Errorf("idem: stats of %s: %w", s.table, err)
 	}
-	query, args := s.dialect.size(s.parts)
 	var table, index sql.NullInt64
-	if err := db.QueryRowContext(ctx, query, args...).Scan(&table, &index); err != nil && !errors.Is(err, sql.ErrNoRows) {
+	if err := c.queryRow(ctx, s.st.size(), &table, &index); err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return Stats{}, fmt.Errorf("idem: size of %s: %w", s.table, err)
 	}
 	if table.Valid {

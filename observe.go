@@ -98,15 +98,6 @@ type ObserverFunc func(ctx context.Context, ev Event)
 // Observe calls f(ctx, ev).
 func (f ObserverFunc) Observe(ctx context.Context, ev Event) { f(ctx, ev) }
 
-// WithObserver sets the Observer that receives an Event for every outcome
-// of Do, Begin, Claim.Complete, Claim.Release and each purge batch (of
-// Purge or PurgeBatch), and for
-// a Claim.Extend that fails (not for each heartbeat that succeeds). Calls
-// refused as invalid before any statement (ErrInvalidKey,
-// ErrInvalidRequest) are not reported. By default there is no Observer.
-// Use SlogObserver to log the events, or count them into your own metrics.
-func WithObserver(o Observer) Option { return func(s *Store) { s.observer = o } }
-
 // stopwatch measures how long a call took, for its Event. It is the only
 // reader of the application's clock in the package: durations are
 // reported, never compared with leases or retention, which use the

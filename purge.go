@@ -64,13 +64,10 @@ func (s *Store) PurgeBatch(ctx context.Context, db *sql.DB, limit int) (int64, e
 func (s *Store) purgeBatch(ctx context.Context, db *sql.DB, limit int) (n int64, err error) {
 	start := startWatch()
 	defer func() { s.observe(ctx, Event{Kind: EventPurgeBatch, Duration: start.elapsed(), Rows: n, Err: err}) }()
-	r := micros(s.retention)
-	err = RunTx(ctx, db, &sql.TxOptions{Isolation: s.q.purgeIsolation}, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, s.q.purge, r, r, limit)
-		if err != nil {
-			return err
-		}
-		n, err = res.RowsAffected()
+	q := s.st.purge(micros(s.retention), limit)
+	err = RunTx(ctx, db, &sql.TxOptions{Isolation: s.st.purgeIsolation()}, func(tx *sql.Tx) error {
+		var err error
+		n, err = sqlConn{tx, s.dialect}.exec(ctx, q)
 		return err
 	})
 	if err != nil {

@@ -67,8 +67,8 @@ func printRecord(w io.Writer, r *idem.Record) {
 	row := func(k, format string, args ...any) { fmt.Fprintf(tw, "%s\t%s\n", k, fmt.Sprintf(format, args...)) }
 	row("scope", "%q", r.Scope)
 	row("key", "%q", r.Key)
-	status := r.Status
-	if status = shown(status); r.Forgotten {
+	status := shown(string(r.Status))
+	if r.Forgotten {
 		status += " (past retention: forgotten, awaiting purge)"
 	}
 	row("status", "%s", status)
@@ -76,7 +76,7 @@ func printRecord(w io.Writer, r *idem.Record) {
 	row("fingerprint", "%s", shown(r.Fingerprint))
 	row("token", "%d", r.Token)
 	row("created", "%s (age %s)", stamp(r.CreatedAt), ago(r.Now.Sub(r.CreatedAt)))
-	if r.Status != "completed" {
+	if r.Status != idem.StatusCompleted {
 		if left := r.LeaseUntil.Sub(r.Now); left > 0 {
 			row("lease until", "%s (%s left)", stamp(r.LeaseUntil), ago(left))
 		} else {
@@ -187,7 +187,7 @@ type responseJSON struct {
 
 func inspectJSON(r *idem.Record) recordJSON {
 	j := recordJSON{
-		Scope: r.Scope, Key: r.Key, Status: r.Status, Forgotten: r.Forgotten,
+		Scope: r.Scope, Key: r.Key, Status: string(r.Status), Forgotten: r.Forgotten,
 		Operation: r.Operation, Fingerprint: r.Fingerprint, Token: r.Token,
 		CreatedAt: r.CreatedAt, LeaseUntil: r.LeaseUntil, Now: r.Now,
 		AgeSeconds: r.Now.Sub(r.CreatedAt).Seconds(),

@@ -57,7 +57,7 @@ func TestInspectEscapesStoredStrings(t *testing.T) {
 		safeOutput(t, "inspect --json", js.String())
 		var back recordJSON
 		h := hostile(body)
-		if err := json.Unmarshal(js.Bytes(), &back); err != nil || back.Operation != h.Operation || back.Status != h.Status ||
+		if err := json.Unmarshal(js.Bytes(), &back); err != nil || back.Operation != h.Operation || back.Status != string(h.Status) ||
 			back.Response.Headers["X-Evil\x1b[31m"][2] != h.Response.Header["X-Evil\x1b[31m"][2] {
 			t.Errorf("inspect --json does not give back what is stored: %v\n%s", err, js.String())
 		}

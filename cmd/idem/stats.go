@@ -40,7 +40,7 @@ func runStats(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			Table: s.Table(), Dialect: t.dialect.Name(), Total: st.Total, ByStatus: st.ByStatus,
 			Expired: st.Expired, RetentionSeconds: retention.Seconds(),
 		}
-		for _, status := range []string{"processing", "completed", "released"} {
+		for _, status := range []idem.Status{idem.StatusProcessing, idem.StatusCompleted, idem.StatusReleased} {
 			if _, ok := j.ByStatus[status]; !ok {
 				j.ByStatus[status] = 0
 			}
@@ -76,16 +76,16 @@ func runStats(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 }
 
 type statsJSON struct {
-	Table            string           `json:"table"`
-	Dialect          string           `json:"dialect"`
-	Total            int64            `json:"total"`
-	ByStatus         map[string]int64 `json:"by_status"`
-	Oldest           *time.Time       `json:"oldest"`
-	OldestAgeSeconds *float64         `json:"oldest_age_seconds"`
-	Expired          int64            `json:"expired"`
-	RetentionSeconds float64          `json:"retention_seconds"`
-	TableBytes       *int64           `json:"table_bytes"` // null where the database cannot tell
-	IndexBytes       *int64           `json:"index_bytes"`
+	Table            string                `json:"table"`
+	Dialect          string                `json:"dialect"`
+	Total            int64                 `json:"total"`
+	ByStatus         map[idem.Status]int64 `json:"by_status"`
+	Oldest           *time.Time            `json:"oldest"`
+	OldestAgeSeconds *float64              `json:"oldest_age_seconds"`
+	Expired          int64                 `json:"expired"`
+	RetentionSeconds float64               `json:"retention_seconds"`
+	TableBytes       *int64                `json:"table_bytes"` // null where the database cannot tell
+	IndexBytes       *int64                `json:"index_bytes"`
 }
 
 func bytesOrUnknown(n int64) string {

@@ -5,6 +5,7 @@ import (
 	"math"
 	"net/http"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -94,8 +95,8 @@ func TestNewReportsBadOptions(t *testing.T) {
 }
 
 func TestSchemaStatementsUseTheTableName(t *testing.T) {
-	for _, d := range []Dialect{Postgres, MySQL} {
-		stmts := d.schema([]string{"billing", "keys"})
+	for _, d := range dialects {
+		stmts := d.statements([]string{"billing", "keys"}).schema()
 		all := strings.Join(stmts, "\n")
 		if strings.Contains(all, DefaultTable) || !strings.Contains(all, "keys_created_at_idx") {
 			t.Errorf("%s: DDL for billing.keys:\n%s", d.Name(), all)
@@ -106,4 +107,50 @@ func TestSchemaStatementsUseTheTableName(t *testing.T) {
 			}
 		}
 	}
+}
+
+// Every statement of every dialect names the Store's table, never the
+// default one it is written for, and takes as many arguments as it has
+// placeholders.
+func TestStatementsAreWhole(t *testing.T) {
+	r := Request{Scope: "s", Key: "k", Operation: "o", Fingerprint: "f"}
+	for _, d := range dialects {
+		st := d.statements([]string{"billing", "keys"})
+		qs := map[string]query{
+			"insert":   st.insert(r, 1),
+			"takeover": st.takeover(r, 1, 2, 3),
+			"read":     st.read(r, 1),
+			"state":    st.state(r),
+			"complete": st.complete(r, 1, Response{StatusCode: 200}, nil),
+			"extend":   st.extend(r, 1, 2),
+			"release":  st.release(r, 1),
+			"remove":   st.remove(r, 1),
+			"purge":    st.purge(1, 2),
+			"inspect":  st.inspect("s", "k", 1),
+			"stats":    st.stats(1),
+			"size":     st.size(),
+		}
+		if !st.returnsToken() {
+			qs["claimed"] = st.claimed(r)
+		}
+		for name, q := range qs {
+			if strings.Contains(q.sql, DefaultTable) || name != "size" && !strings.Contains(q.sql, "keys") {
+				t.Errorf("%s %s does not name the table billing.keys:\n%s", d.Name(), name, q.sql)
+			}
+			if n := placeholders(q.sql); n != len(q.args) {
+				t.Errorf("%s %s: %d placeholders, %d arguments:\n%s", d.Name(), name, n, len(q.args), q.sql)
+			}
+		}
+	}
+}
+
+// placeholders counts a statement's "?" or, for $n, its largest n.
+func placeholders(sql string) int {
+	n := strings.Count(sql, "?")
+	for i := 1; i < 10; i++ {
+		if strings.Contains(sql, "$"+strconv.Itoa(i)) {
+			n = i
+		}
+	}
+	return n
 }

@@ -1,0 +1,207 @@
+package idem
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// maxContention bounds how often acquire looks again after losing a race
+// (the record vanished, or another request took it over first).
+const maxContention = 4
+
+// record is a row of the table as acquire reads it.
+type record struct {
+	operation   string
+	fingerprint string
+	status      Status
+	token       int64
+	forgotten   bool          // past retention: counts as absent
+	leaseLeft   time.Duration // by the database clock; <= 0 once expired
+	resp        Response
+}
+
+// claim is acquire, with its lock waits bounded when the Store has
+// WithLockTimeout: a wait that runs out is an *InFlightError, and c is
+// left as it was before. A statement of the bound that fails is reported
+// like one of acquire's.
+func (s *Store) claim(ctx context.Context, c conn, req Request, begin bool) (*Result, int64, error) {
+	if !s.hasLockWait {
+		return s.acquire(ctx, c, req, begin)
+	}
+	var (
+		replay     *Result
+		token      int64
+		acquireErr error
+	)
+	timedOut, err := s.dialect.boundLockWait(ctx, c, s.lockWait, func() error {
+		replay, token, acquireErr = s.acquire(ctx, c, req, begin)
+		return acquireErr
+	})
+	switch {
+	case timedOut:
+		return nil, 0, inFlight(s.lockWait)
+	case err != nil && err != acquireErr:
+		return nil, 0, stmtErr("claim", req, err)
+	}
+	return replay, token, err
+}
+
+// restampAfter is how long a claim statement may have run before its claim
+// was granted (it waited for another transaction that held the key) and
+// still keep the lease it computed when it started; past it, Begin moves
+// the lease's end to a full lease from now.
+const restampAfter = 10 * time.Millisecond
+
+// acquire claims (Scope, Key) inside c and returns the claim's token, or
+// returns the stored result to replay. c is the caller's transaction in Do
+// and a short transaction of its own in Begin. The insert waits on the row
+// lock of any other open transaction that holds the key, so of concurrent
+// requests exactly one proceeds; the others see its committed outcome. A
+// record that is forgotten, released or whose lease expired is taken over
+// with an update fenced on the token read and on the record still being
+// free, so two takeovers of one record have one winner, and a claim
+// completed or extended since the read is not taken.
+//
+// The token fences every later statement on the claim. For Begin (begin
+// true), whose claim outlives c, a claim statement that waited longer than
+// restampAfter for the key has its lease counted again from now, so that a
+// claim is never committed with its lease already run out.
+func (s *Store) acquire(ctx context.Context, c conn, req Request, begin bool) (replay *Result, token int64, err error) {
+	lease, start := micros(s.lease), startWatch()
+	for range maxContention {
+		ok, token, waited, err := s.claimRow(ctx, c, req, s.st.insert(req, lease), true)
+		if err != nil {
+			return nil, 0, stmtErr("claim", req, err)
+		}
+		if ok {
+			return nil, token, s.restamp(ctx, c, req, begin, token, waited)
+		}
+		rec, found, err := s.read(ctx, c, req)
+		if err != nil {
+			return nil, 0, err
+		}
+		if !found {
+			continue // deleted since the insert saw it: claim it afresh
+		}
+		if !rec.forgotten {
+			if rec.operation != req.Operation || rec.fingerprint != req.Fingerprint {
+				return nil, 0, mismatch(req, rec)
+			}
+			switch {
+			case rec.status == StatusCompleted:
+				return &Result{Response: rec.resp, Replayed: true}, 0, nil
+			case rec.status == StatusProcessing && rec.leaseLeft > 0:
+				return nil, 0, inFlight(rec.leaseLeft)
+			}
+		}
+		ok, token, waited, err = s.claimRow(ctx, c, req, s.st.takeover(req, rec.token, lease, micros(s.retention)), false)
+		if err != nil {
+			return nil, 0, stmtErr("take over", req, err)
+		}
+		if ok {
+			s.observe(ctx, Event{Kind: EventTakeover, Scope: req.Scope, Key: req.Key, Operation: req.Operation, Duration: start.elapsed(), Token: rec.token})
+			return nil, token, s.restamp(ctx, c, req, begin, token, waited)
+		}
+		// Another request took the record over, or its owner completed or
+		// extended it, since the read: look again.
+	}
+	return nil, 0, errContended
+}
+
+// claimRow runs q, the insert (insert true) or the takeover, and reports
+// whether it claimed the record, the claim's token and how long after the
+// statement's start the claim was granted: from q itself where the
+// dialect's claim statements return them, else by reading them in c.
+func (s *Store) claimRow(ctx context.Context, c conn, req Request, q query, insert bool) (ok bool, token int64, waited time.Duration, err error) {
+	var lag int64
+	if s.st.returnsToken() {
+		err = c.queryRow(ctx, q, &token, &lag)
+		ok = err == nil
+		if errors.Is(err, sql.ErrNoRows) {
+			err = nil
+		}
+	} else {
+		var n int64
+		n, err = c.exec(ctx, q)
+		if insert {
+			ok, err = s.dialect.inserted(n, err)
+		} else {
+			ok = err == nil && n == 1
+		}
+		if ok {
+			err = c.queryRow(ctx, s.st.claimed(req), &token, &lag)
+		}
+	}
+	if err != nil || !ok {
+		return false, 0, 0, err
+	}
+	return true, token, time.Duration(lag) * time.Microsecond, nil
+}
+
+// restamp moves the lease of Begin's claim to a full lease from now when
+// its statement waited longer than restampAfter, fenced on its token.
+func (s *Store) restamp(ctx context.Context, c conn, req Request, begin bool, token int64, waited time.Duration) error {
+	if !begin || waited <= restampAfter {
+		return nil
+	}
+	n, err := c.exec(ctx, s.st.extend(req, token, micros(s.lease)))
+	if err == nil && n != 1 {
+		err = fmt.Errorf("%d records changed, want 1", n)
+	}
+	if err != nil {
+		return stmtErr("count the lease from the claim", req, err)
+	}
+	return nil
+}
+
+// read reads the record of (Scope, Key); found is false when there is none.
+func (s *Store) read(ctx context.Context, c conn, req Request) (rec record, found bool, err error) {
+	var (
+		leaseLeft int64
+		status    sql.NullInt64
+		header    []byte
+	)
+	err = c.queryRow(ctx, s.st.read(req, micros(s.retention)),
+		&rec.operation, &rec.fingerprint, &rec.status, &rec.token, &rec.forgotten, &leaseLeft,
+		&status, &header, &rec.resp.Body)
+	if errors.Is(err, sql.ErrNoRows) {
+		return record{}, false, nil
+	}
+	if err != nil {
+		return record{}, false, stmtErr("read the record", req, err)
+	}
+	rec.leaseLeft = time.Duration(leaseLeft) * time.Microsecond
+	rec.resp.StatusCode = int(status.Int64)
+	if rec.resp.Header, err = decodeHeader(header); err != nil {
+		return record{}, false, fmt.Errorf("idem: read the record for key %q in scope %q: %w (not written by idem?); delete the record by hand (docs/operations.md) or wait for it to pass retention", req.Key, req.Scope, err)
+	}
+	return rec, true, nil
+}
+
+// store stores resp as the final result of Do's claim, fenced on its
+// token. A claim that is gone means the database ended the transaction.
+func (s *Store) store(ctx context.Context, c conn, req Request, token int64, resp Response) error {
+	n, err := c.exec(ctx, s.st.complete(req, token, resp, encodeHeader(resp.Header)))
+	switch {
+	case err != nil:
+		return stmtErr("store the response", req, err)
+	case n != 1:
+		return txEnded("store the response", req, nil)
+	}
+	return nil
+}
+
+// unclaim removes Do's claim after fn failed with cause, fenced on its
+// token, and returns the error Do returns. It is best effort: if the
+// caller commits anyway, the key stays free. A statement that fails means
+// the transaction is unusable and must be rolled back, which cause says;
+// a claim that is gone means the database ended the transaction.
+func (s *Store) unclaim(ctx context.Context, c conn, req Request, token int64, cause error) error {
+	if n, err := c.exec(ctx, s.st.remove(req, token)); err == nil && n == 0 {
+		return txEnded("remove the claim", req, cause)
+	}
+	return cause
+}

@@ -1,0 +1,121 @@
+package idem
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Defaults for the options of New.
+const (
+	DefaultTable     = "idempotency_keys"
+	DefaultLease     = 30 * time.Second
+	DefaultRetention = 24 * time.Hour
+)
+
+// Option configures a Store.
+type Option func(*Store)
+
+// WithTable sets the table's name (default "idempotency_keys"). It must be
+// an identifier, optionally schema-qualified: letters, digits and
+// underscores, not starting with a digit, at most 48 bytes a part. Any other
+// name makes New return an error; it is never interpolated into SQL.
+func WithTable(name string) Option { return func(s *Store) { s.table = name } }
+
+// WithLease sets how long a PROCESSING claim is honoured before another
+// request may take it over (default 30s). It must be positive and at most
+// MaxDuration.
+func WithLease(d time.Duration) Option { return func(s *Store) { s.lease = d } }
+
+// WithRetention sets how long a completed key replays (default 24h). Past
+// it the key is forgotten and may be reused with any payload. It must be
+// positive and at most MaxDuration.
+func WithRetention(d time.Duration) Option { return func(s *Store) { s.retention = d } }
+
+// MaxDuration is the largest lease, retention or Extend that idem accepts:
+// 100 years. Durations are sent to the database in microseconds and added
+// to its clock; a larger one could overflow that arithmetic (Go's
+// time.Duration near its maximum) or a DATETIME column (year 9999 on
+// MySQL), and would then mean a lease or retention already over.
+const MaxDuration = 100 * 365 * 24 * time.Hour
+
+// checkDuration refuses a duration that is not positive or exceeds
+// MaxDuration, naming what it is for.
+func checkDuration(what string, d time.Duration) error {
+	if d <= 0 || d > MaxDuration {
+		return fmt.Errorf("idem: %s must be positive and at most %v (MaxDuration), got %v", what, MaxDuration, d)
+	}
+	return nil
+}
+
+// MaxLockTimeout is the largest bound WithLockTimeout accepts.
+const MaxLockTimeout = 24 * time.Hour
+
+// WithLockTimeout bounds how long Do and Begin wait for another open
+// transaction that holds the same key (a duplicate request still running
+// inside Do). After d the duplicate gives up with an *InFlightError whose
+// RetryAfter is d rounded up to a second, and the caller's transaction is
+// left usable and as it was: idem runs the claim inside a savepoint with
+// lock_timeout set for it (PostgreSQL), or with innodb_lock_wait_timeout
+// set for it, in whole seconds, rounded up (MySQL), and sets the session's
+// own value back. This costs four more statements per Do on PostgreSQL
+// and three on MySQL. d must be positive and at most MaxLockTimeout.
+//
+// Without it, a duplicate waits as long as the database lets it: for ever
+// on PostgreSQL unless lock_timeout, statement_timeout or
+// idle_in_transaction_session_timeout ends the wait or the holder, and
+// innodb_lock_wait_timeout (default 50s) on MySQL. See docs/claims.md.
+func WithLockTimeout(d time.Duration) Option {
+	return func(s *Store) { s.lockWait, s.hasLockWait = d, true }
+}
+
+// WithObserver sets the Observer that receives an Event for every outcome
+// of Do, Begin, Claim.Complete, Claim.Release and each purge batch (of
+// Purge or PurgeBatch), and for
+// a Claim.Extend that fails (not for each heartbeat that succeeds). Calls
+// refused as invalid before any statement (ErrInvalidKey,
+// ErrInvalidRequest) are not reported. By default there is no Observer.
+// Use SlogObserver to log the events, or count them into your own metrics.
+func WithObserver(o Observer) Option { return func(s *Store) { s.observer = o } }
+
+// micros is d in whole microseconds, rounded up: how durations are sent to
+// the database. MaxDuration keeps it from overflowing.
+func micros(d time.Duration) int64 {
+	return int64((d + time.Microsecond - 1) / time.Microsecond)
+}
+
+// parseTable splits a table name into its identifier parts, or explains
+// why it is not one.
+func parseTable(name string) ([]string, error) {
+	parts := strings.Split(name, ".")
+	if len(parts) > 2 {
+		return nil, fmt.Errorf("idem: table name %q: at most one dot (schema.table)", name)
+	}
+	for _, p := range parts {
+		if err := checkIdent(p); err != nil {
+			return nil, fmt.Errorf("idem: table name %q: %w", name, err)
+		}
+	}
+	return parts, nil
+}
+
+// maxIdentLen leaves room for the suffix of the index name within
+// Postgres's 63-byte limit, so no name is ever truncated.
+const maxIdentLen = 48
+
+func checkIdent(p string) error {
+	if p == "" {
+		return fmt.Errorf("empty identifier")
+	}
+	if len(p) > maxIdentLen {
+		return fmt.Errorf("identifier %q is %d bytes, at most %d allowed", p, len(p), maxIdentLen)
+	}
+	for i := 0; i < len(p); i++ {
+		c := p[i]
+		ok := c == '_' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || i > 0 && '0' <= c && c <= '9'
+		if !ok {
+			return fmt.Errorf("identifier %q: only letters, digits and underscores, not starting with a digit", p)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,121 @@
+package idem
+
+import (
+	"context"
+	"crypto/sha256"
+	"database/sql"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"unicode/utf8"
+)
+
+// Limits on the fields of a Request, checked before any statement runs.
+const (
+	MaxKeyLen         = 255 // bytes in Request.Key
+	MaxScopeLen       = 255 // bytes in Request.Scope
+	MaxOperationLen   = 255 // bytes in Request.Operation
+	MaxFingerprintLen = 128 // bytes in Request.Fingerprint
+)
+
+// Request identifies one idempotent operation.
+type Request struct {
+	Scope       string // who owns the key (user, tenant, API client); keys never collide across scopes
+	Key         string // the client's Idempotency-Key: 1..255 bytes, visible ASCII (0x21..0x7E)
+	Operation   string // what the key is bound to, e.g. "POST /v1/charges"
+	Fingerprint string // digest of the request payload, e.g. from Fingerprint
+}
+
+// Response is the final result of an operation, stored and replayed.
+type Response struct {
+	StatusCode int
+	Header     http.Header // may be nil
+	Body       []byte      // any bytes; replayed byte for byte
+}
+
+// Result is what Do returns.
+type Result struct {
+	Response
+	Replayed bool // the response comes from an earlier execution; fn did not run
+}
+
+// Fingerprint is the hex SHA-256 of the parts, each length-prefixed, so that
+// ("ab","c") and ("a","bc") differ.
+func Fingerprint(parts ...[]byte) string {
+	h := sha256.New()
+	var n [8]byte
+	for _, p := range parts {
+		binary.BigEndian.PutUint64(n[:], uint64(len(p)))
+		h.Write(n[:])
+		h.Write(p)
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// checkTx refuses handles that are not a transaction: anything that can
+// begin one (*sql.DB, *sql.Conn, *sqlx.DB) runs each statement on its own.
+func checkTx(tx DBTX) error {
+	if tx == nil {
+		return errors.New("idem: Do needs an open transaction, got nil")
+	}
+	if _, ok := tx.(interface {
+		BeginTx(context.Context, *sql.TxOptions) (*sql.Tx, error)
+	}); ok {
+		return fmt.Errorf("idem: Do needs an open transaction (*sql.Tx or *sqlx.Tx), got %T: its statements would commit one by one", tx)
+	}
+	return nil
+}
+
+func (r Request) validate() error {
+	if err := ValidateKey(r.Key); err != nil {
+		return err
+	}
+	if err := checkField("Scope", r.Scope, MaxScopeLen); err != nil {
+		return err
+	}
+	if err := checkField("Operation", r.Operation, MaxOperationLen); err != nil {
+		return err
+	}
+	return checkField("Fingerprint", r.Fingerprint, MaxFingerprintLen)
+}
+
+// ValidateKey reports whether key is a valid Idempotency-Key: 1..255 bytes
+// of visible ASCII (0x21..0x7E). The error wraps ErrInvalidKey.
+func ValidateKey(key string) error {
+	switch {
+	case key == "":
+		return fmt.Errorf("%w: empty", ErrInvalidKey)
+	case len(key) > MaxKeyLen:
+		return fmt.Errorf("%w: %d bytes, at most %d allowed", ErrInvalidKey, len(key), MaxKeyLen)
+	}
+	for i := 0; i < len(key); i++ {
+		if c := key[i]; c < 0x21 || c > 0x7E {
+			return fmt.Errorf("%w: byte %#02x at offset %d is not visible ASCII (0x21..0x7E)", ErrInvalidKey, c, i)
+		}
+	}
+	return nil
+}
+
+func checkField(name, v string, limit int) error {
+	switch {
+	case len(v) > limit:
+		return fmt.Errorf("%w: %s is %d bytes, at most %d allowed", ErrInvalidRequest, name, len(v), limit)
+	case !utf8.ValidString(v):
+		return fmt.Errorf("%w: %s is not valid UTF-8", ErrInvalidRequest, name)
+	}
+	for i := 0; i < len(v); i++ {
+		if v[i] == 0 {
+			return fmt.Errorf("%w: %s holds a NUL byte at offset %d", ErrInvalidRequest, name, i)
+		}
+	}
+	return nil
+}
+
+func (r Response) validate() error {
+	if r.StatusCode < 100 || r.StatusCode > 999 {
+		return fmt.Errorf("idem: response status code %d is not a valid HTTP status (100..999); nothing was stored: return a valid status from fn, and roll back the transaction", r.StatusCode)
+	}
+	return nil
+}
