@@ -327,33 +327,8 @@ func (r *faultRun) outcome(req idem.Request, err error, res *idem.Result, fault 
 func (r *faultRun) check(t *testing.T) (committed, checked int) {
 	e := r.e
 	for key := range r.keys {
-		var (
-			status string
-			stored []byte
-		)
-		err := e.db.QueryRow(e.rebind("SELECT status, response_body FROM "+r.s.Table()+" WHERE idem_key = ?"), key).Scan(&status, &stored)
-		if err != nil && !errors.Is(err, sql.ErrNoRows) {
-			t.Fatalf("read %s: %v", key, err)
-		}
-		rows, err := e.db.Query(e.rebind("SELECT v FROM "+r.biz+" WHERE k = ?"), key)
-		must(t, err)
-		var effects []string
-		for rows.Next() {
-			var v string
-			must(t, rows.Scan(&v))
-			effects = append(effects, v)
-		}
-		must(t, rows.Err())
-		must(t, rows.Close())
-		completed := status == "completed"
-		switch {
-		case len(effects) > 1:
-			t.Errorf("%s: committed %d times (%q), want at most once", key, len(effects), effects)
-		case completed && (len(effects) != 1 || effects[0] != string(stored)):
-			t.Errorf("%s: the record replays %q, but the committed executions are %q", key, stored, effects)
-		case !completed && len(effects) != 0:
-			t.Errorf("%s: %q committed, but the record is %q", key, effects, status)
-		}
+		o := e.committed(t, r.s, r.biz, key)
+		completed, status, stored := o.completed(), o.status, o.stored
 		if completed {
 			committed++
 		}

@@ -3,6 +3,7 @@ package integration_test
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"testing"
@@ -229,4 +230,49 @@ func waitBlocked[T any](e *env, table string, done chan T) {
 		e.t.Fatalf("the statement on %s did not wait for the lock: %+v", table, v)
 	default:
 	}
+}
+
+// outcome is what committed for one key in a history: its record (status
+// empty when there is none) and the business rows written for it.
+type outcome struct {
+	status      idem.Status
+	fingerprint string
+	stored      []byte // the stored response body
+}
+
+// completed reports whether the key's record holds a final response.
+func (o outcome) completed() bool { return o.status == idem.StatusCompleted }
+
+// committed reads the outcome of key from s's table and the business table
+// biz, and reports a key whose business rows disagree with its record: an
+// operation committed more than once, a completed record that does not
+// replay its one committed execution, or an execution committed without a
+// completed record.
+func (e *env) committed(t *testing.T, s *idem.Store, biz, key string) outcome {
+	t.Helper()
+	var o outcome
+	err := e.db.QueryRow(e.rebind("SELECT status, fingerprint, response_body FROM "+s.Table()+" WHERE idem_key = ?"), key).
+		Scan(&o.status, &o.fingerprint, &o.stored)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		t.Fatalf("read %s: %v", key, err)
+	}
+	rows, err := e.db.Query(e.rebind("SELECT v FROM "+biz+" WHERE k = ?"), key)
+	must(t, err)
+	var effects []string
+	for rows.Next() {
+		var v string
+		must(t, rows.Scan(&v))
+		effects = append(effects, v)
+	}
+	must(t, rows.Err())
+	must(t, rows.Close())
+	switch {
+	case len(effects) > 1:
+		t.Errorf("%s: committed %d times (%q), want at most once", key, len(effects), effects)
+	case o.completed() && (len(effects) != 1 || effects[0] != string(o.stored)):
+		t.Errorf("%s: the record replays %q, but the committed executions are %q", key, o.stored, effects)
+	case !o.completed() && len(effects) != 0:
+		t.Errorf("%s: %q committed, but the record is %q", key, effects, o.status)
+	}
+	return o
 }

@@ -324,38 +324,11 @@ func (r *historyRun) outcome(req idem.Request, payload, body string, err error, 
 func (r *historyRun) check(t *testing.T) int {
 	checked := 0
 	for key := range r.h.keys {
-		var (
-			status, fingerprint string
-			stored              []byte
-		)
-		err := r.e.db.QueryRow(r.e.rebind("SELECT status, fingerprint, response_body FROM "+r.s.Table()+" WHERE idem_key = ?"), key).
-			Scan(&status, &fingerprint, &stored)
-		if err != nil && !errors.Is(err, sql.ErrNoRows) {
-			t.Fatalf("read %s: %v", key, err)
-		}
-		rows, err := r.e.db.Query(r.e.rebind("SELECT v FROM "+r.biz+" WHERE k = ?"), key)
-		must(t, err)
-		var effects []string
-		for rows.Next() {
-			var v string
-			must(t, rows.Scan(&v))
-			effects = append(effects, v)
-		}
-		must(t, rows.Err())
-		must(t, rows.Close())
-
-		completed := status == "completed"
-		switch {
-		case len(effects) > 1:
-			t.Errorf("%s: %d business effects %q, want at most 1", key, len(effects), effects)
-		case completed && (len(effects) != 1 || effects[0] != string(stored)):
-			t.Errorf("%s: completed with %q but business effects %q", key, stored, effects)
-		case !completed && len(effects) != 0:
-			t.Errorf("%s: %q committed, but the record is %q", key, effects, status)
-		}
+		o := r.e.committed(t, r.s, r.biz, key)
+		completed, status, stored := o.completed(), o.status, o.stored
 		if completed {
 			payload := strings.Split(string(stored), "/")[1]
-			if fingerprint != idem.Fingerprint([]byte(key), []byte(payload)) {
+			if o.fingerprint != idem.Fingerprint([]byte(key), []byte(payload)) {
 				t.Errorf("%s: stored result %q under another payload's fingerprint", key, stored)
 			}
 		}

@@ -24,7 +24,7 @@ import (
 )
 
 // chargeAPI is a handler that inserts a business row (k = the key, v = the
-// amount) through idemhttp.Tx and answers with what respond writes.
+// amount) through idemhttp.TxFrom and answers with what respond writes.
 type chargeAPI struct {
 	e       *env
 	biz     string
