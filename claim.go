@@ -169,3 +169,30 @@ func (c *Claim) fenced(ctx context.Context, db DBTX, q query, what, advice strin
 	}
 	return fmt.Errorf("%w: key %q %s (your token %d); %s", ErrLeaseLost, c.req.Key, why, c.token, advice)
 }
+
+// observeBegin reports the outcome of a Begin that began at start. It is
+// deferred by Begin.
+func (s *Store) observeBegin(ctx context.Context, req Request, start stopwatch, claim **Claim, replay **Result, err *error) {
+	if s.observer == nil {
+		return
+	}
+	ev, e := Event{Kind: EventReplayed, Scope: req.Scope, Key: req.Key, Operation: req.Operation, Duration: start.elapsed()}, *err
+	switch {
+	case *claim != nil:
+		ev.Kind, ev.Token = EventClaimed, (*claim).token
+	case e == nil && *replay == nil:
+		e = ErrPanicked
+	}
+	s.observeErr(ctx, ev, e)
+}
+
+// observeClaim reports the outcome of a Claim's method that began at
+// start: done when it succeeded (nothing for a zero done), lease lost or
+// failed when it did not. It is deferred by Complete, Extend and Release.
+func (c *Claim) observeClaim(ctx context.Context, done EventKind, start stopwatch, err *error) {
+	if c.s.observer == nil || *err == nil && done == 0 {
+		return
+	}
+	c.s.observeErr(ctx, Event{Kind: done, Scope: c.req.Scope, Key: c.req.Key, Operation: c.req.Operation,
+		Duration: start.elapsed(), Token: c.token}, *err)
+}

@@ -30,7 +30,7 @@ import (
 //  5. retryable: the driver's serialization failure, deadlock and lock
 //     wait timeout, read without importing the driver (by an interface
 //     such as SQLState() or by reflection, as MySQL's and SQLite's are).
-//  6. Add it to [dialects] (dialect.go), so that [IsRetryable] asks it.
+//  6. Add it to dialects (tx.go), so that [IsRetryable] asks it.
 //  7. A target in integration_test/targets_test.go: the whole
 //     conformance suite then runs on it, and a missing server fails CI.
 //  8. docs/dialects.md: its locking read, its isolation levels, what it
@@ -60,15 +60,6 @@ type Dialect interface {
 	// written into its text where that saves the driver a round trip
 	// (MySQL), else unchanged.
 	inline(q query) query
-}
-
-// dialects are the Dialects IsRetryable consults.
-var dialects = []Dialect{Postgres, MySQL, SQLite}
-
-// query is one statement, whole, with its arguments in order.
-type query struct {
-	sql  string
-	args []any
 }
 
 // statements are a dialect's statements for one table. Each method returns
@@ -140,19 +131,23 @@ type statements interface {
 	size() query
 }
 
-// defaultNames matches the default table's name and the names made from
-// it (its indexes'), as words.
-var defaultNames = regexp.MustCompile(`\b` + DefaultTable + `\w*`)
+// templateTable is the table the statements and schema/*.sql are written
+// for; render puts the Store's own in its place.
+const templateTable = "idempotency_keys"
+
+// templateNames matches templateTable and the names made from it (its
+// indexes'), as words.
+var templateNames = regexp.MustCompile(`\b` + templateTable + `\w*`)
 
 // render puts a quoted table name, and the table's own (unqualified) name
 // as the prefix of its index names, into a statement or DDL written for
-// the default table, in one pass.
+// templateTable, in one pass.
 func render(sql, quoted, base string) string {
-	return defaultNames.ReplaceAllStringFunc(sql, func(name string) string {
-		if name == DefaultTable {
+	return templateNames.ReplaceAllStringFunc(sql, func(name string) string {
+		if name == templateTable {
 			return quoted
 		}
-		return base + strings.TrimPrefix(name, DefaultTable)
+		return base + strings.TrimPrefix(name, templateTable)
 	})
 }
 

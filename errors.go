@@ -56,43 +56,7 @@ func inFlight(leaseLeft time.Duration) *InFlightError {
 // transaction made is gone. IsRetryable reports true for it.
 var errTxEnded = errors.New("idem: the transaction was rolled back by the database")
 
-// txEnded reports that Do's statement after fn (what) found no claim of
-// its own to change, wrapping cause (fn's error) when there is one. MySQL
-// and SQLite end a transaction whole at a deadlock, a lock wait timeout
-// with innodb_rollback_on_timeout, or an interrupted write, while the
-// *sql.Tx stays open: the statement then ran on its own and, fenced on the
-// token, changed nothing. A retry of the whole transaction replays the
-// result of whoever holds the key now, or runs again.
-func txEnded(what string, req Request, cause error) error {
-	const why = "the claim this transaction made is gone: the database ended the transaction " +
-		"(a deadlock or an interrupted statement does so on MySQL and SQLite while the *sql.Tx stays open), " +
-		"or a statement in it deleted or changed the claim"
-	const next = "roll back and retry (RunTx does this): the retry replays the result of whoever holds the key now, or runs again"
-	if cause != nil {
-		return fmt.Errorf("%w: %s for key %q in scope %q changed nothing; %s; fn's error: %w; %s", errTxEnded, what, req.Key, req.Scope, why, cause, next)
-	}
-	return fmt.Errorf("%w: %s for key %q in scope %q changed nothing; %s; %s", errTxEnded, what, req.Key, req.Scope, why, next)
-}
-
-// stmtErr reports that one of idem's statements failed: what idem was
-// doing, for which key, the database's error, and what to do next.
-func stmtErr(what string, req Request, err error) error {
-	next := "roll back the transaction"
-	if IsRetryable(err) {
-		next = "roll back and run the whole transaction again (RunTx does this)"
-	}
-	return fmt.Errorf("idem: %s for key %q in scope %q: %w; %s", what, req.Key, req.Scope, err, next)
-}
-
 // errContended is returned when acquire lost maxContention races in a row.
 // IsRetryable reports true for it: a retry of the transaction will see the
 // winner's result.
 var errContended = errors.New("idem: the key changed hands repeatedly while being claimed; retry the transaction")
-
-func mismatch(req Request, rec record) error {
-	what := "payload (Fingerprint)"
-	if rec.operation != req.Operation {
-		what = fmt.Sprintf("operation %q", rec.operation)
-	}
-	return fmt.Errorf("%w: key %q in scope %q was first used with another %s; use a new key for a new request", ErrMismatch, req.Key, req.Scope, what)
-}

@@ -7,20 +7,6 @@ import (
 	"time"
 )
 
-// Store records idempotency keys in one table through one Dialect.
-// It holds no connections and is safe for concurrent use.
-type Store struct {
-	dialect   Dialect
-	table     string
-	lease     time.Duration
-	retention time.Duration
-	lockWait  time.Duration // with hasLockWait: the bound of WithLockTimeout
-	st        statements    // the dialect's statements for the table
-	observer  Observer
-	// hasLockWait reports that WithLockTimeout was given.
-	hasLockWait bool
-}
-
 // New returns a Store for the dialect, or an error that names the bad
 // option (a table name that is not an identifier, a lease, retention or
 // lock timeout out of bounds, an option the dialect does not support). A
@@ -132,4 +118,20 @@ func (s *Store) Do(ctx context.Context, tx DBTX, req Request, fn func(ctx contex
 		return Result{}, err
 	}
 	return Result{Response: resp}, nil
+}
+
+// observeDo reports the outcome of a Do that began at start and returns
+// res, err. It is deferred by Do, so that every return reports once.
+func (s *Store) observeDo(ctx context.Context, req Request, start stopwatch, res *Result, err *error) {
+	if s.observer == nil {
+		return
+	}
+	done, e := EventExecuted, *err
+	switch {
+	case e == nil && res.StatusCode == 0:
+		e = ErrPanicked // every return with a nil error carries a valid status
+	case res.Replayed:
+		done = EventReplayed
+	}
+	s.observeErr(ctx, Event{Kind: done, Scope: req.Scope, Key: req.Key, Operation: req.Operation, Duration: start.elapsed()}, e)
 }

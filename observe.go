@@ -108,79 +108,10 @@ func startWatch() stopwatch { return stopwatch{time.Now()} }
 
 func (w stopwatch) elapsed() time.Duration { return time.Since(w.start) }
 
-// observe reports ev to the Store's Observer, if any.
-func (s *Store) observe(ctx context.Context, ev Event) {
-	if s.observer == nil {
-		return
-	}
-	ev.Table, ev.Dialect = s.table, s.dialect.Name()
-	s.observer.Observe(ctx, ev)
-}
-
-// observeDo reports the outcome of a Do that began at start and returns
-// res, err. It is deferred by Do, so that every return reports once.
-func (s *Store) observeDo(ctx context.Context, req Request, start stopwatch, res *Result, err *error) {
-	if s.observer == nil {
-		return
-	}
-	done, e := EventExecuted, *err
-	switch {
-	case e == nil && res.StatusCode == 0:
-		e = ErrPanicked // every return with a nil error carries a valid status
-	case res.Replayed:
-		done = EventReplayed
-	}
-	s.observeErr(ctx, Event{Kind: done, Scope: req.Scope, Key: req.Key, Operation: req.Operation, Duration: start.elapsed()}, e)
-}
-
 // ErrPanicked is the Err of the EventFailed an Observer receives for a Do
 // or Begin that is unwinding from a panic (in fn, most likely). No call
 // returns it: the panic goes on to the caller.
 var ErrPanicked = errors.New("idem: the call panicked")
-
-// observeBegin reports the outcome of a Begin that began at start. It is
-// deferred by Begin.
-func (s *Store) observeBegin(ctx context.Context, req Request, start stopwatch, claim **Claim, replay **Result, err *error) {
-	if s.observer == nil {
-		return
-	}
-	ev, e := Event{Kind: EventReplayed, Scope: req.Scope, Key: req.Key, Operation: req.Operation, Duration: start.elapsed()}, *err
-	switch {
-	case *claim != nil:
-		ev.Kind, ev.Token = EventClaimed, (*claim).token
-	case e == nil && *replay == nil:
-		e = ErrPanicked
-	}
-	s.observeErr(ctx, ev, e)
-}
-
-// observeClaim reports the outcome of a Claim's method that began at
-// start: done when it succeeded (nothing for a zero done), lease lost or
-// failed when it did not. It is deferred by Complete, Extend and Release.
-func (c *Claim) observeClaim(ctx context.Context, done EventKind, start stopwatch, err *error) {
-	if c.s.observer == nil || *err == nil && done == 0 {
-		return
-	}
-	c.s.observeErr(ctx, Event{Kind: done, Scope: c.req.Scope, Key: c.req.Key, Operation: c.req.Operation,
-		Duration: start.elapsed(), Token: c.token}, *err)
-}
-
-// observeErr reports ev when err is nil, and otherwise the kind of
-// failure err is.
-func (s *Store) observeErr(ctx context.Context, ev Event, err error) {
-	switch {
-	case err == nil:
-	case errors.Is(err, ErrInFlight):
-		ev.Kind = EventInFlight
-	case errors.Is(err, ErrMismatch):
-		ev.Kind = EventMismatch
-	case errors.Is(err, ErrLeaseLost):
-		ev.Kind = EventLeaseLost
-	default:
-		ev.Kind, ev.Err = EventFailed, err
-	}
-	s.observe(ctx, ev)
-}
 
 // SlogObserver returns an Observer that logs every Event on l, message
 // "idem " plus the kind, with the attributes table, dialect, scope, key,

@@ -119,3 +119,18 @@ func (r Response) validate() error {
 	}
 	return nil
 }
+
+// Status is the state of a record.
+type Status string
+
+// The statuses of a record.
+const (
+	// StatusProcessing: a claim holds the key; the operation runs, or its
+	// process died (then the claim is taken over once its lease ends).
+	StatusProcessing Status = "processing"
+	// StatusCompleted: the operation's response is stored and replays.
+	StatusCompleted Status = "completed"
+	// StatusReleased: the claim was given up without a result; the next
+	// attempt takes the key over at once.
+	StatusReleased Status = "released"
+)

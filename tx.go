@@ -42,6 +42,9 @@ func IsRetryable(err error) bool {
 	return false
 }
 
+// dialects are the Dialects IsRetryable consults.
+var dialects = []Dialect{Postgres, MySQL, SQLite}
+
 // The bounds of RunTx's retries.
 const (
 	maxAttempts = 10
@@ -98,3 +101,41 @@ func runTxOnce(ctx context.Context, db *sql.DB, opts *sql.TxOptions, fn func(tx 
 	}
 	return tx.Commit()
 }
+
+// sqlConn runs statements through a database/sql handle, each as its
+// dialect has it sent (inline).
+type sqlConn struct {
+	db DBTX
+	d  Dialect
+}
+
+func (c sqlConn) exec(ctx context.Context, q query) (int64, error) {
+	q = c.d.inline(q)
+	res, err := c.db.ExecContext(ctx, q.sql, q.args...)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+func (c sqlConn) queryRow(ctx context.Context, q query, dest ...any) error {
+	q = c.d.inline(q)
+	return c.db.QueryRowContext(ctx, q.sql, q.args...).Scan(dest...)
+}
+
+func (c sqlConn) queryRows(ctx context.Context, q query, each func(scan func(dest ...any) error) error) error {
+	q = c.d.inline(q)
+	rows, err := c.db.QueryContext(ctx, q.sql, q.args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		if err := each(rows.Scan); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
+}
+
+var _ conn = sqlConn{}
