@@ -12,7 +12,7 @@ import (
 // PROCESSING record with a lease. Its methods are fenced on its token: once
 // another request has taken the key over (after the lease ran out, or after
 // Release), or the claim has been completed, they change nothing and return
-// an error wrapping ErrLeaseLost. A Claim's fields do not change, so its
+// an error wrapping [ErrLeaseLost]. A Claim's fields do not change, so its
 // methods may be called from several goroutines (a heartbeat calling Extend
 // beside the work that ends in Complete).
 type Claim struct {
@@ -23,7 +23,7 @@ type Claim struct {
 
 // Begin claims req for work that must not hold a transaction open, such as
 // a call to a payment provider. It commits a PROCESSING record with a lease
-// of the Store's WithLease (default 30s) in a short transaction of its own
+// of the [Store]'s [WithLease] (default 30s) in a short transaction of its own
 // on db, with the same claiming rules as Do, and returns exactly one of:
 //
 //   - claim: the caller runs the operation, then calls Complete in the
@@ -36,7 +36,7 @@ type Claim struct {
 //
 // A claim whose lease ran out, or that was released, is taken over by the
 // next Begin or Do, with a larger token. Begin retries its own transaction
-// on the errors IsRetryable reports, as RunTx does. See docs/claims.md.
+// on the errors [IsRetryable] reports, as [RunTx] does. See docs/claims.md.
 func (s *Store) Begin(ctx context.Context, db *sql.DB, req Request) (claim *Claim, replay *Result, err error) {
 	if db == nil {
 		return nil, nil, errors.New("idem: Begin needs a *sql.DB, got nil")
@@ -71,7 +71,7 @@ func (c *Claim) Token() int64 { return c.token }
 // effect. It depends only on (Scope, Key): it is the same for every attempt
 // and every takeover, and differs across scopes. It is "idem-" followed by
 // 40 hex digits (45 visible ASCII characters), derived with SHA-256. Note
-// that after the Store's retention a key may be reused for another request;
+// that after the [Store]'s retention a key may be reused for another request;
 // keep the retention at least as long as the provider remembers its keys.
 func (c *Claim) RelayKey() string {
 	return "idem-" + Fingerprint([]byte("idem relay key v1"), []byte(c.req.Scope), []byte(c.req.Key))[:40]
@@ -81,7 +81,7 @@ func (c *Claim) RelayKey() string {
 // least d from now by the database clock (it never shortens the lease). It
 // succeeds while no other request has taken the key, even after the lease
 // ran out; once one has, or the claim was completed or released, it
-// changes nothing and returns an error wrapping ErrLeaseLost, and the
+// changes nothing and returns an error wrapping [ErrLeaseLost], and the
 // caller should stop the work and not complete it. db may be a *sql.DB.
 func (c *Claim) Extend(ctx context.Context, db DBTX, d time.Duration) (err error) {
 	if err := c.check(db, "Extend"); err != nil {
@@ -99,7 +99,7 @@ func (c *Claim) Extend(ctx context.Context, db DBTX, d time.Duration) (err error
 // commit or neither does (a *sql.DB works when there are none). It
 // succeeds while no other request has taken the key, even after the lease
 // ran out. Once one has, it changes nothing and returns an error wrapping
-// ErrLeaseLost: the caller must roll back tx, which discards its business
+// [ErrLeaseLost]: the caller must roll back tx, which discards its business
 // rows, since the new owner runs the operation.
 func (c *Claim) Complete(ctx context.Context, tx DBTX, resp Response) (err error) {
 	if err := c.check(tx, "Complete"); err != nil {
@@ -116,7 +116,7 @@ func (c *Claim) Complete(ctx context.Context, tx DBTX, resp Response) (err error
 // happen (the provider declined to start, the input turned out invalid): the
 // next attempt takes the key over at once and runs again, with a larger
 // token. A release of a claim that is no longer current changes nothing and
-// returns an error wrapping ErrLeaseLost. db may be a *sql.DB.
+// returns an error wrapping [ErrLeaseLost]. db may be a *sql.DB.
 func (c *Claim) Release(ctx context.Context, db DBTX) (err error) {
 	if err := c.check(db, "Release"); err != nil {
 		return err

@@ -17,7 +17,7 @@ import (
 // A duplicate waits in INSERT ... ON CONFLICT DO NOTHING for the
 // transaction that holds the key. Under REPEATABLE READ and SERIALIZABLE,
 // a duplicate whose winner committed after the snapshot was taken fails with
-// a serialization failure (SQLSTATE 40001), which IsRetryable reports.
+// a serialization failure (SQLSTATE 40001), which [IsRetryable] reports.
 //
 // Times come from statement_timestamp(): the database clock when the
 // statement arrived, the same for every use within one statement. A token

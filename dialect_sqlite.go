@@ -36,7 +36,7 @@ import (
 //   - journal_mode(WAL) lets readers run beside the writer.
 //
 // Every SQLite transaction is SERIALIZABLE: the driver accepts any
-// sql.IsolationLevel and ignores it. WithLockTimeout is refused: a duplicate
+// sql.IsolationLevel and ignores it. [WithLockTimeout] is refused: a duplicate
 // waits at BEGIN IMMEDIATE, before idem runs, and busy_timeout bounds that
 // wait. Times are INTEGER microseconds since the Unix epoch from the
 // database clock, which has millisecond resolution. See docs/dialects.md.

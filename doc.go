@@ -9,20 +9,20 @@
 // exactly one runs the operation and commits; the others wait on the
 // database's row lock and replay its response, or are told the key is in
 // flight (409) and retry. A reused key with another payload is refused
-// (ErrMismatch, 422).
+// ([ErrMismatch], 422).
 //
 // The database does the deciding: a unique primary key on (scope, key) and
 // its row lock, never a read-then-write in Go and never an application
 // lock. It holds under READ COMMITTED, REPEATABLE READ and SERIALIZABLE on
 // PostgreSQL and MySQL (8.0+, MariaDB 10.6+). Where an isolation level makes
 // the database abort a duplicate instead of letting it wait, the error
-// satisfies IsRetryable and RunTx retries the transaction, which then
+// satisfies [IsRetryable] and [RunTx] retries the transaction, which then
 // replays.
 //
 // # Use
 //
-// Create the table once with Store.Migrate (or copy the DDL from package
-// schema into your migrations), then call Store.Do inside the transaction
+// Create the table once with [Store.Migrate] (or copy the DDL from package
+// schema into your migrations), then call [Store.Do] inside the transaction
 // that writes your business rows:
 //
 //	store, err := idem.New(idem.Postgres) // a bad option is an error here
@@ -40,8 +40,8 @@
 //	})
 //
 // For work that must not hold a transaction open, such as a call to a
-// payment provider, Store.Begin commits a claim with a lease in a short
-// transaction of its own and Claim.Complete stores the result later, fenced
+// payment provider, [Store.Begin] commits a claim with a lease in a short
+// transaction of its own and [Claim.Complete] stores the result later, fenced
 // by a token so that a claim taken over after its lease ran out can never
 // overwrite the winner.
 //

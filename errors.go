@@ -12,17 +12,17 @@ var (
 	// never truncated or trimmed. HTTP: 400.
 	ErrInvalidKey = errors.New("idem: invalid idempotency key")
 	// ErrInvalidRequest reports a Scope or Operation over 255 bytes, holding
-	// NUL or not valid UTF-8, or a Fingerprint over 128 bytes; the message
+	// NUL or not valid UTF-8, or a [Fingerprint] over 128 bytes; the message
 	// names the field. HTTP: 400.
 	ErrInvalidRequest = errors.New("idem: invalid request")
 	// ErrMismatch reports a (Scope, Key) already used with another Operation
-	// or Fingerprint, whether that request completed or is still running.
+	// or [Fingerprint], whether that request completed or is still running.
 	// HTTP: 422.
 	ErrMismatch = errors.New("idem: idempotency key reused with a different request")
 	// ErrInFlight reports that another live claim holds the key. The error
 	// is an *InFlightError that says when to retry. HTTP: 409.
 	ErrInFlight = errors.New("idem: a request with this idempotency key is in flight")
-	// ErrLeaseLost reports that a Claim is no longer current: another
+	// ErrLeaseLost reports that a [Claim] is no longer current: another
 	// request took the key over after the lease ran out or after Release,
 	// or the claim was already completed or released, or its record was
 	// purged. Its completion, heartbeat or release changed nothing; the
@@ -32,7 +32,7 @@ var (
 )
 
 // InFlightError is returned while another live claim holds the key.
-// errors.Is(err, ErrInFlight) reports true for it.
+// errors.Is(err, [ErrInFlight]) reports true for it.
 type InFlightError struct {
 	// RetryAfter is the claim's remaining lease, by the database clock,
 	// rounded up to a whole second (at least one second).
@@ -43,7 +43,7 @@ func (e *InFlightError) Error() string {
 	return fmt.Sprintf("%v; retry after %v", ErrInFlight, e.RetryAfter)
 }
 
-// Is makes errors.Is(err, ErrInFlight) true.
+// Is makes errors.Is(err, [ErrInFlight]) true.
 func (e *InFlightError) Is(target error) bool { return target == ErrInFlight }
 
 func inFlight(leaseLeft time.Duration) *InFlightError {

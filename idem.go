@@ -7,10 +7,10 @@ import (
 	"time"
 )
 
-// New returns a Store for the dialect, or an error that names the bad
+// New returns a [Store] for the dialect, or an error that names the bad
 // option (a table name that is not an identifier, a lease, retention or
 // lock timeout out of bounds, an option the dialect does not support). A
-// Store that New returns is usable: no later call reports its
+// [Store] that New returns is usable: no later call reports its
 // configuration.
 func New(d Dialect, opts ...Option) (*Store, error) {
 	s := &Store{dialect: d, table: DefaultTable, lease: DefaultLease, retention: DefaultRetention}
@@ -49,14 +49,14 @@ func (s *Store) configure() error {
 	return nil
 }
 
-// Table returns the table name the Store was configured with.
+// Table returns the table name the [Store] was configured with.
 func (s *Store) Table() string { return s.table }
 
 // Lease returns how long a PROCESSING claim is honoured ([WithLease]).
 func (s *Store) Lease() time.Duration { return s.lease }
 
 // Migrate creates the table and its index if they are absent, with the DDL
-// of package schema for the Store's dialect and table name. It is safe to
+// of package schema for the [Store]'s dialect and table name. It is safe to
 // run again. On MySQL, DDL commits any transaction open on db.
 func (s *Store) Migrate(ctx context.Context, db DBTX) error {
 	if db == nil {
@@ -75,9 +75,9 @@ func (s *Store) Migrate(ctx context.Context, db DBTX) error {
 // commit. tx must be an open transaction (*sql.Tx or *sqlx.Tx): the record is
 // written through it, so it commits or rolls back with the caller's own rows.
 //
-// When fn runs and returns a Response, the Response is stored in tx and
+// When fn runs and returns a [Response], the [Response] is stored in tx and
 // returned with Replayed false. When an earlier execution completed, its
-// Response is returned with Replayed true and fn is not called. When fn
+// [Response] is returned with Replayed true and fn is not called. When fn
 // returns an error, Do returns that error unchanged, removes its claim from
 // tx and stores nothing; the caller should roll back. See docs/semantics.md.
 //
@@ -86,7 +86,7 @@ func (s *Store) Migrate(ctx context.Context, db DBTX) error {
 // deadlock or an interrupted write, and the *sql.Tx stays open, so the
 // statement runs on its own), it changes nothing, whoever holds the key by
 // then, and Do returns an error that says so, wraps fn's error if any, and
-// for which IsRetryable is true: roll back and retry.
+// for which [IsRetryable] is true: roll back and retry.
 func (s *Store) Do(ctx context.Context, tx DBTX, req Request, fn func(ctx context.Context) (Response, error)) (res Result, err error) {
 	start := startWatch()
 	if err := checkTx(tx); err != nil {

@@ -31,7 +31,7 @@ type Record struct {
 
 // Inspect reads the record of (scope, key) without locking it or changing
 // anything. It returns nil and no error when there is none. An invalid key
-// or scope is ErrInvalidKey or ErrInvalidRequest, as for Do.
+// or scope is [ErrInvalidKey] or [ErrInvalidRequest], as for Do.
 func (s *Store) Inspect(ctx context.Context, db DBTX, scope, key string) (*Record, error) {
 	if db == nil {
 		return nil, errors.New("idem: Inspect needs a database handle, got nil")
@@ -68,7 +68,7 @@ func (s *Store) Inspect(ctx context.Context, db DBTX, scope, key string) (*Recor
 	return &rec, nil
 }
 
-// Stats summarises a Store's table.
+// Stats summarises a [Store]'s table.
 type Stats struct {
 	// ByStatus counts the records per status; a status without records
 	// is absent.
@@ -89,7 +89,7 @@ type Stats struct {
 	TableBytes, IndexBytes int64
 }
 
-// Stats counts the Store's records with one scan of the table, and asks the
+// Stats counts the [Store]'s records with one scan of the table, and asks the
 // database for the table's size. It changes nothing.
 func (s *Store) Stats(ctx context.Context, db DBTX) (Stats, error) {
 	if db == nil {

@@ -7,35 +7,35 @@ import (
 	"time"
 )
 
-// EventKind is the outcome an Event reports.
+// EventKind is the outcome an [Event] reports.
 type EventKind int
 
-// The outcomes idem reports to an Observer.
+// The outcomes idem reports to an [Observer].
 const (
 	// EventExecuted: the operation's response was stored, by Do after fn
-	// ran or by Claim.Complete, in the caller's transaction (which may
+	// ran or by [Claim.Complete], in the caller's transaction (which may
 	// still roll back).
 	EventExecuted EventKind = iota + 1
 	// EventReplayed: a stored response was returned (by Do or Begin); fn
 	// did not run.
 	EventReplayed
-	// EventInFlight: another live claim holds the key (ErrInFlight).
+	// EventInFlight: another live claim holds the key ([ErrInFlight]).
 	EventInFlight
-	// EventMismatch: the key was used with another request (ErrMismatch).
+	// EventMismatch: the key was used with another request ([ErrMismatch]).
 	EventMismatch
 	// EventTakeover: a claim whose lease had ended, a released claim or a
 	// record past retention was taken over by Do or Begin; the operation
 	// runs again. Token is the token of the claim taken over. Many
 	// takeovers mean processes die or stall after Begin, or leases are too
 	// short. It is followed by the outcome of the Do or Begin. Like
-	// EventExecuted it is reported inside the transaction, which may still
+	// [EventExecuted] it is reported inside the transaction, which may still
 	// roll back (and be retried).
 	EventTakeover
-	// EventLeaseLost: a Claim's Complete, Extend or Release found it no
-	// longer current (ErrLeaseLost). Token is the token of the claim that
+	// EventLeaseLost: a [Claim]'s Complete, Extend or Release found it no
+	// longer current ([ErrLeaseLost]). Token is the token of the claim that
 	// lost.
 	EventLeaseLost
-	// EventFailed: fn, a Claim method's input or one of idem's statements
+	// EventFailed: fn, a [Claim] method's input or one of idem's statements
 	// returned an error, which is in Err, or fn panicked; nothing was
 	// stored.
 	EventFailed
@@ -44,7 +44,7 @@ const (
 	// EventClaimed: Begin committed a claim for a key; Token is its token.
 	// The caller runs the operation, then completes or releases the claim.
 	EventClaimed
-	// EventReleased: Claim.Release ended a claim without a result.
+	// EventReleased: [Claim.Release] ended a claim without a result.
 	EventReleased
 )
 
@@ -84,7 +84,7 @@ type Event struct {
 	Err       error         // EventFailed, or a purge batch that failed
 }
 
-// Observer receives one Event per outcome. idem calls it synchronously on
+// Observer receives one [Event] per outcome. idem calls it synchronously on
 // the goroutine of the call it reports, after the outcome is known and
 // before the call returns, so it must be quick and must not block; it may
 // be called from many goroutines at once.
@@ -92,7 +92,7 @@ type Observer interface {
 	Observe(ctx context.Context, ev Event)
 }
 
-// ObserverFunc adapts a function to the Observer interface.
+// ObserverFunc adapts a function to the [Observer] interface.
 type ObserverFunc func(ctx context.Context, ev Event)
 
 // Observe calls f(ctx, ev).
@@ -108,15 +108,15 @@ func startWatch() stopwatch { return stopwatch{time.Now()} }
 
 func (w stopwatch) elapsed() time.Duration { return time.Since(w.start) }
 
-// ErrPanicked is the Err of the EventFailed an Observer receives for a Do
+// ErrPanicked is the Err of the [EventFailed] an [Observer] receives for a Do
 // or Begin that is unwinding from a panic (in fn, most likely). No call
 // returns it: the panic goes on to the caller.
 var ErrPanicked = errors.New("idem: the call panicked")
 
-// SlogObserver returns an Observer that logs every Event on l, message
+// SlogObserver returns an [Observer] that logs every [Event] on l, message
 // "idem " plus the kind, with the attributes table, dialect, scope, key,
 // operation, duration, and token, rows or err where they apply (dialect
-// when set, as it is in every Event a Store reports). The levels:
+// when set, as it is in every [Event] a [Store] reports). The levels:
 // executed, replayed, claimed, released and purge_batch at Debug;
 // in_flight and mismatch (a client's doing) at Info; takeover, lease_lost
 // and failed (a process died or stalled, or a statement failed) and a

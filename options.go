@@ -13,7 +13,7 @@ const (
 	DefaultRetention = 24 * time.Hour
 )
 
-// Option configures a Store.
+// Option configures a [Store].
 type Option func(*Store)
 
 // WithTable sets the table's name (default "idempotency_keys"). It must be
@@ -24,12 +24,12 @@ func WithTable(name string) Option { return func(s *Store) { s.table = name } }
 
 // WithLease sets how long a PROCESSING claim is honoured before another
 // request may take it over (default 30s). It must be positive and at most
-// MaxDuration.
+// [MaxDuration].
 func WithLease(d time.Duration) Option { return func(s *Store) { s.lease = d } }
 
 // WithRetention sets how long a completed key replays (default 24h). Past
 // it the key is forgotten and may be reused with any payload. It must be
-// positive and at most MaxDuration.
+// positive and at most [MaxDuration].
 func WithRetention(d time.Duration) Option { return func(s *Store) { s.retention = d } }
 
 // MaxDuration is the largest lease, retention or Extend that idem accepts:
@@ -48,7 +48,7 @@ func checkDuration(what string, d time.Duration) error {
 	return nil
 }
 
-// MaxLockTimeout is the largest bound WithLockTimeout accepts.
+// MaxLockTimeout is the largest bound [WithLockTimeout] accepts.
 const MaxLockTimeout = 24 * time.Hour
 
 // WithLockTimeout bounds how long Do and Begin wait for another open
@@ -59,7 +59,7 @@ const MaxLockTimeout = 24 * time.Hour
 // lock_timeout set for it (PostgreSQL), or with innodb_lock_wait_timeout
 // set for it, in whole seconds, rounded up (MySQL), and sets the session's
 // own value back. This costs four more statements per Do on PostgreSQL
-// and three on MySQL. d must be positive and at most MaxLockTimeout.
+// and three on MySQL. d must be positive and at most [MaxLockTimeout].
 //
 // Without it, a duplicate waits as long as the database lets it: for ever
 // on PostgreSQL unless lock_timeout, statement_timeout or
@@ -69,13 +69,13 @@ func WithLockTimeout(d time.Duration) Option {
 	return func(s *Store) { s.lockWait, s.hasLockWait = d, true }
 }
 
-// WithObserver sets the Observer that receives an Event for every outcome
-// of Do, Begin, Claim.Complete, Claim.Release and each purge batch (of
+// WithObserver sets the [Observer] that receives an [Event] for every outcome
+// of Do, Begin, [Claim.Complete], [Claim.Release] and each purge batch (of
 // Purge or PurgeBatch), and for
-// a Claim.Extend that fails (not for each heartbeat that succeeds). Calls
-// refused as invalid before any statement (ErrInvalidKey,
-// ErrInvalidRequest) are not reported. By default there is no Observer.
-// Use SlogObserver to log the events, or count them into your own metrics.
+// a [Claim.Extend] that fails (not for each heartbeat that succeeds). Calls
+// refused as invalid before any statement ([ErrInvalidKey],
+// [ErrInvalidRequest]) are not reported. By default there is no [Observer].
+// Use [SlogObserver] to log the events, or count them into your own metrics.
 func WithObserver(o Observer) Option { return func(s *Store) { s.observer = o } }
 
 // micros is d in whole microseconds, rounded up: how durations are sent to

@@ -11,13 +11,13 @@ import (
 // was stored longer ago than the retention, and claims whose lease ended
 // longer ago than that. It deletes in batches of at most batch rows, oldest
 // first, each one statement in a short transaction of its own on db (READ
-// COMMITTED on PostgreSQL and MySQL, retried like RunTx on a deadlock or a
+// COMMITTED on PostgreSQL and MySQL, retried like [RunTx] on a deadlock or a
 // busy database), until none is left, and returns how
 // many it deleted. A PROCESSING claim with a live lease is never touched,
 // and rows a live transaction holds are skipped (Postgres) or waited for
 // briefly (MySQL); on SQLite each batch waits for the write lock like any
 // writer. So Purge may run from several processes at once and beside live
-// traffic. Each batch is reported to the Store's Observer. See
+// traffic. Each batch is reported to the [Store]'s [Observer]. See
 // docs/operations.md for batch sizes and cadence.
 func (s *Store) Purge(ctx context.Context, db *sql.DB, batch int) (int64, error) {
 	if db == nil {

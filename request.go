@@ -12,7 +12,7 @@ import (
 	"unicode/utf8"
 )
 
-// Limits on the fields of a Request, checked before any statement runs.
+// Limits on the fields of a [Request], checked before any statement runs.
 const (
 	MaxKeyLen         = 255 // bytes in Request.Key
 	MaxScopeLen       = 255 // bytes in Request.Scope
@@ -82,7 +82,7 @@ func (r Request) validate() error {
 }
 
 // ValidateKey reports whether key is a valid Idempotency-Key: 1..255 bytes
-// of visible ASCII (0x21..0x7E). The error wraps ErrInvalidKey.
+// of visible ASCII (0x21..0x7E). The error wraps [ErrInvalidKey].
 func ValidateKey(key string) error {
 	switch {
 	case key == "":

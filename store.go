@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// Store records idempotency keys in one table through one Dialect.
+// Store records idempotency keys in one table through one [Dialect].
 // It holds no connections and is safe for concurrent use.
 type Store struct {
 	dialect   Dialect

@@ -53,7 +53,7 @@ const (
 )
 
 // RunTx runs fn in a transaction on db and commits it. When fn, the begin or
-// the commit fails with an error for which IsRetryable is true, the
+// the commit fails with an error for which [IsRetryable] is true, the
 // transaction is rolled back and run again, up to 10 attempts in all, after
 // a jittered exponential backoff (5ms doubling to at most 500ms). It gives
 // up with the last error, and at once when ctx ends. fn must not commit or

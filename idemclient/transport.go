@@ -18,7 +18,7 @@ import (
 // HeaderIdempotencyKey is the request header field that carries the key.
 const HeaderIdempotencyKey = "Idempotency-Key"
 
-// The defaults of Transport's fields, used where a field is zero.
+// The defaults of [Transport]'s fields, used where a field is zero.
 const (
 	DefaultMaxAttempts   = 5                      // Transport.MaxAttempts
 	DefaultMaxElapsed    = 30 * time.Second       // Transport.MaxElapsed

@@ -119,7 +119,7 @@ type Config struct {
 // sends the same key and request, and tells one who sends another request
 // that the key exists (a 422). Use it only where every request comes from
 // one trusted client; otherwise return the authenticated caller from
-// Config.Scope.
+// [Config].Scope.
 func SingleTenant(*http.Request) (string, error) { return "", nil }
 
 // New checks cfg, fills in its defaults and returns the middleware.

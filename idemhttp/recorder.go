@@ -53,11 +53,11 @@ func (r *recorder) Write(b []byte) (int, error) {
 	return r.body.Write(b)
 }
 
-// Flush marks the response as streamed: see ErrStreaming.
+// Flush marks the response as streamed: see [ErrStreaming].
 func (r *recorder) Flush() { _ = r.FlushError() }
 
 // FlushError is what http.ResponseController.Flush calls: it returns
-// ErrStreaming.
+// [ErrStreaming].
 func (r *recorder) FlushError() error {
 	if r.streamed == "" {
 		r.streamed = "Flush"
@@ -65,7 +65,7 @@ func (r *recorder) FlushError() error {
 	return ErrStreaming
 }
 
-// Hijack returns ErrStreaming.
+// Hijack returns [ErrStreaming].
 func (r *recorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	if r.streamed == "" {
 		r.streamed = "Hijack"

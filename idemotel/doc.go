@@ -37,7 +37,7 @@
 // (e.g. "idem.replayed"), on the span of the call's context, when that
 // span is recording. It carries the metric attributes and idem.operation,
 // idem.token (for a claim) and idem.purge.rows (for a purge batch);
-// idem.scope and idem.key only with [WithScopeAndKey]. The Observer never
+// idem.scope and idem.key only with [WithScopeAndKey]. The [Observer] never
 // sets the span's status or records an exception on it: the span is the
 // caller's.
 //

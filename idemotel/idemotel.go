@@ -17,11 +17,11 @@ import (
 	"github.com/idemkit/idem"
 )
 
-// ScopeName is the instrumentation scope of the Meter the Observer
+// ScopeName is the instrumentation scope of the Meter the [Observer]
 // creates its instruments with.
 const ScopeName = "github.com/idemkit/idem/idemotel"
 
-// The names of the instruments an Observer records to.
+// The names of the instruments an [Observer] records to.
 const (
 	// OutcomesMetric counts outcomes (unit {outcome}); each Event adds 1.
 	OutcomesMetric = "idem.outcomes"
@@ -33,7 +33,7 @@ const (
 	PurgedMetric = "idem.purge.rows"
 )
 
-// The attribute keys an Observer sets. db.system.name, db.collection.name
+// The attribute keys an [Observer] sets. db.system.name, db.collection.name
 // and error.type are OpenTelemetry's semantic conventions; the others are
 // idem's own.
 const (
@@ -99,9 +99,9 @@ type config struct {
 // Option configures an [Observer].
 type Option func(*config)
 
-// WithMeterProvider sets the MeterProvider the Observer creates its
+// WithMeterProvider sets the MeterProvider the [Observer] creates its
 // instruments from. The default is the global one, otel.GetMeterProvider,
-// as it is when NewObserver runs.
+// as it is when [NewObserver] runs.
 func WithMeterProvider(mp metric.MeterProvider) Option {
 	return func(c *config) { c.mp = mp }
 }
@@ -115,7 +115,7 @@ func WithScopeAndKey() Option {
 	return func(c *config) { c.scopeAndKey = true }
 }
 
-// NewObserver returns an Observer that records to instruments of the
+// NewObserver returns an [Observer] that records to instruments of the
 // MeterProvider [WithMeterProvider] sets, or of the global one. Span
 // events need no provider: they go on the span of each call's context,
 // which the application's tracer started. The error reports a nil
