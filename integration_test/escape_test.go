@@ -109,6 +109,45 @@ func (o *op) wantOneResult(s *idem.Store, key string, last idem.Result) {
 	}
 }
 
+// escape runs req through RunTx and Do. On the first attempt fn writes its
+// business row, then end makes the database end the transaction under it,
+// starting a duplicate of req (duplicate) that runs and commits; fn then
+// returns end's error, or swallows it (swallow) and returns its response.
+// It returns the last result, the first attempt's error from Do, and
+// RunTx's error.
+func (o *op) escape(t *testing.T, s *idem.Store, db *sql.DB, req idem.Request, swallow bool,
+	end func(tx *sql.Tx, duplicate func()) error) (last idem.Result, first, err error) {
+	t.Helper()
+	dupDone := make(chan error, 1)
+	attempts := 0
+	err = idem.RunTx(ctx, db, nil, func(tx *sql.Tx) error {
+		attempts++
+		var err error
+		last, err = s.Do(ctx, tx, req, func(ctx context.Context) (idem.Response, error) {
+			resp, err := o.fn(tx, req.Key)(ctx)
+			if err != nil || attempts > 1 {
+				return resp, err
+			}
+			endErr := end(tx, func() {
+				go func() {
+					_, err := o.do(s, req)
+					dupDone <- err
+				}()
+			})
+			must(t, <-dupDone)
+			if swallow {
+				return resp, nil
+			}
+			return idem.Response{}, endErr
+		})
+		if attempts == 1 {
+			first = err
+		}
+		return err
+	})
+	return last, first, err
+}
+
 // Defect: a deadlock inside fn ends the transaction on MySQL (InnoDB rolls
 // it back whole) while the *sql.Tx stays open, so what Do runs after fn
 // would run in autocommit, after a duplicate has won the key and
@@ -128,45 +167,26 @@ func TestDeadlockInFn(t *testing.T) {
 				s, o := e.store(), e.op()
 				locks := e.lockRows(20)
 				req := charge("deadlocked-"+name, "100")
-				dupDone := make(chan error, 1)
-				attempts := 0
-				var last idem.Result
-				err := idem.RunTx(ctx, e.db, nil, func(tx *sql.Tx) error {
-					attempts++
-					var err error
-					last, err = s.Do(ctx, tx, req, func(ctx context.Context) (idem.Response, error) {
-						resp, err := o.fn(tx, req.Key)(ctx)
-						if err != nil || attempts > 1 {
-							return resp, err
-						}
-						txErr, otherErr := e.deadlock(tx, locks)
-						must(t, otherErr)
-						if !idem.IsRetryable(txErr) {
-							t.Fatalf("fn's transaction: %v, want a deadlock", txErr)
-						}
-						go func() {
-							_, err := o.do(s, req)
-							dupDone <- err
-						}()
-						// The database ended the transaction and let its locks
-						// go (Postgres too, though it keeps the transaction
-						// open, aborted): the duplicate runs and commits.
-						must(t, <-dupDone)
-						if swallow {
-							return resp, nil
-						}
-						return idem.Response{}, txErr
-					})
-					if err != nil && attempts == 1 && !(swallow && e.dialect == idem.Postgres) {
-						if !idem.IsRetryable(err) {
-							t.Errorf("Do after the deadlock: %v; want an error RunTx retries", err)
-						}
-						if e.dialect == idem.MySQL && !strings.Contains(err.Error(), "rolled back") {
-							t.Errorf("Do after the deadlock: %v; want it to say the transaction was rolled back", err)
-						}
+				last, first, err := o.escape(t, s, e.db, req, swallow, func(tx *sql.Tx, duplicate func()) error {
+					txErr, otherErr := e.deadlock(tx, locks)
+					must(t, otherErr)
+					if !idem.IsRetryable(txErr) {
+						t.Fatalf("fn's transaction: %v, want a deadlock", txErr)
 					}
-					return err
+					// The database ended the transaction and let its locks go
+					// (Postgres too, though it keeps the transaction open,
+					// aborted): the duplicate runs and commits.
+					duplicate()
+					return txErr
 				})
+				if first != nil && !(swallow && e.dialect == idem.Postgres) {
+					if !idem.IsRetryable(first) {
+						t.Errorf("Do after the deadlock: %v; want an error RunTx retries", first)
+					}
+					if e.dialect == idem.MySQL && !strings.Contains(first.Error(), "rolled back") {
+						t.Errorf("Do after the deadlock: %v; want it to say the transaction was rolled back", first)
+					}
+				}
 				if swallow && e.dialect == idem.Postgres {
 					// Postgres aborted the transaction at the deadlock and
 					// fn hid the cause: Do cannot tell that a retry would
@@ -193,40 +213,21 @@ func TestInterruptInFn(t *testing.T) {
 		s, o := e.store(), e.op()
 		for _, swallow := range []bool{false, true} {
 			req := charge(fmt.Sprintf("interrupted-%v", swallow), "100")
-			dupDone := make(chan error, 1)
-			attempts := 0
-			var last idem.Result
-			err := idem.RunTx(ctx, e.db, nil, func(tx *sql.Tx) error {
-				attempts++
-				var err error
-				last, err = s.Do(ctx, tx, req, func(ctx context.Context) (idem.Response, error) {
-					resp, err := o.fn(tx, req.Key)(ctx)
-					if err != nil || attempts > 1 {
-						return resp, err
-					}
-					go func() {
-						_, err := o.do(s, req)
-						dupDone <- err
-					}()
-					time.Sleep(100 * time.Millisecond) // the duplicate waits at BEGIN
-					short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
-					defer cancel()
-					_, werr := tx.ExecContext(short, "INSERT INTO "+o.biz+" (k, v) "+
-						"WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c LIMIT 100000000) SELECT 'junk', x FROM c")
-					if werr == nil {
-						t.Fatalf("the long write was not interrupted")
-					}
-					must(t, <-dupDone)
-					if swallow {
-						return resp, nil
-					}
-					return idem.Response{}, werr
-				})
-				if err != nil && attempts == 1 && (!idem.IsRetryable(err) || !strings.Contains(err.Error(), "rolled back")) {
-					t.Errorf("Do after the interrupt: %v; want a retryable error saying the transaction was rolled back", err)
+			last, first, err := o.escape(t, s, e.db, req, swallow, func(tx *sql.Tx, duplicate func()) error {
+				duplicate()
+				time.Sleep(100 * time.Millisecond) // the duplicate waits at BEGIN
+				short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+				defer cancel()
+				_, werr := tx.ExecContext(short, "INSERT INTO "+o.biz+" (k, v) "+
+					"WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c LIMIT 100000000) SELECT 'junk', x FROM c")
+				if werr == nil {
+					t.Fatalf("the long write was not interrupted")
 				}
-				return err
+				return werr
 			})
+			if first != nil && (!idem.IsRetryable(first) || !strings.Contains(first.Error(), "rolled back")) {
+				t.Errorf("Do after the interrupt: %v; want a retryable error saying the transaction was rolled back", first)
+			}
 			must(t, err)
 			if !last.Replayed {
 				t.Fatalf("swallow=%v: the retry returned %q, not the duplicate's result replayed", swallow, last.Body)

@@ -156,17 +156,23 @@ func execID() string {
 	return hex.EncodeToString(b)
 }
 
+// txFor returns the database and transaction options an operation that
+// injects kind runs its transaction with: through the proxy that cuts
+// connections, or at REPEATABLE READ to meet a serialization failure.
+func (r *faultRun) txFor(kind string) (*sql.DB, *sql.TxOptions) {
+	switch kind {
+	case faultCut:
+		return r.proxied, nil
+	case faultSerialization:
+		return r.e.db, &sql.TxOptions{Isolation: sql.LevelRepeatableRead}
+	}
+	return r.e.db, nil
+}
+
 // do runs one operation through RunTx and Do, injecting kind at point on
 // its first attempt.
 func (r *faultRun) do(req idem.Request, kind, point string, swallow bool, locks string) {
-	db := r.e.db
-	if kind == faultCut {
-		db = r.proxied
-	}
-	var opts *sql.TxOptions
-	if kind == faultSerialization {
-		opts = &sql.TxOptions{Isolation: sql.LevelRepeatableRead}
-	}
+	db, opts := r.txFor(kind)
 	attempt := 0
 	var (
 		res  idem.Result
@@ -215,14 +221,7 @@ func (r *faultRun) begin(req idem.Request, kind, locks string) {
 		r.outcome(req, err, replay, false)
 		return
 	}
-	db := r.e.db
-	if kind == faultCut {
-		db = r.proxied
-	}
-	var opts *sql.TxOptions
-	if kind == faultSerialization {
-		opts = &sql.TxOptions{Isolation: sql.LevelRepeatableRead}
-	}
+	db, opts := r.txFor(kind)
 	id := execID()
 	attempt := 0
 	err = idem.RunTx(ctx, db, opts, func(tx *sql.Tx) error {
