@@ -20,26 +20,31 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		storms            int
 		cfg               bench.Config
 	)
-	fs := newFlags("bench", "--dsn DSN [--driver pgx|postgres] [--rounds 10] [--duration 300ms] [--concurrency 1,16] [--storms 5]",
+	fs := newFlags("bench", "--dsn DSN [--driver pgx|postgres] [--rounds 10] [--duration 300ms] [--concurrency 1,16] [--hot 16] [--storms 5]",
 		"Measures idem against a bare transaction (BEGIN; INSERT one order row;\n"+
 			"COMMIT) through one driver on one server: Do with a fresh key, Do replaying\n"+
-			"a completed key, Begin then Complete in the business transaction, and 16\n"+
-			"workers replaying one hot key. Each runs beside a bare run at the same\n"+
-			"concurrency; it prints transactions per second and the ratio to bare,\n"+
-			"median of the rounds. Then storms of 64 requests with one key whose\n"+
-			"operation takes 50ms: time until every request has its answer. Creates\n"+
-			"two tables with random names and drops them. See docs/benchmarks.md.", stderr)
+			"a completed key, Begin then Complete in the business transaction, and\n"+
+			"--hot workers replaying one hot key. Each runs beside a bare run at the same\n"+
+			"concurrency, and fresh, replay and hot also beside their floor, the\n"+
+			"cheapest hand-written transaction that does their job: for fresh, a claim\n"+
+			"INSERT, the order row and an UPDATE storing the response (floor); for\n"+
+			"replays, one SELECT of a stored row (read). It prints transactions per\n"+
+			"second and the ratios to bare and to the floor, median of the rounds.\n"+
+			"Then storms of 64 requests with one key whose operation takes 50ms: time\n"+
+			"until every request has its answer. Creates three tables with random\n"+
+			"names and drops them. See docs/benchmarks.md.", stderr)
 	fs.StringVar(&dsn, "dsn", "", dsnUsage)
 	fs.StringVar(&driver, "driver", "", "for postgres:// DSNs, the driver: pgx (the default) or postgres (lib/pq)")
 	fs.IntVar(&cfg.Rounds, "rounds", 10, "rounds: each path runs once a round, beside a bare run")
 	fs.DurationVar(&cfg.Duration, "duration", 300*time.Millisecond, "how long each run lasts")
 	fs.StringVar(&conc, "concurrency", "1,16", "worker counts, comma-separated")
+	fs.IntVar(&cfg.HotWorkers, "hot", 16, "workers replaying one hot key")
 	fs.IntVar(&storms, "storms", 5, "storms per mode, latencies pooled (0: none)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	if cfg.Rounds <= 0 || cfg.Duration <= 0 || storms < 0 {
-		return usageErr("bench: --rounds and --duration must be positive and --storms not negative")
+	if cfg.Rounds <= 0 || cfg.Duration <= 0 || cfg.HotWorkers <= 0 || storms < 0 {
+		return usageErr("bench: --rounds, --duration and --hot must be positive and --storms not negative")
 	}
 	for _, c := range strings.Split(conc, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(c))

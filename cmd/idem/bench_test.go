@@ -5,16 +5,16 @@ import (
 	"testing"
 )
 
-// idem bench runs every path and both storms on every database, briefly,
+// idem bench runs every path, the floors and both storms on every database, briefly,
 // and refuses bad flags with exit code 2.
 func TestBench(t *testing.T) {
 	for name, dsn := range databases(t) {
 		t.Run(name, func(t *testing.T) {
-			r := idemCmd(t, "bench", "--dsn", dsn, "--rounds", "1", "--duration", "30ms", "--concurrency", "2", "--storms", "1")
+			r := idemCmd(t, "bench", "--dsn", dsn, "--rounds", "1", "--duration", "30ms", "--concurrency", "2", "--hot", "2", "--storms", "1")
 			if r.code != 0 {
 				t.Fatalf("exit %d, stderr %q", r.code, r.stderr)
 			}
-			for _, want := range []string{"bare ", "fresh ", "replay ", "claim ", "hot ", "tx ", "claim, poll 20ms "} {
+			for _, want := range []string{"bare ", "floor ", "fresh ", "read ", "replay ", "claim ", "hot ", "ratio to floor", "tx ", "claim, poll 20ms "} {
 				if !strings.Contains(r.stdout, want) {
 					t.Errorf("output lacks %q:\n%s", want, r.stdout)
 				}
@@ -25,6 +25,7 @@ func TestBench(t *testing.T) {
 		{"--dsn", "sqlite:x.db", "--concurrency", "0"},
 		{"--dsn", "sqlite:x.db", "--driver", "pgx"},
 		{"--dsn", "sqlite:x.db", "--rounds", "0"},
+		{"--dsn", "sqlite:x.db", "--hot", "0"},
 		{"--driver", "pgx"},
 	} {
 		if r := idemCmd(t, append([]string{"bench"}, args...)...); r.code != 2 {

@@ -27,12 +27,7 @@ func BenchmarkPaths(b *testing.B) {
 				b.Fatal(err)
 			}
 			b.Cleanup(func() { _ = e.Close(ctx) })
-			for w := range 16 {
-				if err := e.Do(ctx, replayKey(w), false); err != nil {
-					b.Fatal(err)
-				}
-			}
-			if err := e.Do(ctx, hotKey, false); err != nil {
+			if err := e.Seed(ctx, 16); err != nil {
 				b.Fatal(err)
 			}
 			for _, conc := range []int{1, 16} {

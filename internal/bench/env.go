@@ -8,22 +8,29 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync/atomic"
 
 	"github.com/idemkit/idem"
 )
 
-// Env is the pair of tables one benchmark run works on: an idem table and a
-// table of order rows, both with fresh random names, so that runs never
-// touch anything else on the server. Close drops them.
+// Env is the tables one benchmark run works on: an idem table, a table of
+// order rows, and a table of idem's shape (the same DDL) that the
+// hand-written floor and one-read transactions use, all with fresh random
+// names, so that runs never touch anything else on the server. Close drops
+// them.
 type Env struct {
 	db      *sql.DB
 	dialect idem.Dialect
 	store   *idem.Store
 	orders  string // the business table
 	insert  string // INSERT of one order row, in the dialect's placeholders
-	prefix  string // makes keys unique to this run
-	seq     atomic.Int64
+	floor   string // the table of the hand-written transactions
+	// The hand-written statements on floor: the claim, the response and
+	// the read of a stored row, in the dialect's placeholders.
+	floorClaim, floorComplete, floorRead string
+	prefix                               string // makes keys unique to this run
+	seq                                  atomic.Int64
 }
 
 // Setup creates the tables of a run on db.
@@ -38,23 +45,32 @@ func Setup(ctx context.Context, db *sql.DB, dialect idem.Dialect) (*Env, error) 
 	if err != nil {
 		return nil, fmt.Errorf("bench: %w", err)
 	}
+	floor, err := idem.New(dialect, idem.WithTable("idem_bench_floor_"+tag))
+	if err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
 	e := &Env{
 		db:      db,
 		dialect: dialect,
 		store:   store,
 		orders:  "idem_bench_orders_" + tag,
+		floor:   floor.Table(),
 		prefix:  tag + "-",
 	}
-	id, ph := "BIGSERIAL PRIMARY KEY", "$1, $2"
+	id := "BIGSERIAL PRIMARY KEY"
 	switch dialect.Name() {
 	case "mysql":
-		id, ph = "BIGINT AUTO_INCREMENT PRIMARY KEY", "?, ?"
+		id = "BIGINT AUTO_INCREMENT PRIMARY KEY"
 	case "sqlite":
-		id, ph = "INTEGER PRIMARY KEY", "?, ?"
+		id = "INTEGER PRIMARY KEY"
 	}
-	e.insert = "INSERT INTO " + e.orders + " (idem_key, amount) VALUES (" + ph + ")"
+	e.insert = e.placeholders("INSERT INTO " + e.orders + " (idem_key, amount) VALUES (?, ?)")
+	e.floorStatements()
 	if err := e.store.Migrate(ctx, db); err != nil {
 		return nil, fmt.Errorf("bench: %w", err)
+	}
+	if err := floor.Migrate(ctx, db); err != nil {
+		return nil, errors.Join(fmt.Errorf("bench: %w", err), e.Close(ctx))
 	}
 	if _, err := db.ExecContext(ctx, "CREATE TABLE "+e.orders+" (id "+id+", idem_key VARCHAR(255) NOT NULL, amount BIGINT NOT NULL)"); err != nil {
 		return nil, errors.Join(fmt.Errorf("bench: create %s: %w", e.orders, err), e.Close(ctx))
@@ -62,10 +78,51 @@ func Setup(ctx context.Context, db *sql.DB, dialect idem.Dialect) (*Env, error) 
 	return e, nil
 }
 
+// floorStatements writes the statements of the hand-written transactions
+// the way an application would: arguments as parameters, times from the
+// database clock, no token, lease or retention. The claim is the cheapest
+// one that lets a duplicate wait for the holder and then learn it lost:
+// ON CONFLICT DO NOTHING on PostgreSQL and SQLite (a failing INSERT would
+// abort a PostgreSQL transaction), a plain INSERT that fails with 1062 on
+// MySQL. The read is a plain one, locking nothing.
+func (e *Env) floorStatements() {
+	now, conflict := "now()", " ON CONFLICT (scope, idem_key) DO NOTHING"
+	switch e.dialect.Name() {
+	case "mysql":
+		now, conflict = "UTC_TIMESTAMP(6)", ""
+	case "sqlite":
+		now = "(CAST(unixepoch('now', 'subsec') * 1000 AS INTEGER) * 1000)"
+	}
+	e.floorClaim = e.placeholders("INSERT INTO " + e.floor + " (scope, idem_key, operation, fingerprint, status, token, lease_until, created_at)" +
+		" VALUES (?, ?, ?, ?, 'processing', 1, " + now + ", " + now + ")" + conflict)
+	e.floorComplete = e.placeholders("UPDATE " + e.floor + " SET status = 'completed', completed_at = " + now +
+		", response_status = ?, response_headers = ?, response_body = ? WHERE scope = ? AND idem_key = ?")
+	e.floorRead = e.placeholders("SELECT operation, fingerprint, status, response_status, response_headers, response_body FROM " +
+		e.floor + " WHERE scope = ? AND idem_key = ?")
+}
+
+// placeholders numbers q's ? placeholders ($1, $2, ...) on PostgreSQL.
+func (e *Env) placeholders(q string) string {
+	if e.dialect.Name() != "postgres" {
+		return q
+	}
+	var b strings.Builder
+	n := 0
+	for _, c := range q {
+		if c == '?' {
+			n++
+			b.WriteString("$" + strconv.Itoa(n))
+			continue
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
+}
+
 // Close drops the run's tables.
 func (e *Env) Close(ctx context.Context) error {
 	var errs []error
-	for _, t := range []string{e.store.Table(), e.orders} {
+	for _, t := range []string{e.store.Table(), e.orders, e.floor} {
 		if _, err := e.db.ExecContext(ctx, "DROP TABLE IF EXISTS "+t); err != nil {
 			errs = append(errs, fmt.Errorf("bench: drop %s: %w", t, err))
 		}
@@ -141,6 +198,78 @@ func (e *Env) Claim(ctx context.Context) error {
 	})
 }
 
+// Floor is the cheapest hand-written transaction that does what a fresh
+// Do does, through the same driver: BEGIN; a claim INSERT of a new key
+// into a table of idem's shape; the same order row as Fresh; an UPDATE
+// that stores the response in the claim's row; COMMIT.
+func (e *Env) Floor(ctx context.Context) error {
+	return e.tx(ctx, func(tx *sql.Tx) error { return e.floorOp(ctx, tx, e.Key()) })
+}
+
+func (e *Env) floorOp(ctx context.Context, tx *sql.Tx, key string) error {
+	req := Request(key)
+	res, err := tx.ExecContext(ctx, e.floorClaim, req.Scope, req.Key, req.Operation, req.Fingerprint)
+	if err := one(res, err, "claim", key); err != nil {
+		return err
+	}
+	if err := e.order(ctx, tx, key); err != nil {
+		return err
+	}
+	res, err = tx.ExecContext(ctx, e.floorComplete, response.StatusCode, []byte(nil), response.Body, req.Scope, req.Key)
+	return one(res, err, "response", key)
+}
+
+// one checks that a statement of the floor changed one row.
+func one(res sql.Result, err error, what, key string) error {
+	if err != nil {
+		return err
+	}
+	n, err := res.RowsAffected()
+	if err == nil && n != 1 {
+		err = fmt.Errorf("bench: floor %s for key %q changed %d rows, want 1", what, key, n)
+	}
+	return err
+}
+
+// Read is the floor of a replay: BEGIN; one SELECT, by primary key, of
+// key's completed row in the floor's table; COMMIT.
+func (e *Env) Read(ctx context.Context, key string) error {
+	return e.tx(ctx, func(tx *sql.Tx) error {
+		var (
+			op, fp, status string
+			code           sql.NullInt64
+			header, body   []byte
+		)
+		req := Request(key)
+		if err := tx.QueryRowContext(ctx, e.floorRead, req.Scope, req.Key).Scan(&op, &fp, &status, &code, &header, &body); err != nil {
+			return fmt.Errorf("bench: read key %q: %w", key, err)
+		}
+		if status != "completed" || code.Int64 != int64(response.StatusCode) {
+			return fmt.Errorf("bench: read key %q: status %q, response %d, want completed, %d", key, status, code.Int64, response.StatusCode)
+		}
+		return nil
+	})
+}
+
+// Seed completes the keys that replays and reads use, in idem's table
+// and in the floor's: replayKey(w) for every worker w < workers, and the
+// hot key.
+func (e *Env) Seed(ctx context.Context, workers int) error {
+	keys := []string{hotKey}
+	for w := range workers {
+		keys = append(keys, replayKey(w))
+	}
+	for _, k := range keys {
+		if err := e.Do(ctx, k, false); err != nil {
+			return err
+		}
+		if err := e.tx(ctx, func(tx *sql.Tx) error { return e.floorOp(ctx, tx, k) }); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // order inserts one order row through tx.
 func (e *Env) order(ctx context.Context, tx idem.DBTX, key string) error {
 	_, err := tx.ExecContext(ctx, e.insert, key, 100)
@@ -161,11 +290,7 @@ func (e *Env) tx(ctx context.Context, fn func(*sql.Tx) error) error {
 
 // Orders counts the order rows stored under key.
 func (e *Env) Orders(ctx context.Context, key string) (int, error) {
-	q := "SELECT COUNT(*) FROM " + e.orders + " WHERE idem_key = ?"
-	if e.dialect.Name() == "postgres" {
-		q = "SELECT COUNT(*) FROM " + e.orders + " WHERE idem_key = $1"
-	}
 	var n int
-	err := e.db.QueryRowContext(ctx, q, key).Scan(&n)
+	err := e.db.QueryRowContext(ctx, e.placeholders("SELECT COUNT(*) FROM "+e.orders+" WHERE idem_key = ?"), key).Scan(&n)
 	return n, err
 }

@@ -1,9 +1,10 @@
-// Package bench measures idem against a bare transaction, in one process
-// against one server: rounds in which each path runs right beside a bare
-// transaction at the same concurrency, reported as transactions per second
-// and as the ratio to the bare run beside it, median of the rounds. It
-// backs `idem bench` and the Go benchmarks, and creates and drops tables of
-// its own.
+// Package bench measures idem against a bare transaction and against the
+// cheapest hand-written transaction that does the same job (its floor), in
+// one process against one server: rounds in which each path runs right
+// beside a bare transaction at the same concurrency, and beside its floor
+// when it has one, reported as transactions per second and as the ratio to
+// the runs beside it, median of the rounds. It backs `idem bench` and the
+// Go benchmarks, and creates and drops tables of its own.
 package bench
 
 import (
@@ -85,12 +86,18 @@ type Report struct {
 
 // Result is one path at one concurrency.
 type Result struct {
-	Path        string    // bare, fresh, replay or hot
+	Path        string    // bare, floor, fresh, read, replay, claim or hot
 	Concurrency int       // concurrent workers, each with its own transaction
 	TxPerSec    float64   // committed transactions per second, median of the rounds
 	Ratio       float64   // TxPerSec over the bare transaction's in the same round, median of the rounds
-	Rates       []float64 // transactions per second in each run (bare runs beside every other path)
+	Rates       []float64 // transactions per second in each run (bare runs beside every other path, floor and read beside the paths they are the floor of)
 	Ratios      []float64 // the ratio in each round
+
+	// Floor is the path this one is held against besides bare: "floor"
+	// for fresh, "read" for replay and hot; empty for the others.
+	Floor       string
+	FloorRatio  float64   // TxPerSec over the floor's in the same round, median of the rounds
+	FloorRatios []float64 // that ratio in each round
 }
 
 // Storm is the latency of a storm of concurrent requests with one key:
@@ -116,6 +123,12 @@ type path struct {
 	worker func(e *Env, w int) func(context.Context) error
 	// hot paths run only at HotWorkers.
 	hot bool
+	// floor names the path that is this one's floor: the cheapest
+	// hand-written transaction that does its job. It runs beside this
+	// path, on the other side from the bare run.
+	floor string
+	// baseline paths run only beside the paths they are the floor of.
+	baseline bool
 }
 
 // replayKey is the completed key worker w replays.
@@ -123,18 +136,28 @@ func replayKey(w int) string { return fmt.Sprintf("replay-%d", w) }
 
 const hotKey = "hot"
 
-// paths are what the benchmark runs; the first, bare, is the baseline of
-// every ratio.
+// paths are what the benchmark runs, in the order of its table; the first,
+// bare, is the baseline of every ratio.
 var paths = []path{
 	{name: "bare", worker: func(e *Env, _ int) func(context.Context) error { return e.Bare }},
-	{name: "fresh", worker: func(e *Env, _ int) func(context.Context) error { return e.Fresh }},
-	{name: "replay", worker: func(e *Env, w int) func(context.Context) error {
+	{name: "floor", baseline: true, worker: func(e *Env, _ int) func(context.Context) error { return e.Floor }},
+	{name: "fresh", floor: "floor", worker: func(e *Env, _ int) func(context.Context) error { return e.Fresh }},
+	{name: "read", baseline: true, worker: func(e *Env, w int) func(context.Context) error {
+		return func(ctx context.Context) error { return e.Read(ctx, replayKey(w)) }
+	}},
+	{name: "replay", floor: "read", worker: func(e *Env, w int) func(context.Context) error {
 		return func(ctx context.Context) error { return e.Do(ctx, replayKey(w), true) }
 	}},
 	{name: "claim", worker: func(e *Env, _ int) func(context.Context) error { return e.Claim }},
-	{name: "hot", hot: true, worker: func(e *Env, _ int) func(context.Context) error {
+	{name: "hot", hot: true, floor: "read", worker: func(e *Env, _ int) func(context.Context) error {
 		return func(ctx context.Context) error { return e.Do(ctx, hotKey, true) }
 	}},
+}
+
+// pathNamed is the path of that name.
+func pathNamed(name string) path {
+	i := slices.IndexFunc(paths, func(p path) bool { return p.name == name })
+	return paths[i]
 }
 
 // Run measures every path, writes the table to w as it finishes and
@@ -153,90 +176,119 @@ func Run(ctx context.Context, cfg Config, w io.Writer) (Report, error) {
 
 // cell is the per-round measurements of one path at one concurrency.
 type cell struct {
-	path   path
-	conc   int
-	rates  []float64
-	ratios []float64
+	path        path
+	conc        int
+	rates       []float64
+	ratios      []float64 // to bare
+	floorRatios []float64 // to the path's floor
+}
+
+// at is a path at a concurrency: the key of a baseline's cell.
+type at struct {
+	path string
+	conc int
 }
 
 func run(ctx context.Context, e *Env, cfg Config, w io.Writer) (Report, error) {
 	rep := Report{Driver: cfg.Driver, Dialect: cfg.Dialect.Name(), Rounds: cfg.Rounds}
-	maxConc := max(slices.Max(cfg.Concurrency), cfg.HotWorkers)
-	for i := range maxConc {
-		if err := e.Do(ctx, replayKey(i), false); err != nil {
-			return rep, err
-		}
-	}
-	if err := e.Do(ctx, hotKey, false); err != nil {
+	if err := e.Seed(ctx, max(slices.Max(cfg.Concurrency), cfg.HotWorkers)); err != nil {
 		return rep, err
 	}
-	fmt.Fprintf(w, "idem bench: %s driver, %s dialect; %d rounds, each path for %v beside a bare run of %v\n",
+	fmt.Fprintf(w, "idem bench: %s driver, %s dialect; %d rounds, each path for %v beside a bare run (and its floor's) of %v\n",
 		cfg.Driver, rep.Dialect, cfg.Rounds, cfg.Duration, cfg.Duration)
 
-	bare := paths[0]
 	var cells []*cell
-	bares := map[int]*cell{}
-	add := func(p path, conc int) {
-		if bares[conc] == nil {
-			bares[conc] = &cell{path: bare, conc: conc}
+	baselines := map[at]*cell{}
+	baseline := func(name string, conc int) *cell {
+		k := at{name, conc}
+		if baselines[k] == nil {
+			baselines[k] = &cell{path: pathNamed(name), conc: conc}
 		}
-		cells = append(cells, &cell{path: p, conc: conc})
+		return baselines[k]
 	}
 	for _, c := range cfg.Concurrency {
-		for _, p := range paths {
-			if p.name != bare.name && !p.hot {
-				add(p, c)
+		for _, p := range paths[1:] {
+			if !p.hot && !p.baseline {
+				cells = append(cells, &cell{path: p, conc: c})
 			}
 		}
 	}
 	for _, p := range paths {
 		if p.hot {
-			add(p, cfg.HotWorkers)
+			cells = append(cells, &cell{path: p, conc: cfg.HotWorkers})
 		}
+	}
+	// runs are the cells of one step: the path between its bare run and
+	// its floor's, or beside its bare run when it has no floor.
+	runs := func(c *cell, bareFirst bool) []*cell {
+		b := baseline("bare", c.conc)
+		order := []*cell{b, c}
+		if c.path.floor != "" {
+			order = append(order, baseline(c.path.floor, c.conc))
+		}
+		if !bareFirst {
+			slices.Reverse(order)
+		}
+		return order
 	}
 	// A short pass, not counted, opens the pool's connections and fills
 	// the drivers' statement caches.
 	for _, c := range cells {
-		for _, p := range []path{bare, c.path} {
-			if _, err := measure(ctx, e, p, c.conc, cfg.Duration/5); err != nil {
-				return rep, fmt.Errorf("bench: %s at concurrency %d: %w", p.name, c.conc, err)
+		for _, o := range runs(c, true) {
+			if _, err := measure(ctx, e, o.path, o.conc, cfg.Duration/5); err != nil {
+				return rep, fmt.Errorf("bench: %s at concurrency %d: %w", o.path.name, o.conc, err)
 			}
 		}
 	}
-	// Each path runs right beside a bare run at the same concurrency, in
-	// turn before and after it, and the order of the paths rotates from
-	// round to round: load from outside that changes over seconds then
-	// weighs on both sides of each ratio alike.
+	// Each path runs right beside a bare run at the same concurrency, and
+	// beside its floor's on the other side, in turn before and after each,
+	// and the order of the paths rotates from round to round: load from
+	// outside that changes over seconds then weighs on both sides of each
+	// ratio alike.
 	for round := range cfg.Rounds {
 		for _, st := range schedule(len(cells), round) {
 			c := cells[st.cell]
-			b := bares[c.conc]
-			order := []*cell{b, c}
-			if !st.bareFirst {
-				order = []*cell{c, b}
-			}
-			var rates [2]float64
-			for k, o := range order {
-				rate, err := measure(ctx, e, o.path, o.conc, cfg.Duration)
+			rate := map[*cell]float64{}
+			for _, o := range runs(c, st.bareFirst) {
+				r, err := measure(ctx, e, o.path, o.conc, cfg.Duration)
 				if err != nil {
 					return rep, fmt.Errorf("bench: %s at concurrency %d: %w", o.path.name, o.conc, err)
 				}
-				o.rates = append(o.rates, rate)
-				rates[k] = rate
+				o.rates = append(o.rates, r)
+				rate[o] = r
 			}
-			if order[0] == b {
-				c.ratios = append(c.ratios, rates[1]/rates[0])
-			} else {
-				c.ratios = append(c.ratios, rates[0]/rates[1])
+			b := baseline("bare", c.conc)
+			c.ratios = append(c.ratios, rate[c]/rate[b])
+			if c.path.floor != "" {
+				f := baseline(c.path.floor, c.conc)
+				c.floorRatios = append(c.floorRatios, rate[c]/rate[f])
+				f.ratios = append(f.ratios, rate[f]/rate[b])
 			}
 		}
 	}
-	for _, conc := range slices.Sorted(maps.Keys(bares)) {
-		b := bares[conc]
+	concs := map[int]bool{}
+	for _, c := range cells {
+		concs[c.conc] = true
+	}
+	for _, conc := range slices.Sorted(maps.Keys(concs)) {
+		b := baseline("bare", conc)
 		rep.Results = append(rep.Results, Result{Path: "bare", Concurrency: conc, TxPerSec: median(b.rates), Ratio: 1, Rates: b.rates, Ratios: slices.Repeat([]float64{1}, len(b.rates))})
-		for _, c := range cells {
-			if c.conc == conc {
-				rep.Results = append(rep.Results, Result{Path: c.path.name, Concurrency: conc, TxPerSec: median(c.rates), Ratio: median(c.ratios), Rates: c.rates, Ratios: c.ratios})
+		for _, p := range paths[1:] {
+			if p.baseline {
+				if f := baselines[at{p.name, conc}]; f != nil {
+					rep.Results = append(rep.Results, Result{Path: p.name, Concurrency: conc, TxPerSec: median(f.rates), Ratio: median(f.ratios), Rates: f.rates, Ratios: f.ratios})
+				}
+				continue
+			}
+			for _, c := range cells {
+				if c.conc != conc || c.path.name != p.name {
+					continue
+				}
+				r := Result{Path: p.name, Concurrency: conc, TxPerSec: median(c.rates), Ratio: median(c.ratios), Rates: c.rates, Ratios: c.ratios}
+				if p.floor != "" {
+					r.Floor, r.FloorRatio, r.FloorRatios = p.floor, median(c.floorRatios), c.floorRatios
+				}
+				rep.Results = append(rep.Results, r)
 			}
 		}
 	}
@@ -265,7 +317,7 @@ func run(ctx context.Context, e *Env, cfg Config, w io.Writer) (Report, error) {
 }
 
 // step is one pairing of a round: a cell, and whether its bare run comes
-// before the cell's own run.
+// before the cell's own run (and its floor's after it).
 type step struct {
 	cell      int
 	bareFirst bool
@@ -467,9 +519,14 @@ func median(xs []float64) float64 {
 
 func printResults(w io.Writer, rs []Result) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "path\tworkers\ttx/s\tratio to bare\tratio range\t")
+	fmt.Fprintln(tw, "path\tworkers\ttx/s\tratio to bare\tratio range\tfloor\tratio to floor\tratio range\t")
 	for _, r := range rs {
-		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%.2f\t%.2f-%.2f\t\n", r.Path, r.Concurrency, r.TxPerSec, r.Ratio, slices.Min(r.Ratios), slices.Max(r.Ratios))
+		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%.2f\t%.2f-%.2f\t", r.Path, r.Concurrency, r.TxPerSec, r.Ratio, slices.Min(r.Ratios), slices.Max(r.Ratios))
+		if r.Floor == "" {
+			fmt.Fprint(tw, "\t\t\t\n")
+			continue
+		}
+		fmt.Fprintf(tw, "%s\t%.2f\t%.2f-%.2f\t\n", r.Floor, r.FloorRatio, slices.Min(r.FloorRatios), slices.Max(r.FloorRatios))
 	}
 	_ = tw.Flush()
 }

@@ -92,15 +92,21 @@ func TestRun(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if want := 4*len(cfg.Concurrency) + 1; len(rep.Results) != want {
+			// bare, floor, fresh, read, replay and claim at each
+			// concurrency, and hot.
+			if want := 6*len(cfg.Concurrency) + 1; len(rep.Results) != want {
 				t.Fatalf("%d results, want %d", len(rep.Results), want)
 			}
+			floors := map[string]string{"fresh": "floor", "replay": "read", "hot": "read"}
 			for _, r := range rep.Results {
 				if r.TxPerSec <= 0 || r.Ratio <= 0 {
 					t.Errorf("%+v: no transactions measured", r)
 				}
 				if r.Path == "bare" && r.Ratio != 1 {
 					t.Errorf("%+v: bare's ratio to itself is not 1", r)
+				}
+				if r.Floor != floors[r.Path] || r.Floor != "" && (r.FloorRatio <= 0 || len(r.FloorRatios) != len(r.Ratios)) {
+					t.Errorf("%+v: want a ratio to the floor %q in every round", r, floors[r.Path])
 				}
 			}
 			if cfg.Storms < 0 {

@@ -1,0 +1,255 @@
+package bench
+
+import (
+	"context"
+	"database/sql"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"text/tabwriter"
+
+	"github.com/go-sql-driver/mysql"
+)
+
+// wire is what a client sent to the server through a proxy: its protocol
+// messages, read off the stream as they pass.
+type wire struct {
+	roundTrips atomic.Int64 // messages the client waits on: Sync and Query (PostgreSQL), every command but COM_STMT_CLOSE (MySQL)
+	parses     atomic.Int64 // statements the server parses: Parse and Query (PostgreSQL), COM_STMT_PREPARE and COM_QUERY (MySQL)
+	flushes    atomic.Int64 // reads of the client's socket: its writes, where the client waits between them
+	bytes      atomic.Int64
+}
+
+type wireCount struct{ roundTrips, parses, flushes, bytes int64 }
+
+func (w *wire) count() wireCount {
+	return wireCount{w.roundTrips.Load(), w.parses.Load(), w.flushes.Load(), w.bytes.Load()}
+}
+
+func (c wireCount) minus(d wireCount) wireCount {
+	return wireCount{c.roundTrips - d.roundTrips, c.parses - d.parses, c.flushes - d.flushes, c.bytes - d.bytes}
+}
+
+// proxy forwards connections from a local port to addr, counting what
+// clients send in w; mysql says which protocol they speak.
+func proxy(t *testing.T, addr string, mysql bool, w *wire) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	t.Cleanup(func() { _ = ln.Close(); wg.Wait() })
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.Dial("tcp", addr)
+			if err != nil {
+				_ = c.Close()
+				continue
+			}
+			wg.Go(func() { _, _ = io.Copy(c, s); _ = c.Close() })
+			wg.Go(func() { w.forward(s, c, mysql); _ = s.Close() })
+		}
+	})
+	return ln.Addr().String()
+}
+
+// forward copies the client's stream to the server, counting its messages.
+func (w *wire) forward(dst io.Writer, src io.Reader, mysql bool) {
+	var pending []byte
+	startup := true // PostgreSQL: untyped messages until the StartupMessage
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			w.flushes.Add(1)
+			w.bytes.Add(int64(n))
+			pending = append(pending, buf[:n]...)
+			if mysql {
+				pending = w.mysqlPackets(pending)
+			} else {
+				pending = w.pgMessages(pending, &startup)
+			}
+			if _, err := dst.Write(buf[:n]); err != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// pgMessages counts the whole PostgreSQL messages at the start of b and
+// returns the rest.
+func (w *wire) pgMessages(b []byte, startup *bool) []byte {
+	for {
+		if *startup {
+			if len(b) < 8 {
+				return b
+			}
+			n := int(binary.BigEndian.Uint32(b))
+			if len(b) < n {
+				return b
+			}
+			// SSLRequest, GSSENCRequest and CancelRequest precede or
+			// replace the StartupMessage.
+			switch binary.BigEndian.Uint32(b[4:]) {
+			case 80877103, 80877104, 80877102:
+			default:
+				*startup = false
+			}
+			b = b[n:]
+			continue
+		}
+		if len(b) < 5 {
+			return b
+		}
+		n := 1 + int(binary.BigEndian.Uint32(b[1:]))
+		if len(b) < n {
+			return b
+		}
+		switch b[0] {
+		case 'S':
+			w.roundTrips.Add(1)
+		case 'Q':
+			w.roundTrips.Add(1)
+			w.parses.Add(1)
+		case 'P':
+			w.parses.Add(1)
+		}
+		b = b[n:]
+	}
+}
+
+// mysqlPackets counts the commands among the whole MySQL packets at the
+// start of b and returns the rest. A command is a packet of sequence 0.
+func (w *wire) mysqlPackets(b []byte) []byte {
+	for len(b) >= 4 {
+		n := 4 + (int(b[0]) | int(b[1])<<8 | int(b[2])<<16)
+		if len(b) < n {
+			return b
+		}
+		if b[3] == 0 && n > 4 {
+			switch b[4] {
+			case 0x19, 0x01: // COM_STMT_CLOSE and COM_QUIT: no answer
+			case 0x03, 0x16: // COM_QUERY, COM_STMT_PREPARE
+				w.roundTrips.Add(1)
+				w.parses.Add(1)
+			default:
+				w.roundTrips.Add(1)
+			}
+		}
+		b = b[n:]
+	}
+	return b
+}
+
+// through opens tg's server through a counting proxy, on one connection.
+func (tg target) through(t *testing.T, w *wire) *sql.DB {
+	t.Helper()
+	dsn := os.Getenv(tg.env)
+	if dsn == "" {
+		t.Skipf("%s is unset", tg.env)
+	}
+	if tg.dialect.Name() == "mysql" {
+		cfg, err := mysql.ParseDSN(dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Addr = proxy(t, cfg.Addr, true, w)
+		dsn = cfg.FormatDSN()
+	} else {
+		u, err := url.Parse(dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		u.Host = proxy(t, u.Host, false, w)
+		dsn = u.String()
+	}
+	if p := os.Getenv("IDEM_BENCH_DSN_PARAMS"); p != "" {
+		sep := "?"
+		if strings.Contains(dsn, "?") {
+			sep = "&"
+		}
+		dsn += sep + p
+	}
+	db, err := sql.Open(tg.driver, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.SetMaxOpenConns(1)
+	t.Cleanup(func() { _ = db.Close() })
+	return db
+}
+
+// TestRoundTrips counts, on the wire, what one transaction of each path
+// sends through each driver: the round trips it waits on (BEGIN and COMMIT
+// included), the statements the server parses, the client's writes and
+// its bytes. It checks only that the counting works; run it with -v for
+// the table (docs/benchmarks.md). IDEM_BENCH_DSN_PARAMS applies, as in
+// TestRun.
+func TestRoundTrips(t *testing.T) {
+	ctx := context.Background()
+	for _, tg := range targets {
+		t.Run(tg.driver, func(t *testing.T) {
+			var w wire
+			e, err := Setup(ctx, tg.through(t, &w), tg.dialect)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = e.Close(ctx) })
+			if err := e.Seed(ctx, 1); err != nil {
+				t.Fatal(err)
+			}
+			// A statement whose answer means the server has read all
+			// that came before it, and what it sends itself.
+			barrier := func() wireCount {
+				if _, err := e.db.ExecContext(ctx, "SELECT 1"); err != nil {
+					t.Fatal(err)
+				}
+				return w.count()
+			}
+			before := barrier()
+			own := barrier().minus(before)
+			var out strings.Builder
+			tw := tabwriter.NewWriter(&out, 0, 0, 2, ' ', tabwriter.AlignRight)
+			fmt.Fprintln(tw, "path\tround trips\tparsed\tclient writes\tbytes sent\t")
+			const ops = 20
+			for _, p := range paths {
+				if p.hot {
+					continue
+				}
+				body := p.worker(e, 0)
+				if err := body(ctx); err != nil { // fills the statement caches
+					t.Fatal(err)
+				}
+				start := barrier()
+				for range ops {
+					if err := body(ctx); err != nil {
+						t.Fatal(err)
+					}
+				}
+				c := barrier().minus(start).minus(own)
+				if c.roundTrips <= 0 || c.flushes <= 0 {
+					t.Errorf("%s: %+v counted for %d transactions", p.name, c, ops)
+				}
+				fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t%.1f\t%.0f\t\n", p.name, float64(c.roundTrips)/ops, float64(c.parses)/ops,
+					float64(c.flushes)/ops, float64(c.bytes)/ops)
+			}
+			_ = tw.Flush()
+			t.Logf("per transaction, %s:\n%s", tg.driver, out.String())
+		})
+	}
+}
