@@ -77,7 +77,8 @@ func (s *pgStatements) insert(r Request, lease int64) query {
 
 // pgClaimOrRead is pgInsert beside pgRead, so that a replay takes one round
 // trip. The read sees the statement's snapshot, not the insert's row (a
-// data-modifying CTE's rows are not visible to its query), and not a row
+// data-modifying CTE's rows are not visible to its query; NOT EXISTS, a
+// one-time filter, skips the read when the insert claimed), and not a row
 // committed after the statement began: then neither part returns a row,
 // and acquire reads it with pgRead, whose snapshot is newer. Under
 // REPEATABLE READ and SERIALIZABLE such a conflict is a serialization
@@ -95,7 +96,7 @@ SELECT false, 0, 0, operation, fingerprint, status, token,
   (CASE WHEN status = 'completed' THEN completed_at ELSE lease_until END) + $6::bigint * interval '1 microsecond' <= statement_timestamp(),
   (extract(epoch FROM lease_until - statement_timestamp()) * 1000000)::bigint,
   response_status, response_headers, response_body
-FROM idempotency_keys WHERE scope = $1 AND idem_key = $2`
+FROM idempotency_keys WHERE scope = $1 AND idem_key = $2 AND NOT EXISTS (SELECT FROM claim)`
 
 func (s *pgStatements) claimOrRead(r Request, lease, retention int64) (query, bool) {
 	return query{s.claimOrReadSQL, []any{r.Scope, r.Key, r.Operation, r.Fingerprint, lease, retention}}, true
