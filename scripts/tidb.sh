@@ -53,7 +53,8 @@ start() {
 	mkdir -p "$CACHE/run"
 	nohup "$BIN" -store unistore -path "" -host 127.0.0.1 -P "$PORT" \
 		-status "$STATUS_PORT" -status-host 127.0.0.1 \
-		-log-file "$CACHE/run/tidb.log" >"$CACHE/run/stdout.log" 2>&1 &
+		-log-file "$CACHE/run/tidb.log" -log-slow-query "$CACHE/run/tidb-slow.log" \
+		>"$CACHE/run/stdout.log" 2>&1 &
 	echo $! >"$CACHE/run/pid"
 	for _ in $(seq 1 120); do
 		if answers; then
