@@ -72,17 +72,16 @@ const restampAfter = 10 * time.Millisecond
 func (s *Store) acquire(ctx context.Context, c conn, req Request, begin bool) (replay *Result, token int64, err error) {
 	lease, start := micros(s.lease), startWatch()
 	for range maxContention {
-		ok, token, waited, rec, found, err := s.insert(ctx, c, req, lease)
+		ok, token, waited, err := s.claimRow(ctx, c, req, s.st.insert(req, lease), true)
 		if err != nil {
 			return nil, 0, stmtErr("claim", req, err)
 		}
 		if ok {
 			return nil, token, s.restamp(ctx, c, req, begin, token, waited)
 		}
-		if !found {
-			if rec, found, err = s.read(ctx, c, req); err != nil {
-				return nil, 0, err
-			}
+		rec, found, err := s.read(ctx, c, req)
+		if err != nil {
+			return nil, 0, err
 		}
 		if !found {
 			continue // deleted since the insert saw it: claim it afresh
@@ -110,30 +109,6 @@ func (s *Store) acquire(ctx context.Context, c conn, req Request, begin bool) (r
 		// extended it, since the read: look again.
 	}
 	return nil, 0, errContended
-}
-
-// insert claims a new key (ok), or reports that it has a record: with the
-// record itself (found) where the dialect's claimOrRead reads it in the
-// same statement and it committed before that statement began.
-func (s *Store) insert(ctx context.Context, c conn, req Request, lease int64) (ok bool, token int64, waited time.Duration, rec record, found bool, err error) {
-	q, both := s.st.claimOrRead(req, lease, micros(s.retention))
-	if !both {
-		ok, token, waited, err = s.claimRow(ctx, c, req, s.st.insert(req, lease), true)
-		return ok, token, waited, record{}, false, err
-	}
-	var lag int64
-	rec, err = s.scanRecord(req, func(dest ...any) error {
-		return c.queryRow(ctx, q, append([]any{&ok, &token, &lag}, dest...)...)
-	})
-	switch {
-	case errors.Is(err, sql.ErrNoRows):
-		return false, 0, 0, record{}, false, nil
-	case err != nil:
-		return false, 0, 0, record{}, false, err
-	case ok:
-		return true, token, time.Duration(lag) * time.Microsecond, record{}, false, nil
-	}
-	return false, 0, 0, rec, true, nil
 }
 
 // claimRow runs q, the insert (insert true) or the takeover, and reports
@@ -184,36 +159,26 @@ func (s *Store) restamp(ctx context.Context, c conn, req Request, begin bool, to
 
 // read reads the record of (Scope, Key); found is false when there is none.
 func (s *Store) read(ctx context.Context, c conn, req Request) (rec record, found bool, err error) {
-	rec, err = s.scanRecord(req, func(dest ...any) error {
-		return c.queryRow(ctx, s.st.read(req, micros(s.retention)), dest...)
-	})
-	switch {
-	case errors.Is(err, sql.ErrNoRows):
-		return record{}, false, nil
-	case err != nil:
-		return record{}, false, stmtErr("read the record", req, err)
-	}
-	return rec, true, nil
-}
-
-// scanRecord scans the columns of the read statement with scan, and
-// decodes them into a record.
-func (s *Store) scanRecord(req Request, scan func(dest ...any) error) (rec record, err error) {
 	var (
 		leaseLeft int64
 		status    sql.NullInt64
 		header    []byte
 	)
-	if err := scan(&rec.operation, &rec.fingerprint, &rec.status, &rec.token, &rec.forgotten, &leaseLeft,
-		&status, &header, &rec.resp.Body); err != nil {
-		return record{}, err
+	err = c.queryRow(ctx, s.st.read(req, micros(s.retention)),
+		&rec.operation, &rec.fingerprint, &rec.status, &rec.token, &rec.forgotten, &leaseLeft,
+		&status, &header, &rec.resp.Body)
+	if errors.Is(err, sql.ErrNoRows) {
+		return record{}, false, nil
+	}
+	if err != nil {
+		return record{}, false, stmtErr("read the record", req, err)
 	}
 	rec.leaseLeft = time.Duration(leaseLeft) * time.Microsecond
 	rec.resp.StatusCode = int(status.Int64)
 	if rec.resp.Header, err = decodeHeader(header); err != nil {
-		return record{}, fmt.Errorf("idem: read the record for key %q in scope %q: %w (not written by idem?); delete the record by hand (docs/operations.md) or wait for it to pass retention", req.Key, req.Scope, err)
+		return record{}, false, fmt.Errorf("idem: read the record for key %q in scope %q: %w (not written by idem?); delete the record by hand (docs/operations.md) or wait for it to pass retention", req.Key, req.Scope, err)
 	}
-	return rec, nil
+	return rec, true, nil
 }
 
 // store stores resp as the final result of Do's claim, fenced on its

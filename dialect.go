@@ -87,13 +87,6 @@ type statements interface {
 	// acquire's read and this write wins. Where returnsToken, it returns
 	// what insert does.
 	takeover(r Request, token, lease, retention int64) query
-	// claimOrRead is insert and read in one statement, where the dialect
-	// has one (ok): it claims the key as insert does and returns true, the
-	// token and how long the claim waited, or, when the key has a record
-	// that committed before the statement began, returns false, 0, 0 and
-	// the record as read does. It returns no row when the record committed
-	// after the statement began: read it then.
-	claimOrRead(r Request, lease, retention int64) (q query, ok bool)
 	// returnsToken reports whether insert and takeover return the claim's
 	// token; where they do not (MySQL), claimed reads it.
 	returnsToken() bool

@@ -93,10 +93,6 @@ func (s *myStatements) takeover(r Request, token, lease, retention int64) query 
 	return query{s.takeoverSQL, []any{r.Operation, r.Fingerprint, lease, r.Scope, r.Key, token, retention}}
 }
 
-// claimOrRead is not offered: a MySQL statement cannot both insert and
-// return rows.
-func (*myStatements) claimOrRead(Request, int64, int64) (query, bool) { return query{}, false }
-
 // returnsToken is false: MySQL has no RETURNING, and LAST_INSERT_ID()
 // must stay the caller's.
 func (*myStatements) returnsToken() bool { return false }

@@ -34,20 +34,19 @@ func (postgres) statements(parts []string) statements {
 	base := parts[len(parts)-1]
 	r := func(sql string) string { return render(sql, quoted, base) }
 	return &pgStatements{
-		ddl:            schemaStatements(schema.Postgres, quoted, base),
-		quoted:         quoted,
-		insertSQL:      r(pgInsert),
-		claimOrReadSQL: r(pgClaimOrRead),
-		takeoverSQL:    r(pgTakeover),
-		readSQL:        r(pgRead),
-		stateSQL:       r(pgState),
-		completeSQL:    r(pgComplete),
-		extendSQL:      r(pgExtend),
-		releaseSQL:     r(pgRelease),
-		removeSQL:      r(pgRemove),
-		purgeSQL:       r(pgPurge),
-		inspectSQL:     r(pgInspect),
-		statsSQL:       r(pgStats),
+		ddl:         schemaStatements(schema.Postgres, quoted, base),
+		quoted:      quoted,
+		insertSQL:   r(pgInsert),
+		takeoverSQL: r(pgTakeover),
+		readSQL:     r(pgRead),
+		stateSQL:    r(pgState),
+		completeSQL: r(pgComplete),
+		extendSQL:   r(pgExtend),
+		releaseSQL:  r(pgRelease),
+		removeSQL:   r(pgRemove),
+		purgeSQL:    r(pgPurge),
+		inspectSQL:  r(pgInspect),
+		statsSQL:    r(pgStats),
 	}
 }
 
@@ -55,7 +54,7 @@ func (postgres) statements(parts []string) statements {
 type pgStatements struct {
 	ddl    []string
 	quoted string
-	insertSQL, claimOrReadSQL, takeoverSQL, readSQL, stateSQL, completeSQL, extendSQL,
+	insertSQL, takeoverSQL, readSQL, stateSQL, completeSQL, extendSQL,
 	releaseSQL, removeSQL, purgeSQL, inspectSQL, statsSQL string
 }
 
@@ -73,33 +72,6 @@ RETURNING token, ((extract(epoch FROM clock_timestamp()) - extract(epoch FROM cr
 
 func (s *pgStatements) insert(r Request, lease int64) query {
 	return query{s.insertSQL, []any{r.Scope, r.Key, r.Operation, r.Fingerprint, lease}}
-}
-
-// pgClaimOrRead is pgInsert beside pgRead, so that a replay takes one round
-// trip. The read sees the statement's snapshot, not the insert's row (a
-// data-modifying CTE's rows are not visible to its query; NOT EXISTS, a
-// one-time filter, skips the read when the insert claimed), and not a row
-// committed after the statement began: then neither part returns a row,
-// and acquire reads it with pgRead, whose snapshot is newer. Under
-// REPEATABLE READ and SERIALIZABLE such a conflict is a serialization
-// failure, as for pgInsert alone.
-const pgClaimOrRead = `WITH claim AS (
-  INSERT INTO idempotency_keys (scope, idem_key, operation, fingerprint, status, token, lease_until, created_at)
-  VALUES ($1, $2, $3, $4, 'processing', (extract(epoch FROM statement_timestamp()) * 1000000)::bigint,
-    statement_timestamp() + $5::bigint * interval '1 microsecond', statement_timestamp())
-  ON CONFLICT (scope, idem_key) DO NOTHING
-  RETURNING token, ((extract(epoch FROM clock_timestamp()) - extract(epoch FROM created_at)) * 1000000)::bigint AS waited
-)
-SELECT true, token, waited, '', '', '', 0::bigint, false, 0::bigint, NULL::integer, NULL::bytea, NULL::bytea FROM claim
-UNION ALL
-SELECT false, 0, 0, operation, fingerprint, status, token,
-  (CASE WHEN status = 'completed' THEN completed_at ELSE lease_until END) + $6::bigint * interval '1 microsecond' <= statement_timestamp(),
-  (extract(epoch FROM lease_until - statement_timestamp()) * 1000000)::bigint,
-  response_status, response_headers, response_body
-FROM idempotency_keys WHERE scope = $1 AND idem_key = $2 AND NOT EXISTS (SELECT FROM claim)`
-
-func (s *pgStatements) claimOrRead(r Request, lease, retention int64) (query, bool) {
-	return query{s.claimOrReadSQL, []any{r.Scope, r.Key, r.Operation, r.Fingerprint, lease, retention}}, true
 }
 
 // Under READ COMMITTED, an update that waited for another transaction

@@ -125,10 +125,6 @@ func (s *sqStatements) takeover(r Request, token, lease, retention int64) query 
 	return query{s.takeoverSQL, []any{r.Operation, r.Fingerprint, lease, r.Scope, r.Key, token, retention}}
 }
 
-// claimOrRead is not offered: SQLite has no data-modifying CTE, and its
-// one writer makes a replay's second statement cheap.
-func (*sqStatements) claimOrRead(Request, int64, int64) (query, bool) { return query{}, false }
-
 // claimed is not used: insert and takeover return the token.
 func (*sqStatements) claimed(Request) query { return query{} }
 
