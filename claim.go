@@ -41,10 +41,10 @@ func (s *Store) Begin(ctx context.Context, db *sql.DB, req Request) (claim *Clai
 	if db == nil {
 		return nil, nil, errors.New("idem: Begin needs a *sql.DB, got nil")
 	}
+	defer s.observeBegin(ctx, req, startWatch(), &claim, &replay, &err)
 	if err := req.validate(); err != nil {
 		return nil, nil, err
 	}
-	defer s.observeBegin(ctx, req, startWatch(), &claim, &replay, &err)
 	var token int64
 	err = RunTx(ctx, db, nil, func(tx *sql.Tx) error {
 		var err error

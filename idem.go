@@ -95,10 +95,10 @@ func (s *Store) Do(ctx context.Context, tx DBTX, req Request, fn func(ctx contex
 	if fn == nil {
 		return Result{}, errors.New("idem: Do needs a function to run, got nil")
 	}
+	defer s.observeDo(ctx, req, start, &res, &err)
 	if err := req.validate(); err != nil {
 		return Result{}, err
 	}
-	defer s.observeDo(ctx, req, start, &res, &err)
 	c := sqlConn{tx, s.dialect}
 	replay, token, err := s.claim(ctx, c, req, false)
 	if err != nil {

@@ -46,6 +46,12 @@ const (
 	EventClaimed
 	// EventReleased: [Claim.Release] ended a claim without a result.
 	EventReleased
+	// EventInvalid: a request was refused before any statement ran, a
+	// client's doing: Do or Begin found its key or a field invalid
+	// ([ErrInvalidKey], [ErrInvalidRequest]), or a layer above the Store
+	// refused it ([Store.Report]; idemhttp does for a missing key or a
+	// body it cannot take). Err says why.
+	EventInvalid
 )
 
 var eventNames = [...]string{
@@ -59,6 +65,7 @@ var eventNames = [...]string{
 	EventPurgeBatch: "purge_batch",
 	EventClaimed:    "claimed",
 	EventReleased:   "released",
+	EventInvalid:    "invalid",
 }
 
 // String is the kind's name in snake case, e.g. "in_flight".
@@ -118,14 +125,14 @@ var ErrPanicked = errors.New("idem: the call panicked")
 // operation, duration, and token, rows or err where they apply (dialect
 // when set, as it is in every [Event] a [Store] reports). The levels:
 // executed, replayed, claimed, released and purge_batch at Debug;
-// in_flight and mismatch (a client's doing) at Info; takeover, lease_lost
+// in_flight, mismatch and invalid (a client's doing) at Info; takeover, lease_lost
 // and failed (a process died or stalled, or a statement failed) and a
 // failed purge batch at Warn.
 func SlogObserver(l *slog.Logger) Observer {
 	return ObserverFunc(func(ctx context.Context, ev Event) {
 		level := slog.LevelDebug
 		switch {
-		case ev.Kind == EventInFlight || ev.Kind == EventMismatch:
+		case ev.Kind == EventInFlight || ev.Kind == EventMismatch || ev.Kind == EventInvalid:
 			level = slog.LevelInfo
 		case ev.Kind == EventTakeover || ev.Kind == EventLeaseLost || ev.Kind == EventFailed || ev.Err != nil:
 			level = slog.LevelWarn

@@ -71,10 +71,11 @@ func WithLockTimeout(d time.Duration) Option {
 
 // WithObserver sets the [Observer] that receives an [Event] for every outcome
 // of Do, Begin, [Claim.Complete], [Claim.Release] and each purge batch (of
-// Purge or PurgeBatch), and for
-// a [Claim.Extend] that fails (not for each heartbeat that succeeds). Calls
-// refused as invalid before any statement ([ErrInvalidKey],
-// [ErrInvalidRequest]) are not reported. By default there is no [Observer].
+// Purge or PurgeBatch), and for a [Claim.Extend] that fails (not for each
+// heartbeat that succeeds). A request refused as invalid before any
+// statement ([ErrInvalidKey], [ErrInvalidRequest]) is [EventInvalid]; a
+// call that is a programming error (a nil transaction or fn) is not
+// reported. By default there is no [Observer].
 // Use [SlogObserver] to log the events, or count them into your own metrics.
 func WithObserver(o Observer) Option { return func(s *Store) { s.observer = o } }
 

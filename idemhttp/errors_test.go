@@ -2,11 +2,13 @@ package idemhttp
 
 import (
 	"bytes"
+	"context"
 	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -87,6 +89,51 @@ func TestReadBodyLimit(t *testing.T) {
 			case n > 64 && (p == nil || p.Status != 413 || p.Type != TypeBodyTooLarge):
 				t.Errorf("%d bytes (chunked %v): problem %v, want a 413", n, chunked, p)
 			}
+		}
+	}
+}
+
+// The requests the middleware refuses before the Store sees them are
+// counted with the Store's Observer, as invalid, beside Do's outcomes.
+func TestRefusalsReported(t *testing.T) {
+	var events []idem.Event
+	store, err := idem.New(idem.Postgres, idem.WithObserver(idem.ObserverFunc(func(_ context.Context, ev idem.Event) {
+		events = append(events, ev)
+	})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := New(Config{Store: store, DB: &sql.DB{}, Scope: SingleTenant, MaxBody: 8, Required: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := m.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { t.Error("the handler ran") }))
+	for _, c := range []struct {
+		key, body string
+		status    int
+		typ       string
+	}{
+		{"", "{}", 400, TypeMissingKey},
+		{`"k"`, "a body of more than 8 bytes", 413, TypeBodyTooLarge},
+		{"\"k\x01\"", "{}", 400, TypeInvalidKey},
+	} {
+		events = nil
+		r := httptest.NewRequest("POST", "/v1/charges", strings.NewReader(c.body))
+		if c.key != "" {
+			r.Header.Set(HeaderIdempotencyKey, c.key)
+		}
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		var p Problem
+		if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil || w.Code != c.status || p.Type != c.typ {
+			t.Errorf("key %q: %d %s, want %d %s", c.key, w.Code, w.Body, c.status, c.typ)
+		}
+		if len(events) != 1 || events[0].Kind != idem.EventInvalid || events[0].Table != store.Table() {
+			t.Errorf("key %q: events %+v, want one invalid on the Store's table", c.key, events)
+			continue
+		}
+		if p, ok := errors.AsType[*Problem](events[0].Err); !ok || p.Type != c.typ {
+			t.Errorf("key %q: the event's Err is %v, want the problem answered", c.key, events[0].Err)
 		}
 	}
 }

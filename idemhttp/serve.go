@@ -54,12 +54,12 @@ func (m *Middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 			"%s %s requires an %s header: send a new unique key (e.g. a UUID) with each new request, and the same key when you retry it", r.Method, r.URL.Path, HeaderIdempotencyKey)
 	}
 	if p != nil {
-		p.ServeHTTP(w, r)
+		m.refuse(w, r, key, p)
 		return
 	}
 	body, p := m.readBody(r)
 	if p != nil {
-		p.ServeHTTP(w, r)
+		m.refuse(w, r, key, p)
 		return
 	}
 	var req *idem.Request
@@ -92,6 +92,13 @@ func (m *Middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 	m.serveTx(next, w, r, req, body)
 }
 
+// refuse answers p, a request refused before the Store saw it, and
+// counts it with the Store's Observer as invalid ([idem.Store.Report]).
+func (m *Middleware) refuse(w http.ResponseWriter, r *http.Request, key string, p *Problem) {
+	m.cfg.Store.Report(r.Context(), idem.Event{Kind: idem.EventInvalid, Key: key, Err: p})
+	p.ServeHTTP(w, r)
+}
+
 // wait lets the request through the gate of its key once no other
 // request with that key in this process is at the database, so that it
 // waits in memory, not on a pooled connection. It gives up when the
@@ -101,8 +108,10 @@ func (m *Middleware) wait(w http.ResponseWriter, r *http.Request, req idem.Reque
 	defer cancel()
 	leave, err := m.gate.enter(ctx, gateKey{scope: req.Scope, key: req.Key})
 	if err != nil {
+		inFlight := &idem.InFlightError{RetryAfter: m.cfg.RetryAfter}
+		m.cfg.Store.Report(r.Context(), idem.Event{Kind: idem.EventInFlight, Scope: req.Scope, Key: req.Key, Operation: req.Operation})
 		if r.Context().Err() == nil {
-			m.answerError(w, r, &idem.InFlightError{RetryAfter: m.cfg.RetryAfter})
+			m.answerError(w, r, inFlight)
 		}
 		return nil, false
 	}

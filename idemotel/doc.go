@@ -15,7 +15,8 @@
 //
 //   - idem.outcomes, a counter ({outcome}): one per Event, by idem.outcome
 //     ("executed", "replayed", "in_flight", "mismatch", "takeover",
-//     "lease_lost", "failed", "purge_batch", "claimed", "released").
+//     "lease_lost", "failed", "purge_batch", "claimed", "released",
+//     "invalid"), idemhttp's refusals included.
 //   - idem.duration, a histogram (s) of the duration of each call (Do,
 //     Begin, Complete, Release, a failed Extend) and purge batch, with the
 //     bucket boundaries 1 ms to 10 s that the semantic conventions advise

@@ -153,11 +153,13 @@ func NewObserver(opts ...Option) (*Observer, error) {
 // "idem.executed") to the span of ctx when that span is recording.
 //
 // The metric attributes are [OutcomeKey], [DBSystemKey], [DBCollectionKey]
-// and, for a failed call or purge batch, [ErrorTypeKey]. The span event
+// and, for a failed or invalid call and a failed purge batch,
+// [ErrorTypeKey]. The span event
 // has them too, and [OperationKey], [TokenKey] and [PurgedRowsKey] where
 // they apply, and [ScopeKey] and [KeyKey] with [WithScopeAndKey].
 //
-// error.type is "panic" for a call that panicked, "context.Canceled",
+// error.type is "panic" for a call that panicked, "idem.ErrInvalidKey" or
+// "idem.ErrInvalidRequest" for a request refused as invalid, "context.Canceled",
 // "context.DeadlineExceeded", "sql.ErrTxDone", "sql.ErrConnDone" or
 // "driver.ErrBadConn" for those errors, otherwise the Go type of the
 // innermost error in ev.Err's chain that is not a plain or wrapping error
@@ -242,6 +244,8 @@ var knownErrors = []struct {
 	err  error
 	name string
 }{
+	{idem.ErrInvalidKey, "idem.ErrInvalidKey"},
+	{idem.ErrInvalidRequest, "idem.ErrInvalidRequest"},
 	{context.Canceled, "context.Canceled"},
 	{context.DeadlineExceeded, "context.DeadlineExceeded"},
 	{sql.ErrTxDone, "sql.ErrTxDone"},

@@ -241,6 +241,11 @@ func TestOutcomesOnSQLite(t *testing.T) {
 	if _, err := doTx(ctx, t, db, s, req("d"), func() (idem.Response, error) { panic(secretBody) }); err == nil {
 		t.Fatal("Do whose fn panicked returned no error")
 	}
+	invalid := req("e")
+	invalid.Key += " with a space"
+	if _, err := doTx(ctx, t, db, s, invalid, ok); !errors.Is(err, idem.ErrInvalidKey) {
+		t.Fatalf("Do with an invalid key: %v, want ErrInvalidKey", err)
+	}
 
 	time.Sleep(10 * time.Millisecond)
 	purger, err := idem.New(idem.SQLite, idem.WithObserver(r.obs), idem.WithRetention(time.Millisecond))
@@ -255,11 +260,13 @@ func TestOutcomesOnSQLite(t *testing.T) {
 	data := r.collect(t)
 	sameCounts(t, idemotel.OutcomesMetric, sums(t, data[idemotel.OutcomesMetric]), map[string]int64{
 		"executed": 2, "replayed": 1, "mismatch": 1, "claimed": 2, "in_flight": 1, "released": 1, "lease_lost": 1,
-		"takeover": 1, "failed/*idemotel_test.declinedError": 1, "failed/panic": 1, "purge_batch": 1,
+		"takeover": 1, "failed/*idemotel_test.declinedError": 1, "failed/panic": 1, "invalid/idem.ErrInvalidKey": 1,
+		"purge_batch": 1,
 	})
 	sameCounts(t, idemotel.DurationMetric, counts(t, data[idemotel.DurationMetric]), map[string]int64{
 		"executed": 2, "replayed": 1, "mismatch": 1, "claimed": 2, "in_flight": 1, "released": 1, "lease_lost": 1,
-		"failed/*idemotel_test.declinedError": 1, "failed/panic": 1, "purge_batch": 1,
+		"failed/*idemotel_test.declinedError": 1, "failed/panic": 1, "invalid/idem.ErrInvalidKey": 1,
+		"purge_batch": 1,
 	})
 	sameCounts(t, idemotel.PurgedMetric, sums(t, data[idemotel.PurgedMetric]), map[string]int64{"purge_batch": 2})
 	for _, set := range points(data) {
@@ -305,7 +312,7 @@ func TestOutcomesOnSQLite(t *testing.T) {
 	}
 	want := []string{"idem.executed", "idem.replayed", "idem.mismatch", "idem.claimed", "idem.in_flight",
 		"idem.released", "idem.lease_lost", "idem.takeover", "idem.claimed", "idem.executed",
-		"idem.failed", "idem.failed", "idem.purge_batch"}
+		"idem.failed", "idem.failed", "idem.invalid", "idem.purge_batch"}
 	if strings.Join(names, " ") != strings.Join(want, " ") {
 		t.Errorf("span events:\n got %v\nwant %v", names, want)
 	}

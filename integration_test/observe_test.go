@@ -85,6 +85,20 @@ func TestObserver(t *testing.T) {
 		}
 		expect("other payload", idem.EventMismatch)
 
+		// A request refused before any statement is a client's doing,
+		// reported as invalid with the reason; no statement ran.
+		bad := charge("bad key", "1")
+		if err := run(bad); !errors.Is(err, idem.ErrInvalidKey) {
+			t.Fatalf("invalid key: %v, want ErrInvalidKey", err)
+		}
+		if ev := expect("invalid key", idem.EventInvalid)[0]; !errors.Is(ev.Err, idem.ErrInvalidKey) || ev.Key != bad.Key {
+			t.Errorf("invalid event %+v, want the key and ErrInvalidKey", ev)
+		}
+		if _, _, err := s.Begin(ctx, e.db, idem.Request{Scope: "a\x00b", Key: "k"}); !errors.Is(err, idem.ErrInvalidRequest) {
+			t.Fatalf("invalid scope: %v, want ErrInvalidRequest", err)
+		}
+		expect("invalid scope", idem.EventInvalid)
+
 		e.leaveClaim(s, charge("claimed", "1"), time.Hour)
 		expect("leaving a live claim", idem.EventExecuted)
 		if err := run(charge("claimed", "1")); !errors.Is(err, idem.ErrInFlight) {
