@@ -62,6 +62,15 @@ type Dialect interface {
 	inline(q query) query
 }
 
+// sessionChecker is a Dialect whose database can run a transaction in a
+// mode where a duplicate would not wait for the claim (TiDB). Do and Begin
+// call checkSession on the transaction before the claim; it returns an
+// error that names the setting, and how to change it, when the mode is
+// one idem cannot make safe.
+type sessionChecker interface {
+	checkSession(ctx context.Context, c conn) error
+}
+
 // statements are a dialect's statements for one table. Each method returns
 // one statement whole, with its arguments; the doc comment says what it
 // returns. Times come from the database clock; durations are in
