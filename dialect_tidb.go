@@ -44,11 +44,14 @@ import (
 // it from information_schema.TIDB_TRX, whose ALL_SQL_DIGESTS lists the
 // digests of the statements the transaction ran, the BEGIN first; when the
 // first is neither BEGIN OPTIMISTIC nor BEGIN PESSIMISTIC, the transaction
-// took tidb_txn_mode, as read now. TIDB_TRX lists the transactions of the
-// TiDB server the session is on (each session sees its own without the
-// PROCESS privilege), so the read costs in proportion to that server's
-// open transactions: about 0.2 ms per Do on one node with 100 connections
-// open, against 0.1 ms for the variables alone.
+// took tidb_txn_mode, as read now. Nothing cheaper tells: no variable or
+// function holds the transaction's mode, and the statements behave alike
+// until a duplicate meets them. TIDB_TRX lists the open transactions of
+// the TiDB server the session is on (each session sees its own without the
+// PROCESS privilege); reading it is most of the check's cost. Measured on
+// a 2-core machine with one TiDB server: SELECT 1 took 0.14 ms, the
+// variables alone 0.19 ms, the whole check 0.8 ms (0.93 ms with 100 other
+// transactions open).
 var TiDB Dialect = tidbDialect{}
 
 type tidbDialect struct{ mysqlDialect }
