@@ -12,26 +12,24 @@ import (
 	"github.com/idemkit/idem"
 )
 
-// sessionDB opens a pool on the target's server whose every session runs
-// with the given system variables (name to SQL literal), closed when the
-// test ends.
-func (e *env) sessionDB(vars map[string]string) *sql.DB {
+// session opens a pool of one connection on the target's server and runs
+// SET SESSION with each assignment on it, in order (TiDB accepts
+// SERIALIZABLE only once the isolation check is skipped); the pool is
+// closed when the test ends.
+func (e *env) session(assignments ...string) *sql.DB {
 	e.t.Helper()
-	cfg, err := mysql.ParseDSN(e.dsn)
-	if err != nil {
-		e.t.Fatalf("parse %s: %v", e.dsn, err)
-	}
-	if cfg.Params == nil {
-		cfg.Params = map[string]string{}
-	}
-	for k, v := range vars {
-		cfg.Params[k] = v
-	}
-	db, err := sql.Open("mysql", cfg.FormatDSN())
+	db, err := sql.Open("mysql", e.dsn)
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	e.t.Cleanup(func() { _ = db.Close() })
+	db.SetMaxOpenConns(1)
+	db.SetMaxIdleConns(1)
+	for _, a := range assignments {
+		if _, err := db.ExecContext(ctx, "SET SESSION "+a); err != nil {
+			e.t.Fatalf("SET SESSION %s: %v", a, err)
+		}
+	}
 	return db
 }
 
@@ -62,19 +60,19 @@ func TestTiDBRefusesUnsafeSessions(t *testing.T) {
 	forDialect(t, idem.TiDB, func(t *testing.T, e *env) {
 		for _, c := range []struct {
 			name    string
-			vars    map[string]string
+			sets    []string
 			setting string
 		}{
-			{"optimistic", map[string]string{"tidb_txn_mode": "'optimistic'"}, "tidb_txn_mode"},
-			{"empty mode", map[string]string{"tidb_txn_mode": "''"}, "tidb_txn_mode"},
-			{"lazy check", map[string]string{"tidb_constraint_check_in_place_pessimistic": "OFF"}, "tidb_constraint_check_in_place_pessimistic"},
-			{"serializable", map[string]string{"tidb_skip_isolation_level_check": "1", "transaction_isolation": "'SERIALIZABLE'"}, "SERIALIZABLE"},
-			{"skip check", map[string]string{"tidb_skip_isolation_level_check": "1"}, "tidb_skip_isolation_level_check"},
+			{"optimistic", []string{"tidb_txn_mode = 'optimistic'"}, "tidb_txn_mode"},
+			{"empty mode", []string{"tidb_txn_mode = ''"}, "tidb_txn_mode"},
+			{"lazy check", []string{"tidb_constraint_check_in_place_pessimistic = OFF"}, "tidb_constraint_check_in_place_pessimistic"},
+			{"serializable", []string{"tidb_skip_isolation_level_check = ON", "transaction_isolation = 'SERIALIZABLE'"}, "SERIALIZABLE"},
+			{"skip check", []string{"tidb_skip_isolation_level_check = ON"}, "tidb_skip_isolation_level_check"},
 		} {
 			t.Run(c.name, func(t *testing.T) {
 				e := e.in(t)
 				s, o := e.store(), e.op()
-				db := e.sessionDB(c.vars)
+				db := e.session(c.sets...)
 				req := charge("refused", "100")
 				tx, err := db.BeginTx(ctx, nil)
 				must(t, err)
@@ -107,7 +105,7 @@ func TestTiDBRefusesSerializable(t *testing.T) {
 			t.Fatalf("BEGIN at SERIALIZABLE: %v; want error 8048, not retryable", err)
 		}
 
-		db := e.sessionDB(map[string]string{"tidb_skip_isolation_level_check": "1"})
+		db := e.session("tidb_skip_isolation_level_check = ON")
 		tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelSerializable})
 		must(t, err)
 		_, err = s.Do(ctx, tx, req, o.fn(tx, req.Key))
@@ -130,7 +128,7 @@ func TestTiDBBeginStatementDecides(t *testing.T) {
 			{"'optimistic'", "BEGIN PESSIMISTIC", false},
 		} {
 			req := charge("begin-"+strings.Fields(c.begin)[1], "100")
-			conn, err := e.sessionDB(map[string]string{"tidb_txn_mode": c.mode}).Conn(ctx)
+			conn, err := e.session("tidb_txn_mode = " + c.mode).Conn(ctx)
 			must(t, err)
 			_, err = conn.ExecContext(ctx, c.begin)
 			must(t, err)
@@ -165,16 +163,17 @@ func TestTiDBLazyCheckLetsDuplicatesThrough(t *testing.T) {
 			inPlace string
 			both    bool // both inserts return before either commits
 		}{{"OFF", true}, {"ON", false}} {
-			db := e.sessionDB(map[string]string{"tidb_constraint_check_in_place_pessimistic": c.inPlace, "innodb_lock_wait_timeout": "1"})
+			sets := []string{"tidb_constraint_check_in_place_pessimistic = " + c.inPlace, "innodb_lock_wait_timeout = 1"}
 			key := "lazy-" + c.inPlace
-			first, err := db.BeginTx(ctx, nil)
+			first, err := e.session(sets...).BeginTx(ctx, nil)
 			must(t, err)
 			_, err = first.ExecContext(ctx, insert, key)
 			must(t, err)
+			dup := e.session(sets...)
 			var wg sync.WaitGroup
 			var secondErr error
 			wg.Go(func() {
-				second, err := db.BeginTx(ctx, nil)
+				second, err := dup.BeginTx(ctx, nil)
 				if err != nil {
 					secondErr = err
 					return
