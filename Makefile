@@ -1,11 +1,12 @@
 # The test command: the whole suite, with the race detector, against the
-# PostgreSQL and MariaDB servers of a development machine (see
-# DEVELOPERS.md). Point the DSNs elsewhere by setting them in the
-# environment; unset them on a machine with Docker to let the suite start
-# its own servers.
+# PostgreSQL, MariaDB and TiDB servers of a development machine (see
+# DEVELOPERS.md; scripts/tidb.sh start builds and starts TiDB). Point the
+# DSNs elsewhere by setting them in the environment; unset the first two
+# on a machine with Docker to let the suite start those servers itself.
 IDEM_TEST_POSTGRES_DSN ?= postgres://postgres@127.0.0.1:5432/test?sslmode=disable
 IDEM_TEST_MYSQL_DSN ?= root@tcp(127.0.0.1:3306)/test
-export IDEM_TEST_POSTGRES_DSN IDEM_TEST_MYSQL_DSN
+IDEM_TEST_TIDB_DSN ?= root@tcp(127.0.0.1:4000)/test
+export IDEM_TEST_POSTGRES_DSN IDEM_TEST_MYSQL_DSN IDEM_TEST_TIDB_DSN
 
 .PHONY: test check
 

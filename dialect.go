@@ -10,8 +10,8 @@ import (
 
 // Dialect adapts idem to one database family: the SQL it runs, whole, and
 // how it reads the driver's errors. The implementations are [Postgres],
-// [MySQL] and [SQLite]; the interface is sealed so that it can grow
-// without breaking anyone.
+// [MySQL], [TiDB] and [SQLite]; the interface is sealed so that it can
+// grow without breaking anyone.
 //
 // Adding a database takes these steps, each in the new dialect's own file
 // (dialect_NAME.go) unless it says otherwise; docs/dialects.md has the
@@ -36,7 +36,7 @@ import (
 //  8. docs/dialects.md: its locking read, its isolation levels, what it
 //     refuses and why.
 type Dialect interface {
-	// Name is the family's name: "postgres", "mysql" or "sqlite".
+	// Name is the family's name: "postgres", "mysql", "tidb" or "sqlite".
 	Name() string
 
 	// statements returns the statements for a validated, possibly
@@ -60,6 +60,15 @@ type Dialect interface {
 	// written into its text where that saves the driver a round trip
 	// (MySQL), else unchanged.
 	inline(q query) query
+}
+
+// sessionChecker is a Dialect whose database can run a transaction in a
+// mode where a duplicate would not wait for the claim (TiDB). Do and Begin
+// call checkSession on the transaction before the claim; it returns an
+// error that names the setting, and how to change it, when the mode is
+// one idem cannot make safe.
+type sessionChecker interface {
+	checkSession(ctx context.Context, c conn) error
 }
 
 // statements are a dialect's statements for one table. Each method returns

@@ -29,6 +29,12 @@ type mysqlDialect struct{}
 func (mysqlDialect) Name() string { return "mysql" }
 
 func (mysqlDialect) statements(parts []string) statements {
+	return newMyStatements(parts, schema.MySQL, myRead, myState)
+}
+
+// newMyStatements renders the MySQL family's statements for a table, with
+// the DDL and the two locking reads (read and state) of one database.
+func newMyStatements(parts []string, ddl, read, state string) *myStatements {
 	quoted := "`" + strings.Join(parts, "`.`") + "`"
 	base := parts[len(parts)-1]
 	r := func(sql string) string { return render(sql, quoted, base) }
@@ -37,14 +43,14 @@ func (mysqlDialect) statements(parts []string) statements {
 		schemaName = parts[0]
 	}
 	return &myStatements{
-		ddl:         schemaStatements(schema.MySQL, quoted, base),
+		ddl:         schemaStatements(ddl, quoted, base),
 		schemaName:  schemaName,
 		base:        base,
 		insertSQL:   r(myInsert),
 		takeoverSQL: r(myTakeover),
 		claimedSQL:  r(myClaimed),
-		readSQL:     r(myRead),
-		stateSQL:    r(myState),
+		readSQL:     r(read),
+		stateSQL:    r(state),
 		completeSQL: r(myComplete),
 		extendSQL:   r(myExtend),
 		releaseSQL:  r(myRelease),
@@ -105,19 +111,25 @@ func (s *myStatements) claimed(r Request) query {
 	return query{s.claimedSQL, []any{r.Scope, r.Key}}
 }
 
-// A shared-lock read sees the latest committed row even when the
-// transaction's REPEATABLE READ snapshot is older.
-const myRead = `SELECT operation, fingerprint, status, token,
+// myReadRecord is read without its locking clause, which TiDB's read
+// has another of.
+const myReadRecord = `SELECT operation, fingerprint, status, token,
   (CASE WHEN status = 'completed' THEN completed_at ELSE lease_until END) + INTERVAL ? MICROSECOND <= UTC_TIMESTAMP(6),
   TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), lease_until),
   response_status, response_headers, response_body
-FROM idempotency_keys WHERE scope = ? AND idem_key = ? LOCK IN SHARE MODE`
+FROM idempotency_keys WHERE scope = ? AND idem_key = ?`
+
+// A shared-lock read sees the latest committed row even when the
+// transaction's REPEATABLE READ snapshot is older.
+const myRead = myReadRecord + ` LOCK IN SHARE MODE`
 
 func (s *myStatements) read(r Request, retention int64) query {
 	return query{s.readSQL, []any{retention, r.Scope, r.Key}}
 }
 
-const myState = `SELECT status, token FROM idempotency_keys WHERE scope = ? AND idem_key = ? LOCK IN SHARE MODE`
+const myStateRecord = `SELECT status, token FROM idempotency_keys WHERE scope = ? AND idem_key = ?`
+
+const myState = myStateRecord + ` LOCK IN SHARE MODE`
 
 func (s *myStatements) state(r Request) query { return query{s.stateSQL, []any{r.Scope, r.Key}} }
 

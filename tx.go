@@ -43,7 +43,7 @@ func IsRetryable(err error) bool {
 }
 
 // dialects are the Dialects IsRetryable consults.
-var dialects = []Dialect{Postgres, MySQL, SQLite}
+var dialects = []Dialect{Postgres, MySQL, TiDB, SQLite}
 
 // The bounds of RunTx's retries.
 const (

@@ -453,7 +453,7 @@ func TestLockTimeout(t *testing.T) {
 
 		// The bound, as the dialect applies it: MySQL counts whole seconds.
 		applied, slack := bound, 2*time.Second
-		if e.dialect == idem.MySQL {
+		if e.mysqlFamily() {
 			applied = time.Second
 		}
 		tx := e.begin(&sql.TxOptions{Isolation: sql.LevelReadCommitted})
@@ -496,9 +496,10 @@ func TestLockTimeout(t *testing.T) {
 		// Uncontended, the option costs the documented statements and
 		// leaves the session as it was, on the fresh and the replay path.
 		extra := int64(4)
-		if e.dialect == idem.MySQL {
+		if e.mysqlFamily() {
 			extra = 3
 		}
+		extra += e.settingsCheck()
 		for _, path := range []string{"fresh", "replay"} {
 			tx := e.begin(nil)
 			must(t, tx.QueryRow(e.sessionProbe()).Scan(&before))
@@ -508,7 +509,7 @@ func TestLockTimeout(t *testing.T) {
 			must(t, tx.QueryRow(e.sessionProbe()).Scan(&after))
 			must(t, tx.Commit())
 			want := 2 + extra
-			if path == "fresh" && e.dialect == idem.MySQL {
+			if path == "fresh" && e.mysqlFamily() {
 				want++ // the token read after the INSERT
 			}
 			if n := counted.n.Load(); n != want {

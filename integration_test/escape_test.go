@@ -29,7 +29,7 @@ func (e *env) lockRows(n int) string {
 // Postgres) or is running (on MySQL, whose lock views are a slow cache).
 func (e *env) waitingOn(table string) (bool, error) {
 	query := "SELECT COUNT(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE $1"
-	if e.dialect == idem.MySQL {
+	if e.mysqlFamily() {
 		query = "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID <> CONNECTION_ID() AND INFO LIKE ?"
 	}
 	var n int
@@ -61,6 +61,9 @@ func (e *env) deadlock(tx *sql.Tx, locks string) (txErr, otherErr error) {
 		_ = other.Rollback()
 		return nil, err
 	}
+	if e.dialect == idem.TiDB {
+		return e.deadlockAskingLast(tx, other, locks)
+	}
 	otherDone, stop := make(chan error, 1), make(chan struct{})
 	go func() {
 		for {
@@ -89,6 +92,42 @@ func (e *env) deadlock(tx *sql.Tx, locks string) (txErr, otherErr error) {
 	}()
 	_, txErr = tx.ExecContext(ctx, "UPDATE "+locks+" SET n = n + 1 WHERE id = 2")
 	close(stop)
+	return txErr, <-otherDone
+}
+
+// deadlockAskingLast is deadlock on TiDB, whose detector rolls back the
+// transaction whose lock request closes the cycle: other asks for row 1
+// first and waits (DATA_LOCK_WAITS shows it), then tx asks for row 2. TiDB rolls back tx whole, so
+// other gets row 1 and commits.
+func (e *env) deadlockAskingLast(tx, other *sql.Tx, locks string) (txErr, otherErr error) {
+	var txID uint64
+	if err := tx.QueryRowContext(ctx, "SELECT @@tidb_current_ts").Scan(&txID); err != nil {
+		_ = other.Rollback()
+		return err, nil
+	}
+	otherDone := make(chan error, 1)
+	go func() {
+		if _, err := other.ExecContext(ctx, "UPDATE "+locks+" SET n = n + 1 WHERE id = 1"); err != nil {
+			_ = other.Rollback()
+			otherDone <- fmt.Errorf("the other transaction: %w", err)
+			return
+		}
+		otherDone <- other.Commit()
+	}()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		var waiting int
+		err := e.db.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.data_lock_waits WHERE current_holding_trx_id = ?", txID).Scan(&waiting)
+		if err != nil {
+			return err, nil // the caller rolls tx back, which lets other finish
+		}
+		if waiting > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			return errors.New("the other transaction did not wait for row 1 within 10 s"), nil
+		}
+	}
+	_, txErr = tx.ExecContext(ctx, "UPDATE "+locks+" SET n = n + 1 WHERE id = 2")
 	return txErr, <-otherDone
 }
 
@@ -183,7 +222,7 @@ func TestDeadlockInFn(t *testing.T) {
 					if !idem.IsRetryable(first) {
 						t.Errorf("Do after the deadlock: %v; want an error RunTx retries", first)
 					}
-					if e.dialect == idem.MySQL && !strings.Contains(first.Error(), "rolled back") {
+					if e.mysqlFamily() && !strings.Contains(first.Error(), "rolled back") {
 						t.Errorf("Do after the deadlock: %v; want it to say the transaction was rolled back", first)
 					}
 				}

@@ -24,7 +24,7 @@ func init() { _ = mysql.SetLogger(log.New(io.Discard, "", 0)) }
 // a connection).
 func (e *env) sessionID(db idem.DBTX) (int64, error) {
 	q := "SELECT pg_backend_pid()"
-	if e.dialect == idem.MySQL {
+	if e.mysqlFamily() {
 		q = "SELECT CONNECTION_ID()"
 	}
 	var id int64
@@ -38,7 +38,7 @@ func (e *env) sessionID(db idem.DBTX) (int64, error) {
 func (e *env) killSession(id int64) error {
 	kill, alive := "SELECT pg_terminate_backend($1)", "SELECT COUNT(*) FROM pg_stat_activity WHERE pid = $1"
 	args := []any{id}
-	if e.dialect == idem.MySQL {
+	if e.mysqlFamily() {
 		kill, args = fmt.Sprintf("KILL %d", id), nil
 		alive = "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = ?"
 	}

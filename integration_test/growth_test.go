@@ -23,6 +23,9 @@ func TestTableGrowth(t *testing.T) {
 		if e.name == "postgres-libpq" || e.dialect == idem.SQLite {
 			t.Skip("measured once per server, through pgx; not on SQLite")
 		}
+		if e.dialect == idem.TiDB {
+			t.Skip("TiDB's table sizes are its storage engine's estimates, refreshed in the background: not measured here")
+		}
 		for _, body := range []int{200, 2000} {
 			s := e.store()
 			if e.dialect == idem.MySQL {

@@ -258,6 +258,9 @@ func TestHTTPConcurrentDuplicates(t *testing.T) {
 			}
 			t.Run(name, func(t *testing.T) {
 				e := e.in(t)
+				if opts != nil {
+					e.skipLevel(opts.Isolation)
+				}
 				api := e.chargeAPI()
 				api.delay = 50 * time.Millisecond
 				srv, _ := e.serve(idemhttp.Config{TxOptions: opts}, api)

@@ -38,7 +38,7 @@ func TestIndexCost(t *testing.T) {
 				s := e.store(idem.WithRetention(time.Hour))
 				index := s.Table() + "_created_at_idx"
 				switch {
-				case v == "none" && e.dialect == idem.MySQL:
+				case v == "none" && e.mysqlFamily():
 					e.exec("DROP INDEX " + index + " ON " + s.Table())
 				case v == "none":
 					e.exec("DROP INDEX " + index)

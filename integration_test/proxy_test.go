@@ -14,8 +14,6 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5/pgconn"
-
-	"github.com/idemkit/idem"
 )
 
 // What a proxy does with the next COMMIT a client sends.
@@ -166,7 +164,7 @@ func (p *proxy) open(e *env, conns int) *sql.DB {
 // serverAddr is where the target's DSN points.
 func (e *env) serverAddr() (network, addr string) {
 	e.t.Helper()
-	if e.dialect == idem.MySQL {
+	if e.mysqlFamily() {
 		cfg, err := mysql.ParseDSN(e.dsn)
 		if err != nil {
 			e.t.Fatalf("parse %s: %v", e.dsn, err)
@@ -186,7 +184,7 @@ func (e *env) serverAddr() (network, addr string) {
 // proxiedDSN is the target's DSN pointed at addr instead.
 func (e *env) proxiedDSN(addr string) string {
 	e.t.Helper()
-	if e.dialect == idem.MySQL {
+	if e.mysqlFamily() {
 		cfg, err := mysql.ParseDSN(e.dsn)
 		if err != nil {
 			e.t.Fatalf("parse %s: %v", e.dsn, err)

@@ -73,7 +73,7 @@ SELECT ?3, 'k-' || i, 'POST /v1/charges', hex(randomblob(32)), ?4, i,
 FROM n`, from, from+count, scope, status, lease.Microseconds(), ago.Microseconds())
 			continue
 		}
-		if e.dialect == idem.MySQL {
+		if e.mysqlFamily() {
 			digits, sum := numbers(count)
 			e.exec(`INSERT INTO `+s.Table()+` (scope, idem_key, operation, fingerprint, status, token, lease_until, created_at, completed_at, response_status, response_headers, response_body)
 SELECT ?, CONCAT('k-', i), 'POST /v1/charges', SHA2(i, 256), ?, i,

@@ -85,14 +85,15 @@ func TestPurgeBatchDoesNotBlockClaims(t *testing.T) {
 		}()
 		var (
 			slowest  time.Duration
+			claims   int
 			claimErr error
 		)
-		for i := 0; claimErr == nil; i++ {
+		for ; claimErr == nil; claims++ {
 			select {
 			case <-purging:
 			default:
 				start := time.Now()
-				claimErr = e.doOK(s, charge(fmt.Sprintf("fresh-%d", i), "1"))
+				claimErr = e.doOK(s, charge(fmt.Sprintf("fresh-%d", claims), "1"))
 				slowest = max(slowest, time.Since(start))
 				continue
 			}
@@ -104,7 +105,18 @@ func TestPurgeBatchDoesNotBlockClaims(t *testing.T) {
 		if n != rows {
 			t.Fatalf("purged %d, want %d", n, rows)
 		}
-		t.Logf("one batch of %d rows took %v; the slowest fresh claim beside it %v", rows, batch.Duration, slowest)
+		t.Logf("one batch of %d rows took %v; %d fresh claims beside it, the slowest %v", rows, batch.Duration, claims, slowest)
+		if e.dialect == idem.TiDB {
+			// TiDB takes no gap locks. A claim beside the batch waits for
+			// chunks of the batch's pessimistic locking, which one TiDB
+			// process serves on the test's cores (0.2-0.9 s of a 2-3 s
+			// batch measured, the slowest at its start), never for the
+			// batch: most claims still complete while it runs.
+			if claims < 10 {
+				t.Fatalf("%d fresh claims completed beside a purge batch of %v: they waited for the batch", claims, batch.Duration)
+			}
+			return
+		}
 		// Waiting for the batch costs a claim most of it (45-72% measured
 		// under REPEATABLE READ); the floor keeps a slow machine's ordinary
 		// latency from failing the test.

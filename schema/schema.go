@@ -29,6 +29,7 @@ var FS embed.FS
 var (
 	Postgres = mustRead("postgres.sql")
 	MySQL    = mustRead("mysql.sql")
+	TiDB     = mustRead("tidb.sql")
 	SQLite   = mustRead("sqlite.sql")
 )
 

@@ -1,0 +1,139 @@
+package idem
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/idemkit/idem/schema"
+)
+
+// TiDB is the dialect for TiDB (the MySQL protocol, through
+// github.com/go-sql-driver/mysql) with its default transaction settings:
+// pessimistic transactions that check a unique key in place
+// (tidb_txn_mode = 'pessimistic', tidb_constraint_check_in_place_pessimistic
+// = ON), under REPEATABLE READ or READ COMMITTED.
+//
+// The statements are MySQL's but for the read of an existing record,
+// which is SELECT ... FOR UPDATE: TiDB refuses LOCK IN SHARE MODE (error
+// 1235) unless told to treat it as a plain read, which would read the
+// caller's REPEATABLE READ snapshot instead of the latest committed row. In
+// a pessimistic transaction FOR UPDATE reads the latest committed version
+// and locks the key, whether the row exists or not, until the transaction
+// ends; so concurrent replays of one key take turns, each for the rest of
+// its transaction.
+//
+// Before the claim, Do and Begin read the transaction's settings in one
+// statement and refuse, before fn runs, what TiDB cannot make safe:
+//
+//   - an optimistic transaction (tidb_txn_mode 'optimistic' or ” when it
+//     began, or BEGIN OPTIMISTIC): a duplicate key is found only at COMMIT,
+//     so fn would run in every concurrent duplicate;
+//   - tidb_constraint_check_in_place_pessimistic = OFF: the same, in a
+//     pessimistic transaction (error 8147 at COMMIT);
+//   - SERIALIZABLE, which TiDB refuses (error 8048) unless
+//     tidb_skip_isolation_level_check is ON, and then runs as snapshot
+//     isolation. A level set for one transaction (SET TRANSACTION, as
+//     database/sql's BeginTx does) does not show in @@transaction_isolation
+//     inside it, so idem refuses the session setting that lets SERIALIZABLE
+//     through: tidb_skip_isolation_level_check = ON.
+//
+// The mode a transaction began in is not a variable: BEGIN OPTIMISTIC and
+// BEGIN PESSIMISTIC override tidb_txn_mode for one transaction. idem reads
+// it from information_schema.TIDB_TRX, whose ALL_SQL_DIGESTS lists the
+// digests of the statements the transaction ran, the BEGIN first; when the
+// first is neither BEGIN OPTIMISTIC nor BEGIN PESSIMISTIC, the transaction
+// took tidb_txn_mode, as read now. Nothing cheaper tells: no variable or
+// function holds the transaction's mode, and the statements behave alike
+// until a duplicate meets them. TIDB_TRX lists the open transactions of
+// the TiDB server the session is on (each session sees its own without the
+// PROCESS privilege); reading it is most of the check's cost. Measured on
+// a 2-core machine with one TiDB server: SELECT 1 took 0.14 ms, the
+// variables alone 0.19 ms, the whole check 0.8 ms (0.93 ms with 100 other
+// transactions open).
+var TiDB Dialect = tidbDialect{}
+
+type tidbDialect struct{ mysqlDialect }
+
+func (tidbDialect) Name() string { return "tidb" }
+
+func (tidbDialect) statements(parts []string) statements {
+	return newMyStatements(parts, schema.TiDB, tidbRead, tidbState)
+}
+
+// FOR UPDATE is a current read in a pessimistic transaction: it sees the
+// latest committed row whatever the transaction's snapshot.
+const (
+	tidbRead  = myReadRecord + ` FOR UPDATE`
+	tidbState = myStateRecord + ` FOR UPDATE`
+)
+
+// tidbSettings reads what checkSession decides on: the session's mode,
+// its in-place check, its isolation level and isolation check, and the
+// digest of the first statement of the open transaction.
+const tidbSettings = `SELECT @@SESSION.tidb_txn_mode, @@SESSION.tidb_constraint_check_in_place_pessimistic,
+  @@SESSION.transaction_isolation, @@SESSION.tidb_skip_isolation_level_check,
+  COALESCE((SELECT JSON_UNQUOTE(JSON_EXTRACT(all_sql_digests, '$[0]')) FROM information_schema.tidb_trx
+    WHERE id = @@tidb_current_ts AND session_id = CONNECTION_ID()), '')`
+
+// The digests TiDB gives BEGIN OPTIMISTIC and BEGIN PESSIMISTIC: the
+// SHA-256 of the normalized statement, as TIDB_ENCODE_SQL_DIGEST returns.
+const (
+	digestBeginOptimistic  = "f370ed6fc824014332f96cbf4c396ded79bbf2f9b30cd7f80e55e7ca34a4ae08" // begin optimistic
+	digestBeginPessimistic = "307313c7c9681e7b8be9e83d48bb6ca0b821c207c7e7981b828d115515c911bc" // begin pessimistic
+)
+
+// checkSession refuses a transaction whose settings would let a duplicate
+// through: see [TiDB]. Each error names the setting and how to change it.
+func (tidbDialect) checkSession(ctx context.Context, c conn) error {
+	var (
+		mode, isolation, first string
+		inPlace, skipCheck     bool
+	)
+	if err := c.queryRow(ctx, query{sql: tidbSettings}, &mode, &inPlace, &isolation, &skipCheck, &first); err != nil {
+		return fmt.Errorf("idem: read the TiDB transaction's settings: %w; roll back the transaction", err)
+	}
+	const refused = "idem: refused before running anything: "
+	switch {
+	case first == digestBeginOptimistic:
+		return errors.New(refused + "this transaction began with BEGIN OPTIMISTIC; an optimistic TiDB transaction finds a duplicate key only at COMMIT, so every concurrent duplicate would run; roll back and begin it with BEGIN PESSIMISTIC, or with START TRANSACTION in a session whose tidb_txn_mode is 'pessimistic'")
+	case first != digestBeginPessimistic && !strings.EqualFold(mode, "pessimistic"):
+		return fmt.Errorf(refused+"tidb_txn_mode is %q, so this transaction is optimistic; an optimistic TiDB transaction finds a duplicate key only at COMMIT, so every concurrent duplicate would run; roll back, run SET SESSION tidb_txn_mode = 'pessimistic' (TiDB's default) and begin again, or begin with BEGIN PESSIMISTIC", mode)
+	case !inPlace:
+		return errors.New(refused + "tidb_constraint_check_in_place_pessimistic is OFF, so TiDB checks a duplicate key only at COMMIT (error 8147) and every concurrent duplicate would run; run SET SESSION tidb_constraint_check_in_place_pessimistic = ON (TiDB's default), then roll back and run the transaction again")
+	case strings.EqualFold(isolation, "SERIALIZABLE"):
+		return errors.New(refused + "transaction_isolation is SERIALIZABLE, which TiDB runs as snapshot isolation; roll back, run SET SESSION transaction_isolation = 'REPEATABLE-READ' (or 'READ-COMMITTED') and begin again")
+	case skipCheck:
+		return errors.New(refused + "tidb_skip_isolation_level_check is ON, which lets a transaction ask for SERIALIZABLE and get snapshot isolation, and a level set for one transaction cannot be read inside it; roll back, run SET SESSION tidb_skip_isolation_level_check = OFF (TiDB's default: SERIALIZABLE is then refused with error 8048 when it is asked for) and begin again under REPEATABLE READ or READ COMMITTED")
+	}
+	return nil
+}
+
+// TiDB's error numbers idem reads, beside MySQL's deadlock and lock wait
+// timeout. Each means the transaction was rolled back, or must be, and
+// may be run again whole.
+const (
+	tidbForUpdateCantRetry   = 8002 // a conflict at COMMIT in a transaction that read FOR UPDATE
+	tidbWriteConflictStale   = 8005 // write conflict: the transaction's start is stale
+	tidbTxnRetryable         = 8022 // a KV error safe to retry
+	tidbInfoSchemaChanged    = 8028 // a DDL changed a table during the transaction
+	tidbLazyUniquenessFailed = 8147 // a duplicate found at COMMIT (lazy uniqueness check)
+	tidbLockExpired          = 8229 // the pessimistic locks' TTL manager timed out
+	tidbResolveLockTimeout   = 9004 // a lock of another transaction could not be resolved in time
+	tidbWriteConflict        = 9007 // write conflict in the storage layer
+)
+
+func (tidbDialect) retryable(err error) bool {
+	n, ok := mysqlErrno(err)
+	if !ok {
+		return false
+	}
+	switch n {
+	case erLockWaitTimeout, erLockDeadlock, erLockNowait,
+		tidbForUpdateCantRetry, tidbWriteConflictStale, tidbTxnRetryable, tidbInfoSchemaChanged,
+		tidbLazyUniquenessFailed, tidbLockExpired, tidbResolveLockTimeout, tidbWriteConflict:
+		return true
+	}
+	return false
+}

@@ -1,0 +1,59 @@
+package idem
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/go-sql-driver/mysql"
+)
+
+// TiDB's write conflicts, lock waits and deadlocks are retryable through
+// IsRetryable, wrapped or not; MySQL's dialect does not claim TiDB's
+// numbers, and TiDB's refusals of a setting (8048) are not retried.
+func TestTiDBRetryable(t *testing.T) {
+	for _, n := range []uint16{1205, 1213, 3572, 8002, 8005, 8022, 8028, 8147, 8229, 9004, 9007} {
+		err := fmt.Errorf("idem: claim: %w", &mysql.MySQLError{Number: n})
+		if !TiDB.retryable(err) || !IsRetryable(err) {
+			t.Errorf("error %d: TiDB.retryable %v, IsRetryable %v; want both true", n, TiDB.retryable(err), IsRetryable(err))
+		}
+	}
+	for _, n := range []uint16{1062, 1235, 8048, 8004, 1317} {
+		if err := (&mysql.MySQLError{Number: n}); TiDB.retryable(err) {
+			t.Errorf("error %d is retryable on TiDB, want not", n)
+		}
+	}
+	if MySQL.retryable(&mysql.MySQLError{Number: 9007}) {
+		t.Errorf("MySQL's dialect reports TiDB's 9007: it must stay as it was")
+	}
+}
+
+// TiDB's statements are MySQL's but for the locking reads, which TiDB
+// has as FOR UPDATE; MySQL's keep LOCK IN SHARE MODE.
+func TestTiDBStatements(t *testing.T) {
+	req := Request{Scope: "s", Key: "k"}
+	my, ti := MySQL.statements([]string{"t"}), TiDB.statements([]string{"t"})
+	for name, q := range map[string][2]query{
+		"read":  {my.read(req, 1), ti.read(req, 1)},
+		"state": {my.state(req), ti.state(req)},
+	} {
+		if !strings.HasSuffix(q[0].sql, " LOCK IN SHARE MODE") || !strings.HasSuffix(q[1].sql, " FOR UPDATE") ||
+			strings.TrimSuffix(q[0].sql, " LOCK IN SHARE MODE") != strings.TrimSuffix(q[1].sql, " FOR UPDATE") {
+			t.Errorf("%s: MySQL %q, TiDB %q; want the same read, locked in share mode and for update", name, q[0].sql, q[1].sql)
+		}
+	}
+	if a, b := my.insert(req, 1), ti.insert(req, 1); a.sql != b.sql {
+		t.Errorf("insert differs: MySQL %q, TiDB %q", a.sql, b.sql)
+	}
+	if TiDB.Name() != "tidb" || !TiDB.lockWaits() {
+		t.Errorf("TiDB: name %q, lockWaits %v", TiDB.Name(), TiDB.lockWaits())
+	}
+	if _, ok := TiDB.(sessionChecker); !ok {
+		t.Errorf("TiDB does not check the transaction's settings")
+	}
+	for _, d := range []Dialect{Postgres, MySQL, SQLite} {
+		if _, ok := d.(sessionChecker); ok {
+			t.Errorf("%s checks the transaction's settings: that costs a statement per Do", d.Name())
+		}
+	}
+}
