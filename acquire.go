@@ -24,16 +24,13 @@ type record struct {
 }
 
 // claim is acquire, once the dialect has checked the transaction's
-// settings where it can run one that would let a duplicate through
-// (sessionChecker), with its lock waits bounded when the Store has
+// settings (checkSession), with its lock waits bounded when the Store has
 // WithLockTimeout: a wait that runs out is an *InFlightError, and c is
 // left as it was before. A statement of the bound that fails is reported
 // like one of acquire's.
 func (s *Store) claim(ctx context.Context, c conn, req Request, begin bool) (*Result, int64, error) {
-	if sc, ok := s.dialect.(sessionChecker); ok {
-		if err := sc.checkSession(ctx, c); err != nil {
-			return nil, 0, err
-		}
+	if err := s.dialect.checkSession(ctx, c); err != nil {
+		return nil, 0, err
 	}
 	if !s.hasLockWait {
 		return s.acquire(ctx, c, req, begin)

@@ -60,14 +60,11 @@ type Dialect interface {
 	// written into its text where that saves the driver a round trip
 	// (MySQL), else unchanged.
 	inline(q query) query
-}
-
-// sessionChecker is a Dialect whose database can run a transaction in a
-// mode where a duplicate would not wait for the claim (TiDB). Do and Begin
-// call checkSession on the transaction before the claim; it returns an
-// error that names the setting, and how to change it, when the mode is
-// one idem cannot make safe.
-type sessionChecker interface {
+	// checkSession refuses, before the claim, a transaction in a mode
+	// where a duplicate would not wait for the claim (TiDB's optimistic
+	// transactions), with an error that names the setting and how to
+	// change it. Where no mode is unsafe it runs no statement and returns
+	// nil.
 	checkSession(ctx context.Context, c conn) error
 }
 

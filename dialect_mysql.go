@@ -319,6 +319,10 @@ const maxInline = 64 << 10
 // frees), unless the DSN sets interpolateParams. The query's only "?" are
 // its placeholders: idem's SQL holds no string literal or identifier with
 // one.
+// checkSession runs nothing: every InnoDB transaction makes a duplicate
+// wait for the claim.
+func (mysqlDialect) checkSession(context.Context, conn) error { return nil }
+
 func (mysqlDialect) inline(q query) query {
 	size := len(q.sql)
 	for _, a := range q.args {

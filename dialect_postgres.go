@@ -238,3 +238,7 @@ func (postgres) boundLockWait(ctx context.Context, c conn, d time.Duration, fn f
 }
 
 func (postgres) inline(q query) query { return q }
+
+// checkSession runs nothing: every PostgreSQL transaction makes a
+// duplicate wait for the claim.
+func (postgres) checkSession(context.Context, conn) error { return nil }

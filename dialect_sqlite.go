@@ -224,6 +224,9 @@ func (sqliteDialect) boundLockWait(context.Context, conn, time.Duration, func() 
 
 func (sqliteDialect) inline(q query) query { return q }
 
+// checkSession runs nothing: SQLite has one writer at a time.
+func (sqliteDialect) checkSession(context.Context, conn) error { return nil }
+
 // SQLite's primary result codes that mean "retry the transaction"; an
 // extended code carries one of them in its low byte.
 const (

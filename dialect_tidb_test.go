@@ -1,6 +1,8 @@
 package idem
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -48,12 +50,26 @@ func TestTiDBStatements(t *testing.T) {
 	if TiDB.Name() != "tidb" || !TiDB.lockWaits() {
 		t.Errorf("TiDB: name %q, lockWaits %v", TiDB.Name(), TiDB.lockWaits())
 	}
-	if _, ok := TiDB.(sessionChecker); !ok {
-		t.Errorf("TiDB does not check the transaction's settings")
+	if c := (&countingConn{}); TiDB.checkSession(t.Context(), c) == nil || c.n != 1 {
+		t.Errorf("TiDB does not check the transaction's settings in one statement: %d statements", c.n)
 	}
 	for _, d := range []Dialect{Postgres, MySQL, SQLite} {
-		if _, ok := d.(sessionChecker); ok {
+		if c := (&countingConn{}); d.checkSession(t.Context(), c) != nil || c.n != 0 {
 			t.Errorf("%s checks the transaction's settings: that costs a statement per Do", d.Name())
 		}
 	}
+}
+
+// countingConn counts the statements run through it and fails each.
+type countingConn struct{ n int }
+
+var errCounted = errors.New("counted, not run")
+
+func (c *countingConn) exec(context.Context, query) (int64, error) { c.n++; return 0, errCounted }
+
+func (c *countingConn) queryRow(context.Context, query, ...any) error { c.n++; return errCounted }
+
+func (c *countingConn) queryRows(context.Context, query, func(func(...any) error) error) error {
+	c.n++
+	return errCounted
 }
