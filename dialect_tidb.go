@@ -27,7 +27,7 @@ import (
 // Before the claim, Do and Begin read the transaction's settings in one
 // statement and refuse, before fn runs, what TiDB cannot make safe:
 //
-//   - an optimistic transaction (tidb_txn_mode 'optimistic' or ” when it
+//   - an optimistic transaction (tidb_txn_mode 'optimistic' or empty when it
 //     began, or BEGIN OPTIMISTIC): a duplicate key is found only at COMMIT,
 //     so fn would run in every concurrent duplicate;
 //   - tidb_constraint_check_in_place_pessimistic = OFF: the same, in a
