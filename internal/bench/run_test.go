@@ -44,14 +44,7 @@ func (tg target) open(tb testing.TB) *sql.DB {
 		}
 		tb.Skipf("%s is unset", tg.env)
 	}
-	if p := os.Getenv("IDEM_BENCH_DSN_PARAMS"); p != "" {
-		sep := "?"
-		if strings.Contains(dsn, "?") {
-			sep = "&"
-		}
-		dsn += sep + p
-	}
-	db, err := sql.Open(tg.driver, dsn)
+	db, err := sql.Open(tg.driver, withParams(dsn))
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -169,4 +162,17 @@ func TestMeasureRunsOncePerWorker(t *testing.T) {
 	if n, err := e.Orders(ctx, "bare"); err != nil || n != 3 || rate <= 0 {
 		t.Errorf("a run of 0s: rate %v, %d order rows (%v), want 3 rows, one per worker", rate, n, err)
 	}
+}
+
+// withParams appends $IDEM_BENCH_DSN_PARAMS, if set, to dsn's parameters:
+// driver settings to measure (see docs/benchmarks.md).
+func withParams(dsn string) string {
+	p := os.Getenv("IDEM_BENCH_DSN_PARAMS")
+	if p == "" {
+		return dsn
+	}
+	if strings.Contains(dsn, "?") {
+		return dsn + "&" + p
+	}
+	return dsn + "?" + p
 }

@@ -178,14 +178,7 @@ func (tg target) through(t *testing.T, w *wire) *sql.DB {
 		u.Host = proxy(t, u.Host, false, w)
 		dsn = u.String()
 	}
-	if p := os.Getenv("IDEM_BENCH_DSN_PARAMS"); p != "" {
-		sep := "?"
-		if strings.Contains(dsn, "?") {
-			sep = "&"
-		}
-		dsn += sep + p
-	}
-	db, err := sql.Open(tg.driver, dsn)
+	db, err := sql.Open(tg.driver, withParams(dsn))
 	if err != nil {
 		t.Fatal(err)
 	}
