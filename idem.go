@@ -78,8 +78,9 @@ func (s *Store) Migrate(ctx context.Context, db DBTX) error {
 // When fn runs and returns a [Response], the [Response] is stored in tx and
 // returned with Replayed false. When an earlier execution completed, its
 // [Response] is returned with Replayed true and fn is not called. When fn
-// returns an error, Do returns that error unchanged, removes its claim from
-// tx and stores nothing; the caller should roll back. See docs/semantics.md.
+// returns an error, Do returns it (errors.Is and errors.As still find it),
+// removes its claim from tx and stores nothing; the caller should roll
+// back. See docs/semantics.md.
 //
 // Every statement Do runs after its claim is fenced on the claim's token:
 // if the database ended tx while fn ran (MySQL and SQLite do so at a
