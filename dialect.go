@@ -31,7 +31,7 @@ import (
 //     wait timeout, read without importing the driver (by an interface
 //     such as SQLState() or by reflection, as MySQL's and SQLite's are).
 //  6. Add it to dialects (tx.go), so that [IsRetryable] asks it.
-//  7. A target in integration_test/targets_test.go: the whole
+//  7. A target in internal/conformance/targets.go: the whole
 //     conformance suite then runs on it, and a missing server fails CI.
 //  8. docs/dialects.md: its locking read, its isolation levels, what it
 //     refuses and why.

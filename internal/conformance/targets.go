@@ -1,4 +1,4 @@
-// Package integration_test is idem's conformance suite. Every test runs
+// Package conformance is idem's conformance suite. Every test runs
 // against every target (a dialect through one driver on a real server),
 // each on tables of its own.
 //
@@ -11,7 +11,10 @@
 // makes a missing database a failure. TiDB has no container here: its
 // server is built and started by scripts/tidb.sh. A DSN that is set but does not
 // answer is always a failure.
-package integration_test
+//
+// [Run] is its one entry point: the module's integration_test package
+// calls it, and every dialect and driver is a target it runs on.
+package conformance
 
 import (
 	"context"
@@ -76,22 +79,10 @@ var servers = map[string]*server{
 // some hold a transaction open on purpose.
 const sqliteParams = "?_txlock=immediate&_pragma=busy_timeout(30000)&_pragma=journal_mode(WAL)"
 
-// tempDir holds the embedded databases; TestMain removes it.
+// tempDir holds the embedded databases; Run makes it and removes it.
 var tempDir string
 
 var require = os.Getenv("IDEM_TEST_REQUIRE") == "1"
-
-func TestMain(m *testing.M) {
-	var err error
-	if tempDir, err = os.MkdirTemp("", "idem-test-"); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	stopContainers()
-	_ = os.RemoveAll(tempDir)
-	os.Exit(code)
-}
 
 // resolve finds the server's DSN: the environment, else a container.
 func (s *server) resolve(name string) {

@@ -1,0 +1,14 @@
+// Package integration_test runs idem's conformance suite
+// (internal/conformance) against every dialect and driver, on real
+// servers: see DEVELOPERS.md for the databases it needs.
+package integration_test
+
+import (
+	"testing"
+
+	"github.com/idemkit/idem/internal/conformance"
+)
+
+// TestConformance is the whole suite: go test -run
+// 'TestConformance/TestStormRunsOnce' ./integration_test runs one test.
+func TestConformance(t *testing.T) { conformance.Run(t) }
