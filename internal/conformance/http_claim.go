@@ -119,12 +119,11 @@ func (p *provider) only(t *testing.T) (key string, calls int) {
 // claim's RelayKey and no transaction open, then records the charge through
 // idemhttp.TxFrom.
 type claimAPI struct {
-	e        *env
-	biz      string
-	p        *provider
-	runs     atomic.Int64
-	validate bool // answer 400 before calling the provider when amount is 0
-	panics   func(run int64) bool
+	e      *env
+	biz    string
+	p      *provider
+	runs   atomic.Int64
+	panics func(run int64) bool
 }
 
 func (e *env) claimAPI(p *provider) *claimAPI { return &claimAPI{e: e, biz: e.business(), p: p} }
