@@ -80,7 +80,7 @@ VALUES (?, ?, ?, ?, 'processing', TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:0
   UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, UTC_TIMESTAMP(6))`
 
 func (s *myStatements) insert(r Request, lease int64) query {
-	return query{s.insertSQL, []any{r.Scope, r.Key, r.Operation, r.Fingerprint, lease}}
+	return query{SQL: s.insertSQL, Args: []any{r.Scope, r.Key, r.Operation, r.Fingerprint, lease}}
 }
 
 // MySQL evaluates SET from left to right; token is read before it is
@@ -96,7 +96,7 @@ WHERE scope = ? AND idem_key = ? AND token = ?
     OR status = 'completed' AND completed_at + INTERVAL ? MICROSECOND <= UTC_TIMESTAMP(6))`
 
 func (s *myStatements) takeover(r Request, token, lease, retention int64) query {
-	return query{s.takeoverSQL, []any{r.Operation, r.Fingerprint, lease, r.Scope, r.Key, token, retention}}
+	return query{SQL: s.takeoverSQL, Args: []any{r.Operation, r.Fingerprint, lease, r.Scope, r.Key, token, retention}}
 }
 
 // returnsToken is false: MySQL has no RETURNING, and LAST_INSERT_ID()
@@ -108,7 +108,7 @@ func (*myStatements) returnsToken() bool { return false }
 const myClaimed = `SELECT token, TIMESTAMPDIFF(MICROSECOND, created_at, UTC_TIMESTAMP(6)) FROM idempotency_keys WHERE scope = ? AND idem_key = ?`
 
 func (s *myStatements) claimed(r Request) query {
-	return query{s.claimedSQL, []any{r.Scope, r.Key}}
+	return query{SQL: s.claimedSQL, Args: []any{r.Scope, r.Key}}
 }
 
 // myReadRecord is read without its locking clause, which TiDB's read
@@ -124,21 +124,23 @@ FROM idempotency_keys WHERE scope = ? AND idem_key = ?`
 const myRead = myReadRecord + ` LOCK IN SHARE MODE`
 
 func (s *myStatements) read(r Request, retention int64) query {
-	return query{s.readSQL, []any{retention, r.Scope, r.Key}}
+	return query{SQL: s.readSQL, Args: []any{retention, r.Scope, r.Key}}
 }
 
 const myStateRecord = `SELECT status, token FROM idempotency_keys WHERE scope = ? AND idem_key = ?`
 
 const myState = myStateRecord + ` LOCK IN SHARE MODE`
 
-func (s *myStatements) state(r Request) query { return query{s.stateSQL, []any{r.Scope, r.Key}} }
+func (s *myStatements) state(r Request) query {
+	return query{SQL: s.stateSQL, Args: []any{r.Scope, r.Key}}
+}
 
 const myComplete = `UPDATE idempotency_keys SET status = 'completed', completed_at = UTC_TIMESTAMP(6),
   response_status = ?, response_headers = ?, response_body = ?
 WHERE scope = ? AND idem_key = ? AND token = ? AND status = 'processing'`
 
 func (s *myStatements) complete(r Request, token int64, resp Response, header []byte) query {
-	return query{s.completeSQL, []any{resp.StatusCode, header, resp.Body, r.Scope, r.Key, token}}
+	return query{SQL: s.completeSQL, Args: []any{resp.StatusCode, header, resp.Body, r.Scope, r.Key, token}}
 }
 
 const myExtend = `UPDATE idempotency_keys
@@ -146,20 +148,20 @@ SET lease_until = GREATEST(UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, lease_unti
 WHERE scope = ? AND idem_key = ? AND token = ? AND status = 'processing'`
 
 func (s *myStatements) extend(r Request, token, lease int64) query {
-	return query{s.extendSQL, []any{lease, r.Scope, r.Key, token}}
+	return query{SQL: s.extendSQL, Args: []any{lease, r.Scope, r.Key, token}}
 }
 
 const myRelease = `UPDATE idempotency_keys SET status = 'released', lease_until = UTC_TIMESTAMP(6)
 WHERE scope = ? AND idem_key = ? AND token = ? AND status = 'processing'`
 
 func (s *myStatements) release(r Request, token int64) query {
-	return query{s.releaseSQL, []any{r.Scope, r.Key, token}}
+	return query{SQL: s.releaseSQL, Args: []any{r.Scope, r.Key, token}}
 }
 
 const myRemove = `DELETE FROM idempotency_keys WHERE scope = ? AND idem_key = ? AND token = ? AND status = 'processing'`
 
 func (s *myStatements) remove(r Request, token int64) query {
-	return query{s.removeSQL, []any{r.Scope, r.Key, token}}
+	return query{SQL: s.removeSQL, Args: []any{r.Scope, r.Key, token}}
 }
 
 // created_at is never later than completed_at or lease_until, so its
@@ -170,7 +172,7 @@ WHERE created_at <= UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND
 ORDER BY created_at LIMIT ?`
 
 func (s *myStatements) purge(retention int64, limit int) query {
-	return query{s.purgeSQL, []any{retention, retention, limit}}
+	return query{SQL: s.purgeSQL, Args: []any{retention, retention, limit}}
 }
 
 // purgeIsolation is READ COMMITTED: under REPEATABLE READ, a batch the
@@ -187,7 +189,7 @@ const myInspect = `SELECT operation, fingerprint, status, token,
 FROM idempotency_keys WHERE scope = ? AND idem_key = ?`
 
 func (s *myStatements) inspect(scope, key string, retention int64) query {
-	return query{s.inspectSQL, []any{retention, scope, key}}
+	return query{SQL: s.inspectSQL, Args: []any{retention, scope, key}}
 }
 
 const myStats = `SELECT status, COUNT(*), MIN(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', created_at)),
@@ -197,15 +199,15 @@ const myStats = `SELECT status, COUNT(*), MIN(TIMESTAMPDIFF(MICROSECOND, '1970-0
 FROM idempotency_keys GROUP BY status ORDER BY status`
 
 func (s *myStatements) stats(retention int64) query {
-	return query{s.statsSQL, []any{retention, retention}}
+	return query{SQL: s.statsSQL, Args: []any{retention, retention}}
 }
 
 // size reads information_schema, whose figures InnoDB refreshes from time
 // to time (ANALYZE TABLE refreshes them at once). The primary key is the
 // table's clustered index, so it counts in the table's bytes.
 func (s *myStatements) size() query {
-	return query{`SELECT data_length, index_length FROM information_schema.TABLES
-WHERE table_schema = COALESCE(?, DATABASE()) AND table_name = ?`, []any{s.schemaName, s.base}}
+	return query{SQL: `SELECT data_length, index_length FROM information_schema.TABLES
+WHERE table_schema = COALESCE(?, DATABASE()) AND table_name = ?`, Args: []any{s.schemaName, s.base}}
 }
 
 func (mysqlDialect) lockWaits() bool { return true }
@@ -222,14 +224,14 @@ func (mysqlDialect) boundLockWait(ctx context.Context, c conn, d time.Duration, 
 		old             int64
 		rollbackWholeTx bool
 	)
-	if err := c.queryRow(ctx, query{sql: `SELECT @@SESSION.innodb_lock_wait_timeout, @@GLOBAL.innodb_rollback_on_timeout`}, &old, &rollbackWholeTx); err != nil {
+	if err := c.queryRow(ctx, query{SQL: `SELECT @@SESSION.innodb_lock_wait_timeout, @@GLOBAL.innodb_rollback_on_timeout`}, &old, &rollbackWholeTx); err != nil {
 		return false, err
 	}
-	if _, err := c.exec(ctx, query{`SET SESSION innodb_lock_wait_timeout = ?`, []any{int64((d + time.Second - 1) / time.Second)}}); err != nil {
+	if _, err := c.exec(ctx, query{SQL: `SET SESSION innodb_lock_wait_timeout = ?`, Args: []any{int64((d + time.Second - 1) / time.Second)}}); err != nil {
 		return false, err
 	}
 	err := fn()
-	if _, rerr := c.exec(ctx, query{`SET SESSION innodb_lock_wait_timeout = ?`, []any{old}}); rerr != nil {
+	if _, rerr := c.exec(ctx, query{SQL: `SET SESSION innodb_lock_wait_timeout = ?`, Args: []any{old}}); rerr != nil {
 		return false, errors.Join(err, rerr)
 	}
 	n, ok := mysqlErrno(err)
@@ -324,8 +326,8 @@ const maxInline = 64 << 10
 func (mysqlDialect) checkSession(context.Context, conn) error { return nil }
 
 func (mysqlDialect) inline(q query) query {
-	size := len(q.sql)
-	for _, a := range q.args {
+	size := len(q.SQL)
+	for _, a := range q.Args {
 		switch v := a.(type) {
 		case string:
 			size += 3 + hex.EncodedLen(len(v))
@@ -337,11 +339,11 @@ func (mysqlDialect) inline(q query) query {
 			return q
 		}
 	}
-	if size > maxInline || strings.Count(q.sql, "?") != len(q.args) {
+	if size > maxInline || strings.Count(q.SQL, "?") != len(q.Args) {
 		return q
 	}
-	b, rest := make([]byte, 0, size), q.sql
-	for _, a := range q.args {
+	b, rest := make([]byte, 0, size), q.SQL
+	for _, a := range q.Args {
 		i := strings.IndexByte(rest, '?')
 		b = append(b, rest[:i]...)
 		rest = rest[i+1:]
@@ -360,7 +362,7 @@ func (mysqlDialect) inline(q query) query {
 			b = strconv.AppendInt(b, v, 10)
 		}
 	}
-	return query{sql: string(append(b, rest...))}
+	return query{SQL: string(append(b, rest...))}
 }
 
 func appendHex[T string | []byte](b []byte, v T) []byte {

@@ -71,7 +71,7 @@ ON CONFLICT (scope, idem_key) DO NOTHING
 RETURNING token, ((extract(epoch FROM clock_timestamp()) - extract(epoch FROM created_at)) * 1000000)::bigint`
 
 func (s *pgStatements) insert(r Request, lease int64) query {
-	return query{s.insertSQL, []any{r.Scope, r.Key, r.Operation, r.Fingerprint, lease}}
+	return query{SQL: s.insertSQL, Args: []any{r.Scope, r.Key, r.Operation, r.Fingerprint, lease}}
 }
 
 // Under READ COMMITTED, an update that waited for another transaction
@@ -87,7 +87,7 @@ WHERE scope = $4 AND idem_key = $5 AND token = $6
 RETURNING token, ((extract(epoch FROM clock_timestamp()) - extract(epoch FROM created_at)) * 1000000)::bigint`
 
 func (s *pgStatements) takeover(r Request, token, lease, retention int64) query {
-	return query{s.takeoverSQL, []any{r.Operation, r.Fingerprint, lease, r.Scope, r.Key, token, retention}}
+	return query{SQL: s.takeoverSQL, Args: []any{r.Operation, r.Fingerprint, lease, r.Scope, r.Key, token, retention}}
 }
 
 // claimed is not used: insert and takeover return the token.
@@ -100,19 +100,21 @@ const pgRead = `SELECT operation, fingerprint, status, token,
 FROM idempotency_keys WHERE scope = $2 AND idem_key = $3`
 
 func (s *pgStatements) read(r Request, retention int64) query {
-	return query{s.readSQL, []any{retention, r.Scope, r.Key}}
+	return query{SQL: s.readSQL, Args: []any{retention, r.Scope, r.Key}}
 }
 
 const pgState = `SELECT status, token FROM idempotency_keys WHERE scope = $1 AND idem_key = $2`
 
-func (s *pgStatements) state(r Request) query { return query{s.stateSQL, []any{r.Scope, r.Key}} }
+func (s *pgStatements) state(r Request) query {
+	return query{SQL: s.stateSQL, Args: []any{r.Scope, r.Key}}
+}
 
 const pgComplete = `UPDATE idempotency_keys SET status = 'completed', completed_at = statement_timestamp(),
   response_status = $1, response_headers = $2, response_body = $3
 WHERE scope = $4 AND idem_key = $5 AND token = $6 AND status = 'processing'`
 
 func (s *pgStatements) complete(r Request, token int64, resp Response, header []byte) query {
-	return query{s.completeSQL, []any{resp.StatusCode, header, resp.Body, r.Scope, r.Key, token}}
+	return query{SQL: s.completeSQL, Args: []any{resp.StatusCode, header, resp.Body, r.Scope, r.Key, token}}
 }
 
 const pgExtend = `UPDATE idempotency_keys
@@ -120,20 +122,20 @@ SET lease_until = GREATEST(statement_timestamp() + $1::bigint * interval '1 micr
 WHERE scope = $2 AND idem_key = $3 AND token = $4 AND status = 'processing'`
 
 func (s *pgStatements) extend(r Request, token, lease int64) query {
-	return query{s.extendSQL, []any{lease, r.Scope, r.Key, token}}
+	return query{SQL: s.extendSQL, Args: []any{lease, r.Scope, r.Key, token}}
 }
 
 const pgRelease = `UPDATE idempotency_keys SET status = 'released', lease_until = statement_timestamp()
 WHERE scope = $1 AND idem_key = $2 AND token = $3 AND status = 'processing'`
 
 func (s *pgStatements) release(r Request, token int64) query {
-	return query{s.releaseSQL, []any{r.Scope, r.Key, token}}
+	return query{SQL: s.releaseSQL, Args: []any{r.Scope, r.Key, token}}
 }
 
 const pgRemove = `DELETE FROM idempotency_keys WHERE scope = $1 AND idem_key = $2 AND token = $3 AND status = 'processing'`
 
 func (s *pgStatements) remove(r Request, token int64) query {
-	return query{s.removeSQL, []any{r.Scope, r.Key, token}}
+	return query{SQL: s.removeSQL, Args: []any{r.Scope, r.Key, token}}
 }
 
 // created_at is never later than completed_at or lease_until, so its
@@ -146,7 +148,7 @@ const pgPurge = `DELETE FROM idempotency_keys WHERE (scope, idem_key) IN (
   ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED)`
 
 func (s *pgStatements) purge(retention int64, limit int) query {
-	return query{s.purgeSQL, []any{retention, limit}}
+	return query{SQL: s.purgeSQL, Args: []any{retention, limit}}
 }
 
 // purgeIsolation is READ COMMITTED whatever the server's default: no
@@ -161,7 +163,7 @@ const pgInspect = `SELECT operation, fingerprint, status, token,
 FROM idempotency_keys WHERE scope = $2 AND idem_key = $3`
 
 func (s *pgStatements) inspect(scope, key string, retention int64) query {
-	return query{s.inspectSQL, []any{retention, scope, key}}
+	return query{SQL: s.inspectSQL, Args: []any{retention, scope, key}}
 }
 
 const pgStats = `SELECT status, COUNT(*), MIN((extract(epoch FROM created_at) * 1000000)::bigint),
@@ -170,12 +172,14 @@ const pgStats = `SELECT status, COUNT(*), MIN((extract(epoch FROM created_at) * 
   (extract(epoch FROM statement_timestamp()) * 1000000)::bigint
 FROM idempotency_keys GROUP BY status ORDER BY status`
 
-func (s *pgStatements) stats(retention int64) query { return query{s.statsSQL, []any{retention}} }
+func (s *pgStatements) stats(retention int64) query {
+	return query{SQL: s.statsSQL, Args: []any{retention}}
+}
 
 // size asks for the table's size (with its TOAST data) and that of its
 // indexes.
 func (s *pgStatements) size() query {
-	return query{`SELECT pg_table_size($1::regclass), pg_indexes_size($1::regclass)`, []any{s.quoted}}
+	return query{SQL: `SELECT pg_table_size($1::regclass), pg_indexes_size($1::regclass)`, Args: []any{s.quoted}}
 }
 
 func (postgres) inserted(n int64, err error) (bool, error) { return n == 1, err }
@@ -213,27 +217,27 @@ func (postgres) lockWaits() bool { return true }
 // savepoint is rolled back to; its SELECT evaluates the columns left to
 // right, so it returns the bound in force before it.
 func (postgres) boundLockWait(ctx context.Context, c conn, d time.Duration, fn func() error) (bool, error) {
-	if _, err := c.exec(ctx, query{sql: `SAVEPOINT idem_lock_wait`}); err != nil {
+	if _, err := c.exec(ctx, query{SQL: `SAVEPOINT idem_lock_wait`}); err != nil {
 		return false, err
 	}
 	var old, set string
 	bound := fmt.Sprintf("%dms", (d+time.Millisecond-1)/time.Millisecond)
-	if err := c.queryRow(ctx, query{`SELECT current_setting('lock_timeout'), set_config('lock_timeout', $1, true)`, []any{bound}}, &old, &set); err != nil {
+	if err := c.queryRow(ctx, query{SQL: `SELECT current_setting('lock_timeout'), set_config('lock_timeout', $1, true)`, Args: []any{bound}}, &old, &set); err != nil {
 		return false, err
 	}
 	if err := fn(); err != nil {
 		timedOut := sqlStateOf(err) == "55P03"
 		for _, stmt := range []string{`ROLLBACK TO SAVEPOINT idem_lock_wait`, `RELEASE SAVEPOINT idem_lock_wait`} {
-			if _, uerr := c.exec(ctx, query{sql: stmt}); uerr != nil {
+			if _, uerr := c.exec(ctx, query{SQL: stmt}); uerr != nil {
 				return false, errors.Join(err, uerr)
 			}
 		}
 		return timedOut, err
 	}
-	if err := c.queryRow(ctx, query{`SELECT set_config('lock_timeout', $1, true)`, []any{old}}, &set); err != nil {
+	if err := c.queryRow(ctx, query{SQL: `SELECT set_config('lock_timeout', $1, true)`, Args: []any{old}}, &set); err != nil {
 		return false, err
 	}
-	_, err := c.exec(ctx, query{sql: `RELEASE SAVEPOINT idem_lock_wait`})
+	_, err := c.exec(ctx, query{SQL: `RELEASE SAVEPOINT idem_lock_wait`})
 	return false, err
 }
 

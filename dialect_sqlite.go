@@ -107,7 +107,7 @@ ON CONFLICT (scope, idem_key) DO NOTHING
 RETURNING token, 0`
 
 func (s *sqStatements) insert(r Request, lease int64) query {
-	return query{s.insertSQL, []any{r.Scope, r.Key, r.Operation, r.Fingerprint, lease}}
+	return query{SQL: s.insertSQL, Args: []any{r.Scope, r.Key, r.Operation, r.Fingerprint, lease}}
 }
 
 // A writer holds the database's only write lock, so the WHERE reads the
@@ -122,7 +122,7 @@ WHERE scope = ? AND idem_key = ? AND token = ?
 RETURNING token, 0`
 
 func (s *sqStatements) takeover(r Request, token, lease, retention int64) query {
-	return query{s.takeoverSQL, []any{r.Operation, r.Fingerprint, lease, r.Scope, r.Key, token, retention}}
+	return query{SQL: s.takeoverSQL, Args: []any{r.Operation, r.Fingerprint, lease, r.Scope, r.Key, token, retention}}
 }
 
 // claimed is not used: insert and takeover return the token.
@@ -135,39 +135,41 @@ const sqRead = `SELECT operation, fingerprint, status, token,
 FROM idempotency_keys WHERE scope = ? AND idem_key = ?`
 
 func (s *sqStatements) read(r Request, retention int64) query {
-	return query{s.readSQL, []any{retention, r.Scope, r.Key}}
+	return query{SQL: s.readSQL, Args: []any{retention, r.Scope, r.Key}}
 }
 
 const sqState = `SELECT status, token FROM idempotency_keys WHERE scope = ? AND idem_key = ?`
 
-func (s *sqStatements) state(r Request) query { return query{s.stateSQL, []any{r.Scope, r.Key}} }
+func (s *sqStatements) state(r Request) query {
+	return query{SQL: s.stateSQL, Args: []any{r.Scope, r.Key}}
+}
 
 const sqComplete = `UPDATE idempotency_keys SET status = 'completed', completed_at = ` + sqNow + `,
   response_status = ?, response_headers = ?, response_body = ?
 WHERE scope = ? AND idem_key = ? AND token = ? AND status = 'processing'`
 
 func (s *sqStatements) complete(r Request, token int64, resp Response, header []byte) query {
-	return query{s.completeSQL, []any{resp.StatusCode, header, resp.Body, r.Scope, r.Key, token}}
+	return query{SQL: s.completeSQL, Args: []any{resp.StatusCode, header, resp.Body, r.Scope, r.Key, token}}
 }
 
 const sqExtend = `UPDATE idempotency_keys SET lease_until = max(` + sqNow + ` + ?, lease_until + 1)
 WHERE scope = ? AND idem_key = ? AND token = ? AND status = 'processing'`
 
 func (s *sqStatements) extend(r Request, token, lease int64) query {
-	return query{s.extendSQL, []any{lease, r.Scope, r.Key, token}}
+	return query{SQL: s.extendSQL, Args: []any{lease, r.Scope, r.Key, token}}
 }
 
 const sqRelease = `UPDATE idempotency_keys SET status = 'released', lease_until = ` + sqNow + `
 WHERE scope = ? AND idem_key = ? AND token = ? AND status = 'processing'`
 
 func (s *sqStatements) release(r Request, token int64) query {
-	return query{s.releaseSQL, []any{r.Scope, r.Key, token}}
+	return query{SQL: s.releaseSQL, Args: []any{r.Scope, r.Key, token}}
 }
 
 const sqRemove = `DELETE FROM idempotency_keys WHERE scope = ? AND idem_key = ? AND token = ? AND status = 'processing'`
 
 func (s *sqStatements) remove(r Request, token int64) query {
-	return query{s.removeSQL, []any{r.Scope, r.Key, token}}
+	return query{SQL: s.removeSQL, Args: []any{r.Scope, r.Key, token}}
 }
 
 // DELETE ... LIMIT needs a compile-time option; a subquery does not.
@@ -180,7 +182,7 @@ const sqPurge = `DELETE FROM idempotency_keys WHERE (scope, idem_key) IN (
   ORDER BY created_at LIMIT ?)`
 
 func (s *sqStatements) purge(retention int64, limit int) query {
-	return query{s.purgeSQL, []any{retention, retention, limit}}
+	return query{SQL: s.purgeSQL, Args: []any{retention, retention, limit}}
 }
 
 // purgeIsolation is the default: every SQLite transaction is SERIALIZABLE.
@@ -192,7 +194,7 @@ const sqInspect = `SELECT operation, fingerprint, status, token, lease_until, cr
 FROM idempotency_keys WHERE scope = ? AND idem_key = ?`
 
 func (s *sqStatements) inspect(scope, key string, retention int64) query {
-	return query{s.inspectSQL, []any{retention, scope, key}}
+	return query{SQL: s.inspectSQL, Args: []any{retention, scope, key}}
 }
 
 const sqStats = `SELECT status, COUNT(*), MIN(created_at),
@@ -202,14 +204,14 @@ const sqStats = `SELECT status, COUNT(*), MIN(created_at),
 FROM idempotency_keys GROUP BY status ORDER BY status`
 
 func (s *sqStatements) stats(retention int64) query {
-	return query{s.statsSQL, []any{retention, retention}}
+	return query{SQL: s.statsSQL, Args: []any{retention, retention}}
 }
 
 // size sums the pages of the table's b-tree (which holds the primary key:
 // WITHOUT ROWID) and of its index, from the dbstat virtual table.
 func (s *sqStatements) size() query {
-	return query{`SELECT (SELECT SUM(pgsize) FROM dbstat(?) WHERE name = ?),
-  (SELECT SUM(pgsize) FROM dbstat(?) WHERE name = ?)`, []any{s.schemaName, s.base, s.schemaName, s.base + "_created_at_idx"}}
+	return query{SQL: `SELECT (SELECT SUM(pgsize) FROM dbstat(?) WHERE name = ?),
+  (SELECT SUM(pgsize) FROM dbstat(?) WHERE name = ?)`, Args: []any{s.schemaName, s.base, s.schemaName, s.base + "_created_at_idx"}}
 }
 
 func (sqliteDialect) inserted(n int64, err error) (bool, error) { return n == 1, err }

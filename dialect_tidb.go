@@ -91,7 +91,7 @@ func (tidbDialect) checkSession(ctx context.Context, c conn) error {
 		mode, isolation, first string
 		inPlace, skipCheck     bool
 	)
-	if err := c.queryRow(ctx, query{sql: tidbSettings}, &mode, &inPlace, &isolation, &skipCheck, &first); err != nil {
+	if err := c.queryRow(ctx, query{SQL: tidbSettings}, &mode, &inPlace, &isolation, &skipCheck, &first); err != nil {
 		return fmt.Errorf("idem: read the TiDB transaction's settings: %w; roll back the transaction", err)
 	}
 	const refused = "idem: refused before running anything: "

@@ -39,13 +39,13 @@ func TestTiDBStatements(t *testing.T) {
 		"read":  {my.read(req, 1), ti.read(req, 1)},
 		"state": {my.state(req), ti.state(req)},
 	} {
-		if !strings.HasSuffix(q[0].sql, " LOCK IN SHARE MODE") || !strings.HasSuffix(q[1].sql, " FOR UPDATE") ||
-			strings.TrimSuffix(q[0].sql, " LOCK IN SHARE MODE") != strings.TrimSuffix(q[1].sql, " FOR UPDATE") {
-			t.Errorf("%s: MySQL %q, TiDB %q; want the same read, locked in share mode and for update", name, q[0].sql, q[1].sql)
+		if !strings.HasSuffix(q[0].SQL, " LOCK IN SHARE MODE") || !strings.HasSuffix(q[1].SQL, " FOR UPDATE") ||
+			strings.TrimSuffix(q[0].SQL, " LOCK IN SHARE MODE") != strings.TrimSuffix(q[1].SQL, " FOR UPDATE") {
+			t.Errorf("%s: MySQL %q, TiDB %q; want the same read, locked in share mode and for update", name, q[0].SQL, q[1].SQL)
 		}
 	}
-	if a, b := my.insert(req, 1), ti.insert(req, 1); a.sql != b.sql {
-		t.Errorf("insert differs: MySQL %q, TiDB %q", a.sql, b.sql)
+	if a, b := my.insert(req, 1), ti.insert(req, 1); a.SQL != b.SQL {
+		t.Errorf("insert differs: MySQL %q, TiDB %q", a.SQL, b.SQL)
 	}
 	if TiDB.Name() != "tidb" || !TiDB.lockWaits() {
 		t.Errorf("TiDB: name %q, lockWaits %v", TiDB.Name(), TiDB.lockWaits())

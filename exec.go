@@ -1,16 +1,17 @@
 package idem
 
-import "context"
+import (
+	"context"
+
+	"github.com/idemkit/idem/internal/driver"
+)
 
 // query is one statement, whole, with its arguments in order.
-type query struct {
-	sql  string
-	args []any
-}
+type query = driver.Query
 
 // conn runs idem's statements. It is the one interface between the claim
 // algorithm and a database handle: sqlConn adapts database/sql's DBTX to
-// it (tx.go), and a native driver's transaction can be adapted the same way.
+// it (tx.go), and a native driver's [driver.Conn] is adapted by nativeConn.
 type conn interface {
 	// exec runs q and returns the number of rows it changed.
 	exec(ctx context.Context, q query) (int64, error)

@@ -64,7 +64,7 @@ func (s *Store) Migrate(ctx context.Context, db DBTX) error {
 	}
 	c := sqlConn{db, s.dialect}
 	for _, stmt := range s.st.schema() {
-		if _, err := c.exec(ctx, query{sql: stmt}); err != nil {
+		if _, err := c.exec(ctx, query{SQL: stmt}); err != nil {
 			return fmt.Errorf("idem: migrate table %s: %w; check that the database user may create tables and indexes, then run Migrate again (it is safe to repeat)", s.table, err)
 		}
 	}

@@ -134,11 +134,11 @@ func TestStatementsAreWhole(t *testing.T) {
 			qs["claimed"] = st.claimed(r)
 		}
 		for name, q := range qs {
-			if strings.Contains(q.sql, DefaultTable) || name != "size" && !strings.Contains(q.sql, "keys") {
-				t.Errorf("%s %s does not name the table billing.keys:\n%s", d.Name(), name, q.sql)
+			if strings.Contains(q.SQL, DefaultTable) || name != "size" && !strings.Contains(q.SQL, "keys") {
+				t.Errorf("%s %s does not name the table billing.keys:\n%s", d.Name(), name, q.SQL)
 			}
-			if n := placeholders(q.sql); n != len(q.args) {
-				t.Errorf("%s %s: %d placeholders, %d arguments:\n%s", d.Name(), name, n, len(q.args), q.sql)
+			if n := placeholders(q.SQL); n != len(q.Args) {
+				t.Errorf("%s %s: %d placeholders, %d arguments:\n%s", d.Name(), name, n, len(q.Args), q.SQL)
 			}
 		}
 	}

@@ -111,7 +111,7 @@ type sqlConn struct {
 
 func (c sqlConn) exec(ctx context.Context, q query) (int64, error) {
 	q = c.d.inline(q)
-	res, err := c.db.ExecContext(ctx, q.sql, q.args...)
+	res, err := c.db.ExecContext(ctx, q.SQL, q.Args...)
 	if err != nil {
 		return 0, err
 	}
@@ -120,12 +120,12 @@ func (c sqlConn) exec(ctx context.Context, q query) (int64, error) {
 
 func (c sqlConn) queryRow(ctx context.Context, q query, dest ...any) error {
 	q = c.d.inline(q)
-	return c.db.QueryRowContext(ctx, q.sql, q.args...).Scan(dest...)
+	return c.db.QueryRowContext(ctx, q.SQL, q.Args...).Scan(dest...)
 }
 
 func (c sqlConn) queryRows(ctx context.Context, q query, each func(scan func(dest ...any) error) error) error {
 	q = c.d.inline(q)
-	rows, err := c.db.QueryContext(ctx, q.sql, q.args...)
+	rows, err := c.db.QueryContext(ctx, q.SQL, q.Args...)
 	if err != nil {
 		return err
 	}
