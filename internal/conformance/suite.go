@@ -35,6 +35,8 @@ var suite = []struct {
 	{"TestSessionUntouched", TestSessionUntouched},
 	{"TestStatementCounts", TestStatementCounts},
 	{"TestMigrate", TestMigrate},
+	{"TestUpgradeFromRelease1", TestUpgradeFromRelease1},
+	{"TestMigrateLeavesNewerLayout", TestMigrateLeavesNewerLayout},
 	{"TestPostgresReplayWritesNothing", TestPostgresReplayWritesNothing},
 	{"TestDoNeedsATransaction", TestDoNeedsATransaction},
 	{"TestErrorsSayWhatToDo", TestErrorsSayWhatToDo},
