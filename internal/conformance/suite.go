@@ -37,6 +37,7 @@ var suite = []struct {
 	{"TestMigrate", TestMigrate},
 	{"TestUpgradeFromRelease1", TestUpgradeFromRelease1},
 	{"TestMigrateLeavesNewerLayout", TestMigrateLeavesNewerLayout},
+	{"TestUpgradeUnderLoad", TestUpgradeUnderLoad},
 	{"TestPostgresReplayWritesNothing", TestPostgresReplayWritesNothing},
 	{"TestDoNeedsATransaction", TestDoNeedsATransaction},
 	{"TestErrorsSayWhatToDo", TestErrorsSayWhatToDo},

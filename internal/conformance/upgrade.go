@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -315,5 +317,80 @@ func TestMigrateLeavesNewerLayout(t *testing.T) {
 			t.Fatalf("Migrate changed a table of a newer version:\nbefore: %s\nafter:  %s", before, after)
 		}
 		must(t, e.doOK(s, charge("newer", "1")))
+	})
+}
+
+// How long the upgrade of a table of release 1 holding IDEM_UPGRADE_ROWS
+// records takes, and what it holds up: 16 workers run Do on fresh keys
+// before, during and after Migrate, and the test logs Migrate's duration
+// and the workers' rate, p99 and slowest request in each window. It is a
+// measurement, so it runs only with IDEM_UPGRADE_ROWS set;
+// docs/operations.md quotes it.
+func TestUpgradeUnderLoad(t *testing.T) {
+	if os.Getenv("IDEM_UPGRADE_ROWS") == "" {
+		t.Skip("set IDEM_UPGRADE_ROWS (e.g. 1000000) to measure the upgrade of a table that size")
+	}
+	rows := envInt(t, "IDEM_UPGRADE_ROWS", 0)
+	const (
+		workers = 16
+		around  = 3 * time.Second
+	)
+	forEach(t, func(t *testing.T, e *env) {
+		if e.name == "postgres-libpq" || e.dialect == idem.SQLite || e.dialect == idem.TiDB {
+			t.Skip("measured once per server with a version to upgrade to, through pgx")
+		}
+		s, o := e.createRelease1(), e.op()
+		e.seed(s, "seeded", rows, time.Hour, -time.Hour, "completed")
+		if e.dialect == idem.Postgres {
+			e.exec("VACUUM ANALYZE " + s.Table())
+		} else {
+			e.exec("ANALYZE TABLE " + s.Table())
+		}
+		var (
+			stop     = make(chan struct{})
+			wg       sync.WaitGroup
+			samples  = make([][]sample, workers)
+			failures = make([]error, workers)
+		)
+		for w := range workers {
+			wg.Go(func() {
+				for i := 0; ; i++ {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					req := charge(fmt.Sprintf("w%d-%d", w, i), "1")
+					start := time.Now()
+					if err := idem.RunTx(ctx, e.db, nil, func(tx *sql.Tx) error {
+						_, err := s.Do(ctx, tx, req, o.fn(tx, req.Key))
+						return err
+					}); err != nil {
+						failures[w] = fmt.Errorf("worker %d, request %d: %w", w, i, err)
+						return
+					}
+					samples[w] = append(samples[w], sample{start, time.Since(start)})
+				}
+			})
+		}
+		time.Sleep(around)
+		migStart := time.Now()
+		err := s.Migrate(ctx, e.db)
+		migEnd := time.Now()
+		time.Sleep(around)
+		close(stop)
+		wg.Wait()
+		must(t, errors.Join(append(failures, err)...))
+		all := slices.Concat(samples...)
+		took := migEnd.Sub(migStart)
+		t.Logf("Migrate upgraded %d records in %v (%.1f s per million) beside %d workers", rows, took.Round(time.Millisecond), took.Seconds()/float64(rows)*1e6, workers)
+		for _, w := range []struct {
+			name     string
+			from, to time.Time
+		}{{"before", migStart.Add(-around), migStart}, {"during", migStart, migEnd}, {"after", migEnd, migEnd.Add(around)}} {
+			p99, n := percentile(all, w.from, w.to, 99)
+			slowest, _ := percentile(all, w.from, w.to, 100)
+			t.Logf("workers %s: %6d requests (%5.0f/s), p99 %v, slowest %v", w.name, n, float64(n)/w.to.Sub(w.from).Seconds(), p99.Round(100*time.Microsecond), slowest.Round(100*time.Microsecond))
+		}
 	})
 }
