@@ -81,7 +81,7 @@ func TestScale(t *testing.T) {
 			db.SetMaxOpenConns(2*cfg.workers + 4)
 			var rows []scaleRow
 			for _, n := range cfg.sizes {
-				r, err := scale(ctx, t, db, tg.dialect, cfg, n)
+				r, err := scale(ctx, db, tg.dialect, cfg, n)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -146,7 +146,7 @@ var scaleResponse = idem.Response{StatusCode: 201, Body: []byte(strings.Repeat("
 // scaleHeader is idem's encoding of Content-Type: application/json.
 const scaleHeader = "01010c436f6e74656e742d5479706501106170706c69636174696f6e2f6a736f6e"
 
-func scale(ctx context.Context, t *testing.T, db *sql.DB, d idem.Dialect, cfg scaleConfig, n int) (scaleRow, error) {
+func scale(ctx context.Context, db *sql.DB, d idem.Dialect, cfg scaleConfig, n int) (scaleRow, error) {
 	tag := make([]byte, 4)
 	_, _ = rand.Read(tag)
 	suffix := hex.EncodeToString(tag)
@@ -156,11 +156,11 @@ func scale(ctx context.Context, t *testing.T, db *sql.DB, d idem.Dialect, cfg sc
 		return scaleRow{}, err
 	}
 	st := &scaleTable{db: db, dialect: d, store: s, orders: "idem_scale_orders_" + suffix}
-	t.Cleanup(func() {
+	defer func() {
 		for _, table := range []string{s.Table(), st.orders} {
 			_, _ = db.ExecContext(context.WithoutCancel(ctx), "DROP TABLE IF EXISTS "+table)
 		}
-	})
+	}()
 	row := scaleRow{records: n, layout: "newest"}
 	if cfg.layout > 0 {
 		row.layout = fmt.Sprintf("version %d", cfg.layout)
