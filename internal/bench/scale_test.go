@@ -78,7 +78,7 @@ func TestScale(t *testing.T) {
 		}
 		t.Run(tg.driver, func(t *testing.T) {
 			db := tg.open(t)
-			db.SetMaxOpenConns(2*cfg.workers + 4)
+			db.SetMaxOpenConns(cfg.workers + 4)
 			var rows []scaleRow
 			for _, n := range cfg.sizes {
 				r, err := scale(ctx, db, tg.dialect, cfg, n)
