@@ -52,6 +52,9 @@ func (s *Store) configure() error {
 // Table returns the table name the [Store] was configured with.
 func (s *Store) Table() string { return s.table }
 
+// Dialect returns the [Dialect] the [Store] was made for.
+func (s *Store) Dialect() Dialect { return s.dialect }
+
 // Lease returns how long a PROCESSING claim is honoured ([WithLease]).
 func (s *Store) Lease() time.Duration { return s.lease }
 
@@ -62,7 +65,10 @@ func (s *Store) Migrate(ctx context.Context, db DBTX) error {
 	if db == nil {
 		return errors.New("idem: Migrate needs a database handle, got nil")
 	}
-	c := sqlConn{db, s.dialect}
+	return s.migrate(ctx, sqlConn{db, s.dialect})
+}
+
+func (s *Store) migrate(ctx context.Context, c conn) error {
 	for _, stmt := range s.st.schema() {
 		if _, err := c.exec(ctx, query{SQL: stmt}); err != nil {
 			return fmt.Errorf("idem: migrate table %s: %w; check that the database user may create tables and indexes, then run Migrate again (it is safe to repeat)", s.table, err)
@@ -88,11 +94,16 @@ func (s *Store) Migrate(ctx context.Context, db DBTX) error {
 // statement runs on its own), it changes nothing, whoever holds the key by
 // then, and Do returns an error that says so, wraps fn's error if any, and
 // for which [IsRetryable] is true: roll back and retry.
-func (s *Store) Do(ctx context.Context, tx DBTX, req Request, fn func(ctx context.Context) (Response, error)) (res Result, err error) {
-	start := startWatch()
+func (s *Store) Do(ctx context.Context, tx DBTX, req Request, fn func(ctx context.Context) (Response, error)) (Result, error) {
 	if err := checkTx(tx); err != nil {
 		return Result{}, err
 	}
+	return s.do(ctx, sqlConn{tx, s.dialect}, req, fn)
+}
+
+// do is Do in the transaction c, whatever its driver.
+func (s *Store) do(ctx context.Context, c conn, req Request, fn func(ctx context.Context) (Response, error)) (res Result, err error) {
+	start := startWatch()
 	if fn == nil {
 		return Result{}, errors.New("idem: Do needs a function to run, got nil")
 	}
@@ -100,7 +111,6 @@ func (s *Store) Do(ctx context.Context, tx DBTX, req Request, fn func(ctx contex
 	if err := req.validate(); err != nil {
 		return Result{}, err
 	}
-	c := sqlConn{tx, s.dialect}
 	replay, token, err := s.claim(ctx, c, req, false)
 	if err != nil {
 		return Result{}, err
