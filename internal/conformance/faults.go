@@ -131,8 +131,7 @@ func TestLostCommit(t *testing.T) {
 		}{{"reply-lost", loseCommitReply, true}, {"commit-lost", loseCommit, false}} {
 			req := charge("lost-"+c.name, "100")
 			p.arm(c.mode)
-			tx, err := db.BeginTx(ctx, nil)
-			must(t, err)
+			tx := e.beginIn(db, nil)
 			first, err := s.Do(ctx, tx, req, o.fn(tx, req.Key))
 			must(t, err)
 			if err := tx.Commit(); err == nil {

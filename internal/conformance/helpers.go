@@ -61,7 +61,16 @@ func (o *op) do(s *store, req idem.Request) (idem.Result, error) {
 // is still open).
 func (e *env) begin(opts *sql.TxOptions) txn {
 	e.t.Helper()
-	tx, err := e.db.BeginTx(ctx, opts)
+	return e.beginIn(e.db, opts)
+}
+
+// beginIn is begin on the pool db. A pool the test opened and closes at
+// cleanup must begin its transactions here: a *pgxpool.Pool's Close waits
+// for every connection to be released, and the rollback at cleanup,
+// registered later, runs first.
+func (e *env) beginIn(db pool, opts *sql.TxOptions) txn {
+	e.t.Helper()
+	tx, err := db.BeginTx(ctx, opts)
 	if err != nil {
 		e.t.Fatalf("begin: %v", err)
 	}
