@@ -26,8 +26,8 @@ func TestIndexCost(t *testing.T) {
 		doFor   = 3 * time.Second
 	)
 	forEach(t, func(t *testing.T, e *env) {
-		if e.name == "postgres-libpq" {
-			t.Skip("measured once per server, through pgx")
+		if e.name == "postgres-libpq" || e.native {
+			t.Skip("measured once per server, through pgx's database/sql driver")
 		}
 		variants := []string{"btree", "none"}
 		if e.dialect == idem.Postgres {
