@@ -60,7 +60,7 @@ type pgStatements struct {
 
 func (s *pgStatements) schema() []string { return s.ddl }
 
-func (*pgStatements) returnsToken() bool { return true }
+func (*pgStatements) returns(bool) (token, lag bool) { return true, true }
 
 // RETURNING runs once the row is written, after any wait for another
 // transaction that held the key; created_at is the statement's start.

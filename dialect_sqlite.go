@@ -90,7 +90,7 @@ type sqStatements struct {
 
 func (s *sqStatements) schema() []string { return s.ddl }
 
-func (*sqStatements) returnsToken() bool { return true }
+func (*sqStatements) returns(bool) (token, lag bool) { return true, true }
 
 // sqNow is the database clock in microseconds since the Unix epoch. SQLite's
 // 'now' has millisecond resolution and is the same for every use within one

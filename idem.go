@@ -25,7 +25,7 @@ func New(d Dialect, opts ...Option) (*Store, error) {
 
 func (s *Store) configure() error {
 	if s.dialect == nil {
-		return errors.New("idem: New needs a Dialect (idem.Postgres, idem.MySQL, idem.TiDB or idem.SQLite)")
+		return errors.New("idem: New needs a Dialect (idem.Postgres, idem.MySQL, idem.MariaDB, idem.TiDB or idem.SQLite)")
 	}
 	if err := checkDuration("lease", s.lease); err != nil {
 		return err

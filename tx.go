@@ -42,7 +42,7 @@ func IsRetryable(err error) bool {
 }
 
 // dialects are the Dialects IsRetryable consults.
-var dialects = []Dialect{Postgres, MySQL, TiDB, SQLite}
+var dialects = []Dialect{Postgres, MySQL, MariaDB, TiDB, SQLite}
 
 // RunTx runs fn in a transaction on db and commits it. When fn, the begin or
 // the commit fails with an error for which [IsRetryable] is true, the

@@ -377,7 +377,7 @@ func TestWithScopeAndKey(t *testing.T) {
 // databases.
 func TestDBSystem(t *testing.T) {
 	r := newRig(t)
-	for dialect, want := range map[string]string{"postgres": "postgresql", "mysql": "mysql", "sqlite": "sqlite", "": "other_sql"} {
+	for dialect, want := range map[string]string{"postgres": "postgresql", "mysql": "mysql", "mariadb": "mariadb", "tidb": "other_sql", "sqlite": "sqlite", "": "other_sql"} {
 		set := r.spanEvents(t, idem.Event{Kind: idem.EventExecuted, Table: "keys", Dialect: dialect})[0]
 		if got, _ := set.Value(idemotel.DBSystemKey); got.AsString() != want {
 			t.Errorf("dialect %q: db.system.name %q, want %q", dialect, got.AsString(), want)

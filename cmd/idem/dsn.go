@@ -46,7 +46,7 @@ type target struct {
 	file    string // SQLite: the database file
 }
 
-// parseDSN reads postgres://, postgresql://, mysql://, tidb://, sqlite: and file:
+// parseDSN reads postgres://, postgresql://, mysql://, mariadb://, tidb://, sqlite: and file:
 // DSNs, the scheme in any case. It first hands every part of dsn that could
 // hold a password to the redactor in ctx, so that no error printed later
 // shows one; its own messages never quote the DSN or any part of it but
@@ -69,6 +69,8 @@ func parseDSN(ctx context.Context, dsn string) (target, error) {
 			where: "postgres at " + hostOr(u.Host, "localhost:5432")}, nil
 	case "mysql":
 		return parseMySQL(dsn, idem.MySQL, "3306")
+	case "mariadb":
+		return parseMySQL(dsn, idem.MariaDB, "3306")
 	case "tidb":
 		return parseMySQL(dsn, idem.TiDB, "4000")
 	case "sqlite", "file":
@@ -77,7 +79,7 @@ func parseDSN(ctx context.Context, dsn string) (target, error) {
 	if !strings.HasPrefix(rest, "//") {
 		return target{}, usageErr("%s", noScheme(dsn))
 	}
-	return target{}, usageErr("unknown DSN scheme %q; use postgres://, postgresql://, mysql://, tidb://, sqlite: or file:", scheme)
+	return target{}, usageErr("unknown DSN scheme %q; use postgres://, postgresql://, mysql://, mariadb://, tidb://, sqlite: or file:", scheme)
 }
 
 // validScheme reports an RFC 3986 scheme: a letter, then letters, digits,
@@ -141,7 +143,7 @@ func hostOr(h, def string) string {
 // into go-sql-driver's user:pass@tcp(host:port)/db?params, for dialect d,
 // whose server listens on port by default.
 func parseMySQL(dsn string, d idem.Dialect, port string) (target, error) {
-	name := map[idem.Dialect]string{idem.MySQL: "MySQL", idem.TiDB: "TiDB"}[d]
+	name := map[idem.Dialect]string{idem.MySQL: "MySQL", idem.MariaDB: "MariaDB", idem.TiDB: "TiDB"}[d]
 	u, err := parseURL(dsn, name)
 	if err != nil {
 		return target{}, err
@@ -194,7 +196,7 @@ type dbFlags struct {
 
 // dsnUsage is the usage of the --dsn flag of the commands that need a
 // database.
-const dsnUsage = "database: postgres://..., mysql://user:pass@host:port/db, tidb://user:pass@host:port/db, sqlite:path or file:path (default $IDEM_DSN)"
+const dsnUsage = "database: postgres://..., mysql://user:pass@host:port/db, mariadb://..., tidb://..., sqlite:path or file:path (default $IDEM_DSN)"
 
 // dsnOrEnv is the --dsn flag's value, or $IDEM_DSN when it is empty (not
 // the flag's default: --help would print the password).
