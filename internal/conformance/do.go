@@ -544,7 +544,7 @@ func TestSessionUntouched(t *testing.T) {
 // The documented statement counts beyond the caller's own: two on the
 // fresh path (the claim, then the response stored, fenced on the claim's
 // token), three on MySQL and TiDB (which cannot return the token from the
-// INSERT, so it reads it right after), two on the replay and in-flight
+// INSERT, so it reads it right after; MariaDB's INSERT returns it), two on the replay and in-flight
 // paths (the claim, then the existing record read); on TiDB one more on
 // every path, the check of the transaction's settings before the claim.
 func TestStatementCounts(t *testing.T) {
@@ -553,7 +553,7 @@ func TestStatementCounts(t *testing.T) {
 		req, held := charge("counted", "100"), charge("held", "100")
 		e.leaveClaim(s, held, time.Minute)
 		fresh, check := int64(2), e.settingsCheck()
-		if e.mysqlFamily() {
+		if e.readsToken() {
 			fresh = 3
 		}
 		for _, want := range []struct {
@@ -583,7 +583,7 @@ func TestMigrate(t *testing.T) {
 
 		var qualified string
 		switch e.dialect {
-		case idem.MySQL, idem.TiDB:
+		case idem.MySQL, idem.MariaDB, idem.TiDB:
 			var database string
 			must(t, e.db.QueryRow("SELECT DATABASE()").Scan(&database))
 			qualified = database + "." + randName("idem")

@@ -50,7 +50,7 @@ func startContainer(kind, image string) (string, error) {
 		cmd = []string{"postgres", "-c", "max_connections=300"}
 		port, driver = "5432/tcp", "pgx"
 		dsn = func(hp string) string { return "postgres://postgres:idem@" + hp + "/test?sslmode=disable" }
-	case "mysql":
+	case "mysql", "mariadb":
 		envs = []string{"MYSQL_ROOT_PASSWORD=idem", "MYSQL_DATABASE=test"}
 		port, driver = "3306/tcp", "mysql"
 		dsn = func(hp string) string { return "root:idem@tcp(" + hp + ")/test" }

@@ -69,7 +69,7 @@ func (r *faultRun) kinds() []string {
 	switch r.e.dialect {
 	case idem.Postgres:
 		return []string{faultDeadlock, faultSerialization, faultTimeout, faultKill, faultCut}
-	case idem.MySQL:
+	case idem.MySQL, idem.MariaDB:
 		return []string{faultDeadlock, faultTimeout, faultKill, faultCut}
 	case idem.TiDB:
 		// No statement timeout: TiDB's max_execution_time ends a SLEEP

@@ -28,7 +28,7 @@ func TestTableGrowth(t *testing.T) {
 		}
 		for _, body := range []int{200, 2000} {
 			s := e.store()
-			if e.dialect == idem.MySQL {
+			if e.dialect == idem.MySQL || e.dialect == idem.MariaDB {
 				from, sum := numbers(rows)
 				e.exec(`INSERT INTO `+s.Table()+` (scope, idem_key, operation, fingerprint, status, token, lease_until, created_at, completed_at, response_status, response_headers, response_body)
 SELECT CONCAT('tenant-', LPAD(i % 5000, 6, '0')), UUID(), 'POST /v1/charges', SHA2(i, 256), 'completed', i,

@@ -139,7 +139,7 @@ const sqliteNow = "(CAST(ROUND(unixepoch('now', 'subsec') * 1000) AS INTEGER) * 
 // now is the database's clock as the dialect reads it.
 func (e *env) now() string {
 	switch e.dialect {
-	case idem.MySQL, idem.TiDB:
+	case idem.MySQL, idem.MariaDB, idem.TiDB:
 		return "UTC_TIMESTAMP(6)"
 	case idem.SQLite:
 		return sqliteNow
@@ -151,7 +151,7 @@ func (e *env) now() string {
 // next argument (fewer when it is negative).
 func (e *env) plusMicros(expr string) string {
 	switch e.dialect {
-	case idem.MySQL, idem.TiDB:
+	case idem.MySQL, idem.MariaDB, idem.TiDB:
 		return expr + " + INTERVAL ? MICROSECOND"
 	case idem.SQLite:
 		return expr + " + ?"
@@ -186,7 +186,7 @@ func (e *env) age(s *store, key string, d time.Duration) {
 // statement bounds and the other settings a statement of idem could touch.
 func (e *env) sessionProbe() string {
 	switch e.dialect {
-	case idem.MySQL, idem.TiDB:
+	case idem.MySQL, idem.MariaDB, idem.TiDB:
 		return "SELECT CONCAT_WS('|', LAST_INSERT_ID(), @@session.tx_isolation, @@session.time_zone, @@session.sql_mode, @@session.innodb_lock_wait_timeout, @@session.autocommit)"
 	case idem.SQLite:
 		return "SELECT last_insert_rowid() || '|' || (SELECT * FROM pragma_busy_timeout) || '|' || (SELECT * FROM pragma_query_only) || '|' || (SELECT * FROM pragma_foreign_keys) || '|' || (SELECT * FROM pragma_defer_foreign_keys)"

@@ -6,13 +6,15 @@
 //   - postgres-pgx: PostgreSQL through pgx's database/sql driver;
 //   - postgres-pgxnative: PostgreSQL through pgx itself, with idem's calls
 //     made through package idempgx on a *pgxpool.Pool and its pgx.Tx;
-//   - mysql: MySQL or MariaDB through go-sql-driver/mysql;
+//   - mysql: idem.MySQL on MySQL or MariaDB, through go-sql-driver/mysql;
+//   - mariadb: idem.MariaDB on MariaDB, through go-sql-driver/mysql;
 //   - tidb: TiDB through go-sql-driver/mysql;
 //   - sqlite: SQLite through modernc.org/sqlite, in a temporary file.
 //
 // Targets find their databases through IDEM_TEST_POSTGRES_DSN,
-// IDEM_TEST_MYSQL_DSN and IDEM_TEST_TIDB_DSN (scripts/tidb.sh starts a
-// TiDB); the SQLite target needs no server and always runs, on
+// IDEM_TEST_MYSQL_DSN, IDEM_TEST_MARIADB_DSN (the same MariaDB server as
+// the one before it, or another) and IDEM_TEST_TIDB_DSN (scripts/tidb.sh
+// starts a TiDB); the SQLite target needs no server and always runs, on
 // a database file in a temporary directory. When a DSN is unset and a
 // Docker daemon answers, the suite starts a container for it. Otherwise its
 // targets are skipped with a message, unless IDEM_TEST_REQUIRE=1, which
@@ -79,6 +81,7 @@ var targets = []target{
 	{name: "postgres-pgx", dialect: idem.Postgres, driver: "pgx", server: "postgres"},
 	{name: "postgres-pgxnative", dialect: idem.Postgres, native: true, server: "postgres"},
 	{name: "mysql", dialect: idem.MySQL, driver: "mysql", server: "mysql"},
+	{name: "mariadb", dialect: idem.MariaDB, driver: "mysql", server: "mariadb"},
 	{name: "tidb", dialect: idem.TiDB, driver: "mysql", server: "tidb"},
 	{name: "sqlite", dialect: idem.SQLite, driver: "sqlite", server: "sqlite"},
 }
@@ -97,6 +100,7 @@ type server struct {
 var servers = map[string]*server{
 	"postgres": {env: "IDEM_TEST_POSTGRES_DSN", image: "postgres:16"},
 	"mysql":    {env: "IDEM_TEST_MYSQL_DSN", image: "mysql:8.4"},
+	"mariadb":  {env: "IDEM_TEST_MARIADB_DSN", image: "mariadb:10.11"},
 	"tidb":     {env: "IDEM_TEST_TIDB_DSN", how: "run scripts/tidb.sh start and set IDEM_TEST_TIDB_DSN='root@tcp(127.0.0.1:4000)/test'"},
 	"sqlite":   {local: true},
 }
@@ -229,7 +233,13 @@ func (tg target) connect(dsn string, conns int) (pool, error) {
 
 // mysqlFamily reports a target that speaks MySQL's SQL: MySQL, MariaDB
 // and TiDB.
-func (e *env) mysqlFamily() bool { return e.dialect == idem.MySQL || e.dialect == idem.TiDB }
+func (e *env) mysqlFamily() bool {
+	return e.dialect == idem.MySQL || e.dialect == idem.MariaDB || e.dialect == idem.TiDB
+}
+
+// readsToken reports a dialect whose INSERT cannot return the claim's
+// token, so that Do reads it right after: MySQL and TiDB.
+func (e *env) readsToken() bool { return e.dialect == idem.MySQL || e.dialect == idem.TiDB }
 
 // settingsCheck is the number of statements Do and Begin run before the
 // claim to check the transaction's settings: TiDB's one.
@@ -339,7 +349,7 @@ func (e *env) business() string {
 
 func (e *env) autoID() string {
 	switch e.dialect {
-	case idem.MySQL, idem.TiDB:
+	case idem.MySQL, idem.MariaDB, idem.TiDB:
 		return "BIGINT AUTO_INCREMENT PRIMARY KEY"
 	case idem.SQLite:
 		return "INTEGER PRIMARY KEY"
