@@ -44,12 +44,10 @@ func pool(t *testing.T) *pgxpool.Pool {
 	return p
 }
 
-func store(t *testing.T, p *pgxpool.Pool, opts ...idem.Option) *idempgx.Store {
+// newStore makes an idempgx Store for Postgres.
+func newStore(t *testing.T, opts ...idem.Option) *idempgx.Store {
 	t.Helper()
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	table := "idempgx_" + hex.EncodeToString(b)
-	s, err := idem.New(idem.Postgres, append([]idem.Option{idem.WithTable(table)}, opts...)...)
+	s, err := idem.New(idem.Postgres, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,6 +55,17 @@ func store(t *testing.T, p *pgxpool.Pool, opts ...idem.Option) *idempgx.Store {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return ps
+}
+
+// store makes a migrated Store on a table of the test's own, dropped when
+// the test ends.
+func store(t *testing.T, p *pgxpool.Pool, opts ...idem.Option) *idempgx.Store {
+	t.Helper()
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	table := "idempgx_" + hex.EncodeToString(b)
+	ps := newStore(t, append([]idem.Option{idem.WithTable(table)}, opts...)...)
 	ctx := context.Background()
 	if err := ps.Migrate(ctx, p); err != nil {
 		t.Fatal(err)
@@ -182,14 +191,7 @@ func TestClaimInspectPurge(t *testing.T) {
 }
 
 func TestNilHandles(t *testing.T) {
-	s, err := idem.New(idem.Postgres)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ps, err := idempgx.New(s)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ps := newStore(t)
 	ctx := context.Background()
 	fn := func(context.Context) (idem.Response, error) { return idem.Response{StatusCode: 200}, nil }
 	var c *idempgx.Claim
