@@ -6,6 +6,8 @@ import (
 	"regexp"
 	"strings"
 	"time"
+
+	"github.com/idemkit/idem/schema"
 )
 
 // Dialect adapts idem to one database family: the SQL it runs, whole, and
@@ -17,9 +19,9 @@ import (
 // (dialect_NAME.go) unless it says otherwise; docs/dialects.md has the
 // same list with the reasons:
 //
-//  1. schema/NAME.sql: the table, with (scope, idem_key) as a unique key
-//     the database enforces, and binary comparison of scope and key; embed
-//     it in package schema.
+//  1. schema/NAME/0001_create.up.sql: the table, with (scope, idem_key)
+//     as a unique key the database enforces, and binary comparison of
+//     scope and key; embed the directory in package schema.
 //  2. A type with Name, statements, inserted, retryable, lockWaits,
 //     boundLockWait and inline; an exported variable of the Dialect type.
 //  3. Its statements: one method each of [statements], whole SQL in one
@@ -78,8 +80,14 @@ type Dialect interface {
 // reports the match; so one that ran after its transaction ended, or
 // after another request took the key, changes nothing.
 type statements interface {
-	// schema is the DDL that creates the table and its index.
-	schema() []string
+	// migrations is the DDL of each schema version, in order: the
+	// statements at index i bring a table of version i (0: absent) to
+	// version i+1. Each is safe to run again once it has run, or fails
+	// without changing anything.
+	migrations() [][]string
+	// version reads whether the table exists (a boolean) and its comment,
+	// in which the migrations from version 2 on record the version.
+	version() query
 	// insert claims a new key as PROCESSING, or does nothing (or fails
 	// with a duplicate-key error that inserted recognises) when it exists.
 	// It waits for an open transaction that holds the key. What it
@@ -138,7 +146,7 @@ type statements interface {
 	size() query
 }
 
-// templateTable is the table the statements and schema/*.sql are written
+// templateTable is the table the statements and schema/*/*.sql are written
 // for; render puts the Store's own in its place.
 const templateTable = "idempotency_keys"
 
@@ -156,6 +164,16 @@ func render(sql, quoted, base string) string {
 		}
 		return base + strings.TrimPrefix(name, templateTable)
 	})
+}
+
+// migrationStatements renders a dialect's migrations for a table, each
+// split into its statements.
+func migrationStatements(ms []schema.Migration, quoted, base string) [][]string {
+	steps := make([][]string, len(ms))
+	for i, m := range ms {
+		steps[i] = schemaStatements(m.SQL, quoted, base)
+	}
+	return steps
 }
 
 // schemaStatements renders a dialect's embedded DDL for a table and splits

@@ -33,9 +33,9 @@ func (mysqlDialect) statements(parts []string) statements {
 }
 
 // newMyStatements renders the MySQL family's statements for a table, with
-// the DDL, the insert and the two locking reads (read and state) of one
-// database.
-func newMyStatements(parts []string, ddl, insert, read, state string) *myStatements {
+// the migrations, the insert and the two locking reads (read and state) of
+// one database.
+func newMyStatements(parts []string, ddl []schema.Migration, insert, read, state string) *myStatements {
 	quoted := "`" + strings.Join(parts, "`.`") + "`"
 	base := parts[len(parts)-1]
 	r := func(sql string) string { return render(sql, quoted, base) }
@@ -44,7 +44,7 @@ func newMyStatements(parts []string, ddl, insert, read, state string) *myStateme
 		schemaName = parts[0]
 	}
 	return &myStatements{
-		ddl:         schemaStatements(ddl, quoted, base),
+		steps:       migrationStatements(ddl, quoted, base),
 		schemaName:  schemaName,
 		base:        base,
 		insertSQL:   r(insert),
@@ -64,7 +64,7 @@ func newMyStatements(parts []string, ddl, insert, read, state string) *myStateme
 
 // myStatements are the statements for one table, rendered once.
 type myStatements struct {
-	ddl        []string
+	steps      [][]string
 	schemaName any // nil: the connection's database
 	base       string
 	insertSQL, takeoverSQL, claimedSQL, readSQL, stateSQL, completeSQL,
@@ -72,7 +72,12 @@ type myStatements struct {
 	insertReturnsToken bool // insertSQL returns the token (MariaDB)
 }
 
-func (s *myStatements) schema() []string { return s.ddl }
+func (s *myStatements) migrations() [][]string { return s.steps }
+
+func (s *myStatements) version() query {
+	return query{SQL: `SELECT COUNT(*) > 0, COALESCE(MAX(table_comment), '') FROM information_schema.TABLES
+WHERE table_schema = COALESCE(?, DATABASE()) AND table_name = ?`, Args: []any{s.schemaName, s.base}}
+}
 
 // A token is the clock in microseconds since the Unix epoch,
 // TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)), or

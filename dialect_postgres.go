@@ -34,7 +34,7 @@ func (postgres) statements(parts []string) statements {
 	base := parts[len(parts)-1]
 	r := func(sql string) string { return render(sql, quoted, base) }
 	return &pgStatements{
-		ddl:         schemaStatements(schema.Postgres, quoted, base),
+		steps:       migrationStatements(schema.Postgres, quoted, base),
 		quoted:      quoted,
 		insertSQL:   r(pgInsert),
 		takeoverSQL: r(pgTakeover),
@@ -52,13 +52,19 @@ func (postgres) statements(parts []string) statements {
 
 // pgStatements are the statements for one table, rendered once.
 type pgStatements struct {
-	ddl    []string
+	steps  [][]string
 	quoted string
 	insertSQL, takeoverSQL, readSQL, stateSQL, completeSQL, extendSQL,
 	releaseSQL, removeSQL, purgeSQL, inspectSQL, statsSQL string
 }
 
-func (s *pgStatements) schema() []string { return s.ddl }
+func (s *pgStatements) migrations() [][]string { return s.steps }
+
+// version finds the table as a quoted, possibly qualified name would, on
+// the search_path.
+func (s *pgStatements) version() query {
+	return query{SQL: `SELECT to_regclass($1) IS NOT NULL, COALESCE(obj_description(to_regclass($1), 'pg_class'), '')`, Args: []any{s.quoted}}
+}
 
 func (*pgStatements) returns(bool) (token, lag bool) { return true, true }
 

@@ -50,20 +50,22 @@ func (sqliteDialect) statements(parts []string) statements {
 	quoted := `"` + strings.Join(parts, `"."`) + `"`
 	base := parts[len(parts)-1]
 	r := func(sql string) string { return render(sql, quoted, base) }
-	ddl := schemaStatements(schema.SQLite, quoted, base)
+	steps := migrationStatements(schema.SQLite, quoted, base)
 	schemaName := "main"
 	if len(parts) == 2 {
 		// SQLite qualifies an index's name with the schema (the attached
 		// database) and never the table it is on.
 		schemaName = parts[0]
 		index := base + "_created_at_idx"
-		for i, s := range ddl {
-			ddl[i] = strings.Replace(s, " "+index+" ON "+quoted+" ",
-				` "`+parts[0]+`"."`+index+`" ON "`+base+`" `, 1)
+		for _, ddl := range steps {
+			for i, s := range ddl {
+				ddl[i] = strings.Replace(s, " "+index+" ON "+quoted+" ",
+					` "`+parts[0]+`"."`+index+`" ON "`+base+`" `, 1)
+			}
 		}
 	}
 	return &sqStatements{
-		ddl:         ddl,
+		steps:       steps,
 		schemaName:  schemaName,
 		base:        base,
 		insertSQL:   r(sqInsert),
@@ -82,13 +84,19 @@ func (sqliteDialect) statements(parts []string) statements {
 
 // sqStatements are the statements for one table, rendered once.
 type sqStatements struct {
-	ddl              []string
+	steps            [][]string
 	schemaName, base string
 	insertSQL, takeoverSQL, readSQL, stateSQL, completeSQL, extendSQL,
 	releaseSQL, removeSQL, purgeSQL, inspectSQL, statsSQL string
 }
 
-func (s *sqStatements) schema() []string { return s.ddl }
+func (s *sqStatements) migrations() [][]string { return s.steps }
+
+// version has no comment to read: SQLite's tables have none, and its
+// table has one version so far.
+func (s *sqStatements) version() query {
+	return query{SQL: `SELECT COUNT(*) > 0, '' FROM pragma_table_list WHERE schema = ? AND name = ? COLLATE NOCASE`, Args: []any{s.schemaName, s.base}}
+}
 
 func (*sqStatements) returns(bool) (token, lag bool) { return true, true }
 

@@ -58,23 +58,18 @@ func (s *Store) Dialect() Dialect { return s.dialect }
 // Lease returns how long a PROCESSING claim is honoured ([WithLease]).
 func (s *Store) Lease() time.Duration { return s.lease }
 
-// Migrate creates the table and its index if they are absent, with the DDL
-// of package schema for the [Store]'s dialect and table name. It is safe to
-// run again. On MySQL, DDL commits any transaction open on db.
+// Migrate creates the table if it is absent, and brings a table made by an
+// earlier release of idem to the newest layout this release knows, with
+// the migrations of package schema for the [Store]'s dialect and table
+// name. It is safe to run again, and from several processes at once, and
+// beside live traffic; it leaves a table of a newer layout as it is.
+// docs/operations.md says what each migration locks and for how long. On
+// MySQL, DDL commits any transaction open on db.
 func (s *Store) Migrate(ctx context.Context, db DBTX) error {
 	if db == nil {
 		return errors.New("idem: Migrate needs a database handle, got nil")
 	}
 	return s.migrate(ctx, sqlConn{db, s.dialect})
-}
-
-func (s *Store) migrate(ctx context.Context, c conn) error {
-	for _, stmt := range s.st.schema() {
-		if _, err := c.exec(ctx, query{SQL: stmt}); err != nil {
-			return fmt.Errorf("idem: migrate table %s: %w; check that the database user may create tables and indexes, then run Migrate again (it is safe to repeat)", s.table, err)
-		}
-	}
-	return nil
 }
 
 // Do runs fn at most once per (Scope, Key) among all transactions that

@@ -96,7 +96,11 @@ func TestNewReportsBadOptions(t *testing.T) {
 
 func TestSchemaStatementsUseTheTableName(t *testing.T) {
 	for _, d := range dialects {
-		stmts := d.statements([]string{"billing", "keys"}).schema()
+		st := d.statements([]string{"billing", "keys"})
+		var stmts []string
+		for _, step := range st.migrations() {
+			stmts = append(stmts, step...)
+		}
 		all := strings.Join(stmts, "\n")
 		if strings.Contains(all, DefaultTable) || !strings.Contains(all, "keys_created_at_idx") {
 			t.Errorf("%s: DDL for billing.keys:\n%s", d.Name(), all)
@@ -105,6 +109,26 @@ func TestSchemaStatementsUseTheTableName(t *testing.T) {
 			if strings.Contains(s, ";") {
 				t.Errorf("%s: statement holds a ';': %s", d.Name(), s)
 			}
+		}
+		if q := st.version(); placeholders(q.SQL) != len(q.Args) || strings.Contains(q.SQL, DefaultTable) {
+			t.Errorf("%s: version: %d placeholders, %d arguments:\n%s", d.Name(), placeholders(q.SQL), len(q.Args), q.SQL)
+		}
+	}
+}
+
+// A table's comment records its schema version from version 2 on; a table
+// without one is of version 1.
+func TestVersionComment(t *testing.T) {
+	for comment, want := range map[string]int{
+		"":                             1,
+		"idem schema 2":                2,
+		"billing keys; idem schema 12": 12,
+		"idem schema 1":                1,
+		"idem schema two":              1,
+		"not idem schema 3x":           1,
+	} {
+		if got := commentVersion(comment); got != want {
+			t.Errorf("comment %q: version %d, want %d", comment, got, want)
 		}
 	}
 }

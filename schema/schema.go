@@ -1,42 +1,86 @@
-// Package schema holds idem's DDL, one file per dialect, for the default
-// table name idempotency_keys. Store.Migrate applies it (with the Store's
-// table name); users of goose, golang-migrate or any other migration tool
-// can copy a file into their own migrations or read it from FS.
+// Package schema holds idem's DDL for the default table name
+// idempotency_keys, as numbered migrations, one directory per dialect:
+//
+//	postgres/0001_create.up.sql       the table and its created_at index
+//	postgres/0002_autovacuum.up.sql   storage and autovacuum settings
+//	mysql/0001_create.up.sql          the table, clustered on (scope, idem_key)
+//	mysql/0002_insertion_order.up.sql clustered on (created_at, scope, idem_key)
+//	tidb/0001_create.up.sql
+//	sqlite/0001_create.up.sql
+//
+// File N brings a table to schema version N; version 1 is the table every
+// release before versioning made. Store.Migrate applies the files a table
+// has not had, in order, with the Store's table name, and records the
+// version in the table's comment (from version 2 on; a table without one
+// is of version 1). goose and golang-migrate read a directory as it is:
+// each file is NNNN_name.up.sql with a "-- +goose Up" annotation, the
+// names both tools number their migrations by. Copy the directory of your
+// dialect into your migrations, or point the tool at FS. docs/operations.md
+// says what each migration locks and for how long.
 //
 // Columns, for every dialect:
 //
-//	scope, idem_key   the primary key; compared byte for byte
+//	scope, idem_key   unique together; compared byte for byte
 //	operation         what the key is bound to
 //	fingerprint       digest of the request payload
 //	status            'processing', 'completed' or 'released'
 //	token             fencing token: grows with every takeover, never repeats
 //	lease_until       end of a PROCESSING claim's lease (database clock, UTC)
-//	created_at        when the current claim was made (purge index)
+//	created_at        when the current claim was made (the purge's order)
 //	completed_at      when the response was stored
 //	response_status   the stored HTTP status code
 //	response_headers  the stored header, idem's own length-prefixed encoding
 //	response_body     the stored body, as bytes
 package schema
 
-import "embed"
-
-// FS holds one .sql file per dialect.
-//
-//go:embed *.sql
-var FS embed.FS
-
-// The DDL of each dialect, as in FS.
-var (
-	Postgres = mustRead("postgres.sql")
-	MySQL    = mustRead("mysql.sql")
-	TiDB     = mustRead("tidb.sql")
-	SQLite   = mustRead("sqlite.sql")
+import (
+	"embed"
+	"fmt"
+	"io/fs"
+	"strconv"
+	"strings"
 )
 
-func mustRead(name string) string {
-	b, err := FS.ReadFile(name)
+// FS holds the migrations, one directory per dialect.
+//
+//go:embed postgres mysql tidb sqlite
+var FS embed.FS
+
+// Migration is one file of a dialect's directory.
+type Migration struct {
+	Version int    // the schema version the file brings a table to
+	Name    string // the file's name, e.g. 0002_insertion_order.up.sql
+	SQL     string // its text
+}
+
+// The migrations of each dialect, in order: the one at index i brings a
+// table to version i+1.
+var (
+	Postgres = mustRead("postgres")
+	MySQL    = mustRead("mysql")
+	TiDB     = mustRead("tidb")
+	SQLite   = mustRead("sqlite")
+)
+
+// mustRead reads a dialect's directory and checks that its files are
+// numbered 1, 2, ... without a gap.
+func mustRead(dir string) []Migration {
+	entries, err := fs.ReadDir(FS, dir)
 	if err != nil {
 		panic(err)
 	}
-	return string(b)
+	var ms []Migration
+	for i, e := range entries {
+		n, _, ok := strings.Cut(e.Name(), "_")
+		v, err := strconv.Atoi(n)
+		if !ok || err != nil || v != i+1 || !strings.HasSuffix(e.Name(), ".up.sql") {
+			panic(fmt.Sprintf("schema: %s/%s is not migration %04d_NAME.up.sql", dir, e.Name(), i+1))
+		}
+		b, err := FS.ReadFile(dir + "/" + e.Name())
+		if err != nil {
+			panic(err)
+		}
+		ms = append(ms, Migration{Version: v, Name: e.Name(), SQL: string(b)})
+	}
+	return ms
 }

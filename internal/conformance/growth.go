@@ -38,7 +38,7 @@ FROM (SELECT `+sum+` AS i FROM `+from+`) n WHERE i < ?`, header, body, rows)
 				e.exec("ANALYZE TABLE " + s.Table() + " PERSISTENT FOR ALL")
 				data := e.int64("SELECT data_length FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name = ?", s.Table())
 				index := e.int64("SELECT index_length FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name = ?", s.Table())
-				t.Logf("MySQL, body %4d B: %d B per record: clustered (data and primary key) %d, created_at index %d",
+				t.Logf("MySQL, body %4d B: %d B per record: clustered (data and primary key) %d, (scope, idem_key) index %d",
 					body, (data+index)/rows, data/rows, index/rows)
 				continue
 			}

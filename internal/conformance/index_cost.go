@@ -29,6 +29,9 @@ func TestIndexCost(t *testing.T) {
 		if e.name == "postgres-libpq" || e.native {
 			t.Skip("measured once per server, through pgx's database/sql driver")
 		}
+		if e.dialect == idem.MySQL || e.dialect == idem.MariaDB {
+			t.Skip("created_at leads MySQL's clustered primary key (schema version 2): there is no created_at index to compare")
+		}
 		variants := []string{"btree", "none"}
 		if e.dialect == idem.Postgres {
 			variants = []string{"btree", "brin", "none"}

@@ -1,8 +1,8 @@
 -- +goose Up
--- idem's table for TiDB. Store.Migrate applies this file with the Store's
--- table name in place of idempotency_keys. The columns are MySQL's:
--- VARBINARY makes scope and key compare byte for byte (no case folding, no
--- pad-space); times are UTC.
+-- idem's table for TiDB (schema version 1, the only one so far).
+-- Store.Migrate applies this file with the Store's table name in place of
+-- idempotency_keys. The columns are MySQL's: VARBINARY makes scope and key
+-- compare byte for byte (no case folding, no pad-space); times are UTC.
 --
 -- The primary key is CLUSTERED: the row is stored under (scope, idem_key)
 -- itself, so a claim writes two keys (the row and its created_at entry)

@@ -1,8 +1,9 @@
 -- +goose Up
--- idem's table for MySQL 8.0+ and MariaDB 10.6+. Store.Migrate applies
--- this file with the Store's table name in place of idempotency_keys.
--- VARBINARY makes scope and key compare byte for byte: no case folding and
--- no pad-space. Times are UTC.
+-- idem's table for MySQL 8.0+ and MariaDB 10.6+, as idem's first release
+-- made it (schema version 1); 0002 gives it the layout of version 2.
+-- Store.Migrate applies these files in order, with the Store's table name
+-- in place of idempotency_keys. VARBINARY makes scope and key compare
+-- byte for byte: no case folding and no pad-space. Times are UTC.
 CREATE TABLE IF NOT EXISTS idempotency_keys (
     scope            VARBINARY(255) NOT NULL,
     idem_key         VARBINARY(255) NOT NULL,

@@ -1,6 +1,8 @@
 -- +goose Up
--- idem's table for PostgreSQL. Store.Migrate applies this file with the
--- Store's table name in place of idempotency_keys.
+-- idem's table for PostgreSQL, as idem's first release made it (schema
+-- version 1); 0002 adds the storage settings of version 2. Store.Migrate
+-- applies these files in order, with the Store's table name in place of
+-- idempotency_keys.
 CREATE TABLE IF NOT EXISTS idempotency_keys (
     scope            text COLLATE "C" NOT NULL,
     idem_key         text COLLATE "C" NOT NULL,

@@ -1,0 +1,78 @@
+package idem
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"strconv"
+)
+
+// versionComment is how migrations from version 2 on record the table's
+// schema version in its comment.
+var versionComment = regexp.MustCompile(`\bidem schema ([0-9]+)\b`)
+
+// migrate brings the table from the schema version it has to the newest
+// this release knows, one migration at a time. A migration that fails may
+// have lost a race with another process migrating the table: when the
+// version has moved past it since, it goes on from there. A table of a
+// newer version than this release knows is left as it is: each version's
+// statements keep working on the tables of later versions, so that an
+// older release can still run beside a newer one, or be rolled back to.
+func (s *Store) migrate(ctx context.Context, c conn) error {
+	steps := s.st.migrations()
+	v, err := s.schemaVersion(ctx, c)
+	if err != nil {
+		return fmt.Errorf("idem: migrate table %s: read its schema version: %w; check that the database user may read the catalog, then run Migrate again (it is safe to repeat)", s.table, err)
+	}
+	for v < len(steps) {
+		err := s.migrateStep(ctx, c, steps[v])
+		if err == nil {
+			v++
+			continue
+		}
+		now, verr := s.schemaVersion(ctx, c)
+		if verr != nil || now <= v {
+			return fmt.Errorf("idem: migrate table %s from schema version %d to %d: %w; check that the database user may create and alter tables and indexes, then run Migrate again (it is safe to repeat)", s.table, v, v+1, err)
+		}
+		v = now
+	}
+	return nil
+}
+
+// migrateStep runs the statements of one migration in order.
+func (s *Store) migrateStep(ctx context.Context, c conn, stmts []string) error {
+	for _, stmt := range stmts {
+		if _, err := c.exec(ctx, query{SQL: stmt}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// schemaVersion reads the table's schema version: 0 when it is absent,
+// the version its comment records, or 1 (a table of a release before
+// versions were recorded, or of a dialect with one version so far).
+func (s *Store) schemaVersion(ctx context.Context, c conn) (int, error) {
+	var (
+		exists  bool
+		comment string
+	)
+	if err := c.queryRow(ctx, s.st.version(), &exists, &comment); err != nil {
+		return 0, err
+	}
+	if !exists {
+		return 0, nil
+	}
+	return commentVersion(comment), nil
+}
+
+// commentVersion is the version a table's comment records, or 1 when it
+// records none.
+func commentVersion(comment string) int {
+	if m := versionComment.FindStringSubmatch(comment); m != nil {
+		if v, err := strconv.Atoi(m[1]); err == nil && v > 1 {
+			return v
+		}
+	}
+	return 1
+}
