@@ -55,7 +55,7 @@ func (d *demo) takeOver(ctx context.Context, req idem.Request, body string) (*id
 			}
 			return c, d.complete(ctx, c, req.Key, body)
 		case replay != nil:
-			return nil, errors.New("Begin replayed a response nobody stored")
+			return nil, errors.New("the first Begin replayed a response nobody stored")
 		case !errors.Is(err, idem.ErrInFlight) || time.Now().After(deadline):
 			return nil, err
 		}
