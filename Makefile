@@ -5,8 +5,9 @@
 # on a machine with Docker to let the suite start those servers itself.
 IDEM_TEST_POSTGRES_DSN ?= postgres://postgres@127.0.0.1:5432/test?sslmode=disable
 IDEM_TEST_MYSQL_DSN ?= root@tcp(127.0.0.1:3306)/test
+IDEM_TEST_MARIADB_DSN ?= root@tcp(127.0.0.1:3306)/test
 IDEM_TEST_TIDB_DSN ?= root@tcp(127.0.0.1:4000)/test
-export IDEM_TEST_POSTGRES_DSN IDEM_TEST_MYSQL_DSN IDEM_TEST_TIDB_DSN
+export IDEM_TEST_POSTGRES_DSN IDEM_TEST_MYSQL_DSN IDEM_TEST_MARIADB_DSN IDEM_TEST_TIDB_DSN
 
 .PHONY: test check
 

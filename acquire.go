@@ -76,7 +76,7 @@ const restampAfter = 10 * time.Millisecond
 func (s *Store) acquire(ctx context.Context, c conn, req Request, begin bool) (replay *Result, token int64, err error) {
 	lease, start := micros(s.lease), startWatch()
 	for range maxContention {
-		ok, token, waited, err := s.claimRow(ctx, c, req, s.st.insert(req, lease), true)
+		ok, token, waited, err := s.claimRow(ctx, c, req, s.st.insert(req, lease), true, begin)
 		if err != nil {
 			return nil, 0, stmtErr("claim", req, err)
 		}
@@ -101,7 +101,7 @@ func (s *Store) acquire(ctx context.Context, c conn, req Request, begin bool) (r
 				return nil, 0, inFlight(rec.leaseLeft)
 			}
 		}
-		ok, token, waited, err = s.claimRow(ctx, c, req, s.st.takeover(req, rec.token, lease, micros(s.retention)), false)
+		ok, token, waited, err = s.claimRow(ctx, c, req, s.st.takeover(req, rec.token, lease, micros(s.retention)), false, begin)
 		if err != nil {
 			return nil, 0, stmtErr("take over", req, err)
 		}
@@ -116,31 +116,43 @@ func (s *Store) acquire(ctx context.Context, c conn, req Request, begin bool) (r
 }
 
 // claimRow runs q, the insert (insert true) or the takeover, and reports
-// whether it claimed the record, the claim's token and how long after the
-// statement's start the claim was granted: from q itself where the
-// dialect's claim statements return them, else by reading them in c.
-func (s *Store) claimRow(ctx context.Context, c conn, req Request, q query, insert bool) (ok bool, token int64, waited time.Duration, err error) {
+// whether it claimed the record, the claim's token and, for Begin (begin
+// true), how long after the statement's start the claim was granted: from
+// q itself where the dialect's statement returns them, else by reading
+// them in c.
+func (s *Store) claimRow(ctx context.Context, c conn, req Request, q query, insert, begin bool) (ok bool, token int64, waited time.Duration, err error) {
 	var lag int64
-	if s.st.returnsToken() {
+	returnsToken, returnsLag := s.st.returns(insert)
+	switch {
+	case returnsToken && returnsLag:
 		err = c.queryRow(ctx, q, &token, &lag)
-		ok = err == nil
-		if errors.Is(err, sql.ErrNoRows) {
-			err = nil
-		}
-	} else {
+	case returnsToken:
+		err = c.queryRow(ctx, q, &token)
+	default:
 		var n int64
 		n, err = c.exec(ctx, q)
+		ok = err == nil && n == 1
 		if insert {
 			ok, err = s.dialect.inserted(n, err)
-		} else {
-			ok = err == nil && n == 1
 		}
-		if ok {
-			err = c.queryRow(ctx, s.st.claimed(req), &token, &lag)
+	}
+	if returnsToken {
+		switch {
+		case errors.Is(err, sql.ErrNoRows): // nothing claimed
+			err = nil
+		case insert:
+			ok, err = s.dialect.inserted(1, err)
+		default:
+			ok = err == nil
 		}
 	}
 	if err != nil || !ok {
 		return false, 0, 0, err
+	}
+	if !returnsToken || begin && !returnsLag {
+		if err := c.queryRow(ctx, s.st.claimed(req), &token, &lag); err != nil {
+			return false, 0, 0, err
+		}
 	}
 	return true, token, time.Duration(lag) * time.Microsecond, nil
 }

@@ -41,14 +41,19 @@ func (s *Store) Begin(ctx context.Context, db *sql.DB, req Request) (claim *Clai
 	if db == nil {
 		return nil, nil, errors.New("idem: Begin needs a *sql.DB, got nil")
 	}
+	return s.begin(ctx, sqlTx(db, s.dialect), req)
+}
+
+// begin is Begin with its transactions run by inTx, whatever its driver.
+func (s *Store) begin(ctx context.Context, inTx txRunner, req Request) (claim *Claim, replay *Result, err error) {
 	defer s.observeBegin(ctx, req, startWatch(), &claim, &replay, &err)
 	if err := req.validate(); err != nil {
 		return nil, nil, err
 	}
 	var token int64
-	err = RunTx(ctx, db, nil, func(tx *sql.Tx) error {
+	err = inTx(ctx, sql.LevelDefault, func(c conn) error {
 		var err error
-		replay, token, err = s.claim(ctx, sqlConn{tx, s.dialect}, req, true)
+		replay, token, err = s.claim(ctx, c, req, true)
 		return err
 	})
 	switch {
@@ -83,10 +88,14 @@ func (c *Claim) RelayKey() string {
 // ran out; once one has, or the claim was completed or released, it
 // changes nothing and returns an error wrapping [ErrLeaseLost], and the
 // caller should stop the work and not complete it. db may be a *sql.DB.
-func (c *Claim) Extend(ctx context.Context, db DBTX, d time.Duration) (err error) {
+func (c *Claim) Extend(ctx context.Context, db DBTX, d time.Duration) error {
 	if err := c.check(db, "Extend"); err != nil {
 		return err
 	}
+	return c.extend(ctx, sqlConn{db, c.s.dialect}, d)
+}
+
+func (c *Claim) extend(ctx context.Context, db conn, d time.Duration) (err error) {
 	defer c.observeClaim(ctx, 0, startWatch(), &err)
 	if err := checkDuration("Extend's duration", d); err != nil {
 		return err
@@ -101,10 +110,14 @@ func (c *Claim) Extend(ctx context.Context, db DBTX, d time.Duration) (err error
 // ran out. Once one has, it changes nothing and returns an error wrapping
 // [ErrLeaseLost]: the caller must roll back tx, which discards its business
 // rows, since the new owner runs the operation.
-func (c *Claim) Complete(ctx context.Context, tx DBTX, resp Response) (err error) {
+func (c *Claim) Complete(ctx context.Context, tx DBTX, resp Response) error {
 	if err := c.check(tx, "Complete"); err != nil {
 		return err
 	}
+	return c.complete(ctx, sqlConn{tx, c.s.dialect}, resp)
+}
+
+func (c *Claim) complete(ctx context.Context, tx conn, resp Response) (err error) {
 	defer c.observeClaim(ctx, EventExecuted, startWatch(), &err)
 	if err := resp.validate(); err != nil {
 		return err
@@ -117,14 +130,19 @@ func (c *Claim) Complete(ctx context.Context, tx DBTX, resp Response) (err error
 // next attempt takes the key over at once and runs again, with a larger
 // token. A release of a claim that is no longer current changes nothing and
 // returns an error wrapping [ErrLeaseLost]. db may be a *sql.DB.
-func (c *Claim) Release(ctx context.Context, db DBTX) (err error) {
+func (c *Claim) Release(ctx context.Context, db DBTX) error {
 	if err := c.check(db, "Release"); err != nil {
 		return err
 	}
+	return c.release(ctx, sqlConn{db, c.s.dialect})
+}
+
+func (c *Claim) release(ctx context.Context, db conn) (err error) {
 	defer c.observeClaim(ctx, EventReleased, startWatch(), &err)
 	return c.fenced(ctx, db, c.s.st.release(c.req, c.token), "release", "the key is no longer this claim's to release")
 }
 
+// check refuses a nil Claim or handle, before any statement.
 func (c *Claim) check(db DBTX, method string) error {
 	switch {
 	case c == nil || c.s == nil:
@@ -137,8 +155,7 @@ func (c *Claim) check(db DBTX, method string) error {
 
 // fenced runs a statement fenced on the claim's token. When it changes
 // nothing, fenced reads the record to say why.
-func (c *Claim) fenced(ctx context.Context, db DBTX, q query, what, advice string) error {
-	sc := sqlConn{db, c.s.dialect}
+func (c *Claim) fenced(ctx context.Context, sc conn, q query, what, advice string) error {
 	n, err := sc.exec(ctx, q)
 	if err != nil {
 		return fmt.Errorf("idem: %s key %q (token %d): %w", what, c.req.Key, c.token, err)

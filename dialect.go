@@ -90,20 +90,21 @@ type statements interface {
 	version() query
 	// insert claims a new key as PROCESSING, or does nothing (or fails
 	// with a duplicate-key error that inserted recognises) when it exists.
-	// It waits for an open transaction that holds the key. Where
-	// returnsToken, it returns the claim's token and how long after the
-	// statement's start the claim was granted, in µs.
+	// It waits for an open transaction that holds the key. What it
+	// returns, returns says.
 	insert(r Request, lease int64) query
 	// takeover makes the record a new PROCESSING claim and grows its
 	// token, if the token is still the one read and the record may still
 	// be taken over (released, lease ended, or past retention) as the
 	// statement sees it: a Complete or Extend that committed between
-	// acquire's read and this write wins. Where returnsToken, it returns
-	// what insert does.
+	// acquire's read and this write wins. What it returns, returns says.
 	takeover(r Request, token, lease, retention int64) query
-	// returnsToken reports whether insert and takeover return the claim's
-	// token; where they do not (MySQL), claimed reads it.
-	returnsToken() bool
+	// returns reports what insert (insert true) or takeover returns when
+	// it claims: token, the claim's token; and lag, after the token, how
+	// long after the statement's start the claim was granted, in µs.
+	// What they do not return (MySQL: neither; MariaDB's insert: the
+	// lag), claimed reads where it is needed.
+	returns(insert bool) (token, lag bool)
 	// claimed reads the token of the claim the transaction has just made,
 	// and how long ago, in µs, its claim statement started.
 	claimed(r Request) query

@@ -29,13 +29,13 @@ type mysqlDialect struct{}
 func (mysqlDialect) Name() string { return "mysql" }
 
 func (mysqlDialect) statements(parts []string) statements {
-	return newMyStatements(parts, schema.MySQL, myRead, myState)
+	return newMyStatements(parts, schema.MySQL, myInsert, myRead, myState)
 }
 
 // newMyStatements renders the MySQL family's statements for a table, with
-// the migrations and the two locking reads (read and state) of one
-// database.
-func newMyStatements(parts []string, ddl []schema.Migration, read, state string) *myStatements {
+// the migrations, the insert and the two locking reads (read and state) of
+// one database.
+func newMyStatements(parts []string, ddl []schema.Migration, insert, read, state string) *myStatements {
 	quoted := "`" + strings.Join(parts, "`.`") + "`"
 	base := parts[len(parts)-1]
 	r := func(sql string) string { return render(sql, quoted, base) }
@@ -47,7 +47,7 @@ func newMyStatements(parts []string, ddl []schema.Migration, read, state string)
 		steps:       migrationStatements(ddl, quoted, base),
 		schemaName:  schemaName,
 		base:        base,
-		insertSQL:   r(myInsert),
+		insertSQL:   r(insert),
 		takeoverSQL: r(myTakeover),
 		claimedSQL:  r(myClaimed),
 		readSQL:     r(read),
@@ -69,6 +69,7 @@ type myStatements struct {
 	base       string
 	insertSQL, takeoverSQL, claimedSQL, readSQL, stateSQL, completeSQL,
 	extendSQL, releaseSQL, removeSQL, purgeSQL, inspectSQL, statsSQL string
+	insertReturnsToken bool // insertSQL returns the token (MariaDB)
 }
 
 func (s *myStatements) migrations() [][]string { return s.steps }
@@ -105,9 +106,12 @@ func (s *myStatements) takeover(r Request, token, lease, retention int64) query 
 	return query{SQL: s.takeoverSQL, Args: []any{r.Operation, r.Fingerprint, lease, r.Scope, r.Key, token, retention}}
 }
 
-// returnsToken is false: MySQL has no RETURNING, and LAST_INSERT_ID()
-// must stay the caller's.
-func (*myStatements) returnsToken() bool { return false }
+// returns is what MariaDB's insert returns, the token; nothing else
+// returns anything: MySQL has no RETURNING, MariaDB none on UPDATE, and
+// LAST_INSERT_ID() must stay the caller's.
+func (s *myStatements) returns(insert bool) (token, lag bool) {
+	return insert && s.insertReturnsToken, false
+}
 
 // The claim's created_at is its statement's start; claimed runs right
 // after that statement.

@@ -66,7 +66,7 @@ func (s *pgStatements) version() query {
 	return query{SQL: `SELECT to_regclass($1) IS NOT NULL, COALESCE(obj_description(to_regclass($1), 'pg_class'), '')`, Args: []any{s.quoted}}
 }
 
-func (*pgStatements) returnsToken() bool { return true }
+func (*pgStatements) returns(bool) (token, lag bool) { return true, true }
 
 // RETURNING runs once the row is written, after any wait for another
 // transaction that held the key; created_at is the statement's start.

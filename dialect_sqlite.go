@@ -98,7 +98,7 @@ func (s *sqStatements) version() query {
 	return query{SQL: `SELECT COUNT(*) > 0, '' FROM pragma_table_list WHERE schema = ? AND name = ? COLLATE NOCASE`, Args: []any{s.schemaName, s.base}}
 }
 
-func (*sqStatements) returnsToken() bool { return true }
+func (*sqStatements) returns(bool) (token, lag bool) { return true, true }
 
 // sqNow is the database clock in microseconds since the Unix epoch. SQLite's
 // 'now' has millisecond resolution and is the same for every use within one

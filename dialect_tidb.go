@@ -59,7 +59,7 @@ type tidbDialect struct{ mysqlDialect }
 func (tidbDialect) Name() string { return "tidb" }
 
 func (tidbDialect) statements(parts []string) statements {
-	return newMyStatements(parts, schema.TiDB, tidbRead, tidbState)
+	return newMyStatements(parts, schema.TiDB, myInsert, tidbRead, tidbState)
 }
 
 // FOR UPDATE is a current read in a pessimistic transaction: it sees the

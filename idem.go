@@ -25,7 +25,7 @@ func New(d Dialect, opts ...Option) (*Store, error) {
 
 func (s *Store) configure() error {
 	if s.dialect == nil {
-		return errors.New("idem: New needs a Dialect (idem.Postgres, idem.MySQL, idem.TiDB or idem.SQLite)")
+		return errors.New("idem: New needs a Dialect (idem.Postgres, idem.MySQL, idem.MariaDB, idem.TiDB or idem.SQLite)")
 	}
 	if err := checkDuration("lease", s.lease); err != nil {
 		return err
@@ -51,6 +51,9 @@ func (s *Store) configure() error {
 
 // Table returns the table name the [Store] was configured with.
 func (s *Store) Table() string { return s.table }
+
+// Dialect returns the [Dialect] the [Store] was made for.
+func (s *Store) Dialect() Dialect { return s.dialect }
 
 // Lease returns how long a PROCESSING claim is honoured ([WithLease]).
 func (s *Store) Lease() time.Duration { return s.lease }
@@ -86,11 +89,16 @@ func (s *Store) Migrate(ctx context.Context, db DBTX) error {
 // statement runs on its own), it changes nothing, whoever holds the key by
 // then, and Do returns an error that says so, wraps fn's error if any, and
 // for which [IsRetryable] is true: roll back and retry.
-func (s *Store) Do(ctx context.Context, tx DBTX, req Request, fn func(ctx context.Context) (Response, error)) (res Result, err error) {
-	start := startWatch()
+func (s *Store) Do(ctx context.Context, tx DBTX, req Request, fn func(ctx context.Context) (Response, error)) (Result, error) {
 	if err := checkTx(tx); err != nil {
 		return Result{}, err
 	}
+	return s.do(ctx, sqlConn{tx, s.dialect}, req, fn)
+}
+
+// do is Do in the transaction c, whatever its driver.
+func (s *Store) do(ctx context.Context, c conn, req Request, fn func(ctx context.Context) (Response, error)) (res Result, err error) {
+	start := startWatch()
 	if fn == nil {
 		return Result{}, errors.New("idem: Do needs a function to run, got nil")
 	}
@@ -98,7 +106,6 @@ func (s *Store) Do(ctx context.Context, tx DBTX, req Request, fn func(ctx contex
 	if err := req.validate(); err != nil {
 		return Result{}, err
 	}
-	c := sqlConn{tx, s.dialect}
 	replay, token, err := s.claim(ctx, c, req, false)
 	if err != nil {
 		return Result{}, err

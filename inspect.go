@@ -36,6 +36,10 @@ func (s *Store) Inspect(ctx context.Context, db DBTX, scope, key string) (*Recor
 	if db == nil {
 		return nil, errors.New("idem: Inspect needs a database handle, got nil")
 	}
+	return s.inspect(ctx, sqlConn{db, s.dialect}, scope, key)
+}
+
+func (s *Store) inspect(ctx context.Context, c conn, scope, key string) (*Record, error) {
 	if err := (Request{Scope: scope, Key: key}).validate(); err != nil {
 		return nil, err
 	}
@@ -45,7 +49,7 @@ func (s *Store) Inspect(ctx context.Context, db DBTX, scope, key string) (*Recor
 		completed, status   sql.NullInt64
 		header, body        []byte
 	)
-	err := sqlConn{db, s.dialect}.queryRow(ctx, s.st.inspect(scope, key, micros(s.retention)),
+	err := c.queryRow(ctx, s.st.inspect(scope, key, micros(s.retention)),
 		&rec.Operation, &rec.Fingerprint, &rec.Status, &rec.Token, &lease, &created, &completed, &now,
 		&rec.Forgotten, &status, &header, &body)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -95,8 +99,11 @@ func (s *Store) Stats(ctx context.Context, db DBTX) (Stats, error) {
 	if db == nil {
 		return Stats{}, errors.New("idem: Stats needs a database handle, got nil")
 	}
+	return s.stats(ctx, sqlConn{db, s.dialect})
+}
+
+func (s *Store) stats(ctx context.Context, c conn) (Stats, error) {
 	st := Stats{ByStatus: map[Status]int64{}, TableBytes: -1, IndexBytes: -1}
-	c := sqlConn{db, s.dialect}
 	err := c.queryRows(ctx, s.st.stats(micros(s.retention)), func(scan func(...any) error) error {
 		var (
 			status              Status

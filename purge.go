@@ -23,12 +23,17 @@ func (s *Store) Purge(ctx context.Context, db *sql.DB, batch int) (int64, error)
 	if db == nil {
 		return 0, errors.New("idem: Purge needs a *sql.DB, got nil")
 	}
+	return s.purge(ctx, sqlTx(db, s.dialect), batch)
+}
+
+// purge is Purge with its transactions run by inTx, whatever its driver.
+func (s *Store) purge(ctx context.Context, inTx txRunner, batch int) (int64, error) {
 	if batch <= 0 {
 		return 0, fmt.Errorf("idem: Purge batch must be positive, got %d", batch)
 	}
 	var total int64
 	for {
-		n, err := s.purgeBatch(ctx, db, batch)
+		n, err := s.purgeBatch(ctx, inTx, batch)
 		if err != nil {
 			return total, fmt.Errorf("idem: purge %s stopped after deleting %d records: %w; the deleted ones stay deleted, run Purge again", s.table, total, err)
 		}
@@ -47,10 +52,16 @@ func (s *Store) PurgeBatch(ctx context.Context, db *sql.DB, limit int) (int64, e
 	if db == nil {
 		return 0, errors.New("idem: PurgeBatch needs a *sql.DB, got nil")
 	}
+	return s.purgeOne(ctx, sqlTx(db, s.dialect), limit)
+}
+
+// purgeOne is PurgeBatch with its transaction run by inTx, whatever its
+// driver.
+func (s *Store) purgeOne(ctx context.Context, inTx txRunner, limit int) (int64, error) {
 	if limit <= 0 {
 		return 0, fmt.Errorf("idem: PurgeBatch limit must be positive, got %d", limit)
 	}
-	n, err := s.purgeBatch(ctx, db, limit)
+	n, err := s.purgeBatch(ctx, inTx, limit)
 	if err != nil {
 		return n, fmt.Errorf("idem: purge %s: %w; nothing of this batch was deleted, run it again", s.table, err)
 	}
@@ -61,13 +72,13 @@ func (s *Store) PurgeBatch(ctx context.Context, db *sql.DB, limit int) (int64, e
 // isolation level, retried as RunTx retries (a deadlock on MySQL, a busy
 // database on SQLite: the batch is safe to run again), and reports it to
 // the Observer.
-func (s *Store) purgeBatch(ctx context.Context, db *sql.DB, limit int) (n int64, err error) {
+func (s *Store) purgeBatch(ctx context.Context, inTx txRunner, limit int) (n int64, err error) {
 	start := startWatch()
 	defer func() { s.observe(ctx, Event{Kind: EventPurgeBatch, Duration: start.elapsed(), Rows: n, Err: err}) }()
 	q := s.st.purge(micros(s.retention), limit)
-	err = RunTx(ctx, db, &sql.TxOptions{Isolation: s.st.purgeIsolation()}, func(tx *sql.Tx) error {
+	err = inTx(ctx, s.st.purgeIsolation(), func(c conn) error {
 		var err error
-		n, err = sqlConn{tx, s.dialect}.exec(ctx, q)
+		n, err = c.exec(ctx, q)
 		return err
 	})
 	if err != nil {

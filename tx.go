@@ -4,9 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"fmt"
-	"math/rand/v2"
-	"time"
+
+	"github.com/idemkit/idem/internal/driver"
 )
 
 // DBTX runs statements: *sql.Tx, *sqlx.Tx, *sql.Conn and *sql.DB satisfy it.
@@ -43,14 +42,7 @@ func IsRetryable(err error) bool {
 }
 
 // dialects are the Dialects IsRetryable consults.
-var dialects = []Dialect{Postgres, MySQL, TiDB, SQLite}
-
-// The bounds of RunTx's retries.
-const (
-	maxAttempts = 10
-	baseBackoff = 5 * time.Millisecond
-	maxBackoff  = 500 * time.Millisecond
-)
+var dialects = []Dialect{Postgres, MySQL, MariaDB, TiDB, SQLite}
 
 // RunTx runs fn in a transaction on db and commits it. When fn, the begin or
 // the commit fails with an error for which [IsRetryable] is true, the
@@ -62,24 +54,7 @@ func RunTx(ctx context.Context, db *sql.DB, opts *sql.TxOptions, fn func(tx *sql
 	if db == nil || fn == nil {
 		return errors.New("idem: RunTx needs a *sql.DB and a function")
 	}
-	backoff := baseBackoff
-	for attempt := 1; ; attempt++ {
-		err := runTxOnce(ctx, db, opts, fn)
-		if err == nil || !IsRetryable(err) {
-			return err
-		}
-		if attempt == maxAttempts {
-			return fmt.Errorf("idem: giving up after %d attempts: %w", attempt, err)
-		}
-		t := time.NewTimer(backoff/2 + rand.N(backoff/2+1))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return errors.Join(err, ctx.Err())
-		case <-t.C:
-		}
-		backoff = min(2*backoff, maxBackoff)
-	}
+	return driver.Retry(ctx, IsRetryable, func() error { return runTxOnce(ctx, db, opts, fn) })
 }
 
 func runTxOnce(ctx context.Context, db *sql.DB, opts *sql.TxOptions, fn func(tx *sql.Tx) error) (err error) {
@@ -139,3 +114,18 @@ func (c sqlConn) queryRows(ctx context.Context, q query, each func(scan func(des
 }
 
 var _ conn = sqlConn{}
+
+// txRunner runs fn in a short transaction of its own at isolation level
+// iso (sql.LevelDefault: the server's), commits it, and retries it as
+// RunTx does. Begin and Purge run their transactions through one, whatever
+// the driver.
+type txRunner func(ctx context.Context, iso sql.IsolationLevel, fn func(c conn) error) error
+
+// sqlTx runs transactions on a database/sql pool with RunTx.
+func sqlTx(db *sql.DB, d Dialect) txRunner {
+	return func(ctx context.Context, iso sql.IsolationLevel, fn func(c conn) error) error {
+		return RunTx(ctx, db, &sql.TxOptions{Isolation: iso}, func(tx *sql.Tx) error {
+			return fn(sqlConn{tx, d})
+		})
+	}
+}

@@ -24,8 +24,8 @@
 //   - idem.purge.rows, a counter ({row}) of the records purge batches
 //     deleted.
 //
-// Their attributes are idem.outcome, db.system.name ("postgresql", "mysql"
-// or "sqlite"), db.collection.name (the Store's table) and, for a failed
+// Their attributes are idem.outcome, db.system.name ("postgresql", "mysql",
+// "mariadb", "sqlite" or "other_sql"), db.collection.name (the Store's table) and, for a failed
 // call or purge batch, error.type: a name for the kind of error, never its
 // message. The request's Operation, Scope and Key are not metric
 // attributes: the scope and key are unbounded, and the Operation is

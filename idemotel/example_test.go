@@ -78,7 +78,7 @@ func Example() {
 			for _, p := range sum.DataPoints {
 				outcome, _ := p.Attributes.Value(idemotel.OutcomeKey)
 				system, _ := p.Attributes.Value(idemotel.DBSystemKey)
-				fmt.Printf("%s{idem.outcome=%s, db.system.name=%s} %d\n", m.Name, outcome.Emit(), system.Emit(), p.Value)
+				fmt.Printf("%s{idem.outcome=%s, db.system.name=%s} %d\n", m.Name, outcome.String(), system.String(), p.Value)
 			}
 		}
 	}

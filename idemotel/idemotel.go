@@ -41,9 +41,11 @@ const (
 	// "replayed", "in_flight", "mismatch", "takeover", "lease_lost",
 	// "failed", "purge_batch", "claimed" or "released".
 	OutcomeKey = attribute.Key("idem.outcome")
-	// DBSystemKey is the database: "postgresql", "mysql" (MariaDB too:
-	// idem's MySQL dialect serves both and cannot tell them apart),
-	// "sqlite", or "other_sql" for a dialect this package does not know.
+	// DBSystemKey is the database: "postgresql", "mysql" (idem.MySQL, on
+	// MySQL or MariaDB: the dialect serves both and cannot tell them
+	// apart), "mariadb" (idem.MariaDB), "sqlite", or "other_sql" for TiDB,
+	// which the semantic conventions do not name, and for a dialect this
+	// package does not know.
 	DBSystemKey = attribute.Key("db.system.name")
 	// DBCollectionKey is the Store's table, as given to idem.WithTable.
 	DBCollectionKey = attribute.Key("db.collection.name")
@@ -232,7 +234,7 @@ func dbSystem(dialect string) string {
 	switch dialect {
 	case "postgres":
 		return "postgresql"
-	case "mysql", "sqlite":
+	case "mysql", "mariadb", "sqlite":
 		return dialect
 	}
 	return "other_sql"

@@ -46,7 +46,7 @@ type target struct {
 	file    string // SQLite: the database file
 }
 
-// parseDSN reads postgres://, postgresql://, mysql://, sqlite: and file:
+// parseDSN reads postgres://, postgresql://, mysql://, mariadb://, tidb://, sqlite: and file:
 // DSNs, the scheme in any case. It first hands every part of dsn that could
 // hold a password to the redactor in ctx, so that no error printed later
 // shows one; its own messages never quote the DSN or any part of it but
@@ -68,14 +68,18 @@ func parseDSN(ctx context.Context, dsn string) (target, error) {
 		return target{dialect: idem.Postgres, driver: "pgx", dsn: "postgres" + dsn[len(scheme):],
 			where: "postgres at " + hostOr(u.Host, "localhost:5432")}, nil
 	case "mysql":
-		return parseMySQL(dsn)
+		return parseMySQL(dsn, idem.MySQL, "3306")
+	case "mariadb":
+		return parseMySQL(dsn, idem.MariaDB, "3306")
+	case "tidb":
+		return parseMySQL(dsn, idem.TiDB, "4000")
 	case "sqlite", "file":
 		return parseSQLite(rest)
 	}
 	if !strings.HasPrefix(rest, "//") {
 		return target{}, usageErr("%s", noScheme(dsn))
 	}
-	return target{}, usageErr("unknown DSN scheme %q; use postgres://, postgresql://, mysql://, sqlite: or file:", scheme)
+	return target{}, usageErr("unknown DSN scheme %q; use postgres://, postgresql://, mysql://, mariadb://, tidb://, sqlite: or file:", scheme)
 }
 
 // validScheme reports an RFC 3986 scheme: a letter, then letters, digits,
@@ -135,27 +139,29 @@ func hostOr(h, def string) string {
 	return h
 }
 
-// parseMySQL turns mysql://user:pass@host:port/db?params into
-// go-sql-driver's user:pass@tcp(host:port)/db?params.
-func parseMySQL(dsn string) (target, error) {
-	u, err := parseURL(dsn, "MySQL")
+// parseMySQL turns mysql://user:pass@host:port/db?params (or tidb://...)
+// into go-sql-driver's user:pass@tcp(host:port)/db?params, for dialect d,
+// whose server listens on port by default.
+func parseMySQL(dsn string, d idem.Dialect, port string) (target, error) {
+	name := map[idem.Dialect]string{idem.MySQL: "MySQL", idem.MariaDB: "MariaDB", idem.TiDB: "TiDB"}[d]
+	u, err := parseURL(dsn, name)
 	if err != nil {
 		return target{}, err
 	}
 	if u.Host == "" {
-		return target{}, usageErr("MySQL DSN needs a host: mysql://user:pass@host:port/db")
+		return target{}, usageErr("%s DSN needs a host: %s://user:pass@host:%s/db", name, d.Name(), port)
 	}
 	host := u.Host
 	if u.Port() == "" {
-		host = net.JoinHostPort(u.Hostname(), "3306")
+		host = net.JoinHostPort(u.Hostname(), port)
 	}
 	cfg, err := mysql.ParseDSN("tcp(" + host + ")/" + strings.TrimPrefix(u.Path, "/") + "?" + u.RawQuery)
 	if err != nil {
-		return target{}, usageErr("bad MySQL DSN parameters: %v", err)
+		return target{}, usageErr("bad %s DSN parameters: %v", name, err)
 	}
 	cfg.User = u.User.Username()
 	cfg.Passwd, _ = u.User.Password()
-	return target{dialect: idem.MySQL, driver: "mysql", dsn: cfg.FormatDSN(), where: "mysql at " + host}, nil
+	return target{dialect: d, driver: "mysql", dsn: cfg.FormatDSN(), where: d.Name() + " at " + host}, nil
 }
 
 // parseSQLite turns sqlite:path or file:path into modernc.org/sqlite's
@@ -190,7 +196,7 @@ type dbFlags struct {
 
 // dsnUsage is the usage of the --dsn flag of the commands that need a
 // database.
-const dsnUsage = "database: postgres://..., mysql://user:pass@host:port/db, sqlite:path or file:path (default $IDEM_DSN)"
+const dsnUsage = "database: postgres://..., mysql://user:pass@host:port/db, mariadb://..., tidb://..., sqlite:path or file:path (default $IDEM_DSN)"
 
 // dsnOrEnv is the --dsn flag's value, or $IDEM_DSN when it is empty (not
 // the flag's default: --help would print the password).

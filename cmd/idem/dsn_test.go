@@ -68,6 +68,8 @@ func TestDSNSchemeCase(t *testing.T) {
 		"POSTGRES://u:p@h:1/db?x=y":   "postgres://u:p@h:1/db?x=y",
 		"PostgreSQL://u:p@h:1/db?x=y": "postgres://u:p@h:1/db?x=y",
 		"MySQL://u:p@h:1/db":          "u:p@tcp(h:1)/db",
+		"TiDB://u:p@h/db":             "u:p@tcp(h:4000)/db",
+		"MariaDB://u:p@h/db":          "u:p@tcp(h:3306)/db",
 		"SQLITE:app.db":               "file:app.db?",
 		"File:app.db":                 "file:app.db?",
 	} {

@@ -35,7 +35,7 @@ type command struct {
 // commands is the table main dispatches on; a new subcommand is one line.
 var commands = []command{
 	{"demo", "act out the failures idem prevents, beside a naive response cache", runDemo},
-	{"migrate", "create the idempotency table if it is absent", runMigrate},
+	{"migrate", "create the idempotency table if it is absent, or upgrade it in place", runMigrate},
 	{"inspect", "show one record as a person reads it", runInspect},
 	{"stats", "count records by status, oldest, expired, table size", runStats},
 	{"purge", "delete records past retention, in batches", runPurge},

@@ -89,6 +89,17 @@ func databases(t *testing.T) map[string]string {
 	} else {
 		t.Logf("IDEM_TEST_MYSQL_DSN is unset: not running on MySQL")
 	}
+	if dsn := os.Getenv("IDEM_TEST_TIDB_DSN"); dsn != "" {
+		cfg, err := mysql.ParseDSN(dsn)
+		if err != nil {
+			t.Fatalf("IDEM_TEST_TIDB_DSN: %v", err)
+		}
+		dbs["tidb"] = fmt.Sprintf("tidb://%s:%s@%s/%s", cfg.User, cfg.Passwd, cfg.Addr, cfg.DBName)
+	} else if require {
+		t.Errorf("IDEM_TEST_REQUIRE=1 and IDEM_TEST_TIDB_DSN is unset")
+	} else {
+		t.Logf("IDEM_TEST_TIDB_DSN is unset: not running on TiDB")
+	}
 	return dbs
 }
 
@@ -254,7 +265,7 @@ func TestOperate(t *testing.T) {
 			if n, ok := st.ByStatus["processing"]; !ok || n != 0 {
 				t.Errorf("stats --json: want every status, processing at 0: %s", r.stdout)
 			}
-			if name != "mysql" && (st.TableBytes == nil || *st.TableBytes <= 0) { // InnoDB's figures lag
+			if name != "mysql" && name != "tidb" && (st.TableBytes == nil || *st.TableBytes <= 0) { // InnoDB's and TiDB's figures lag
 				t.Errorf("stats --json: no table size: %s", r.stdout)
 			}
 

@@ -59,7 +59,7 @@ func Setup(ctx context.Context, db *sql.DB, dialect idem.Dialect) (*Env, error) 
 	}
 	id := "BIGSERIAL PRIMARY KEY"
 	switch dialect.Name() {
-	case "mysql":
+	case "mysql", "mariadb", "tidb":
 		id = "BIGINT AUTO_INCREMENT PRIMARY KEY"
 	case "sqlite":
 		id = "INTEGER PRIMARY KEY"
@@ -88,7 +88,7 @@ func Setup(ctx context.Context, db *sql.DB, dialect idem.Dialect) (*Env, error) 
 func (e *Env) floorStatements() {
 	now, conflict := "now()", " ON CONFLICT (scope, idem_key) DO NOTHING"
 	switch e.dialect.Name() {
-	case "mysql":
+	case "mysql", "mariadb", "tidb":
 		now, conflict = "UTC_TIMESTAMP(6)", ""
 	case "sqlite":
 		now = "(CAST(unixepoch('now', 'subsec') * 1000 AS INTEGER) * 1000)"

@@ -28,7 +28,7 @@ type target struct {
 var targets = []target{
 	{"pgx", idem.Postgres, "IDEM_TEST_POSTGRES_DSN"},
 	{"postgres", idem.Postgres, "IDEM_TEST_POSTGRES_DSN"},
-	{"mysql", idem.MySQL, "IDEM_TEST_MYSQL_DSN"},
+	{"mysql", idem.MariaDB, "IDEM_TEST_MARIADB_DSN"},
 }
 
 // open opens tg's server with the harness's pool size, skipping when its

@@ -146,6 +146,9 @@ var scaleResponse = idem.Response{StatusCode: 201, Body: []byte(strings.Repeat("
 // scaleHeader is idem's encoding of Content-Type: application/json.
 const scaleHeader = "01010c436f6e74656e742d5479706501106170706c69636174696f6e2f6a736f6e"
 
+// innodb reports a table on MySQL or MariaDB.
+func (st *scaleTable) innodb() bool { return st.dialect == idem.MySQL || st.dialect == idem.MariaDB }
+
 func scale(ctx context.Context, db *sql.DB, d idem.Dialect, cfg scaleConfig, n int) (scaleRow, error) {
 	tag := make([]byte, 4)
 	_, _ = rand.Read(tag)
@@ -225,7 +228,7 @@ func scale(ctx context.Context, db *sql.DB, d idem.Dialect, cfg scaleConfig, n i
 func (st *scaleTable) create(ctx context.Context, layout int) error {
 	id := "BIGSERIAL PRIMARY KEY"
 	migrations := schema.Postgres
-	if st.dialect == idem.MySQL {
+	if st.innodb() {
 		id, migrations = "BIGINT AUTO_INCREMENT PRIMARY KEY", schema.MySQL
 	}
 	if _, err := st.db.ExecContext(ctx, "CREATE TABLE "+st.orders+" (id "+id+", idem_key VARCHAR(255) NOT NULL, amount BIGINT NOT NULL)"); err != nil {
@@ -269,7 +272,7 @@ func (st *scaleTable) fill(ctx context.Context, n int) error {
 	for from := 0; from < n; from += chunk {
 		to := min(n, from+chunk)
 		var err error
-		if st.dialect == idem.MySQL {
+		if st.innodb() {
 			digits, sum := digitsTable(chunk)
 			_, err = st.db.ExecContext(ctx, `INSERT INTO `+st.store.Table()+` (scope, idem_key, operation, fingerprint, status, token, lease_until, created_at, completed_at, response_status, response_headers, response_body)
 SELECT CONCAT('tenant-', LPAD(FLOOR(RAND() * ?), 6, '0')),
@@ -479,7 +482,7 @@ func (st *scaleTable) purge(ctx context.Context, cfg scaleConfig, row *scaleRow)
 // 10% of the live ones (polled every 10 s for at most wait), on InnoDB
 // the history list length then and a minute later.
 func (st *scaleTable) reclaim(ctx context.Context, wait time.Duration) string {
-	if st.dialect == idem.MySQL {
+	if st.innodb() {
 		history := func() string {
 			var name, v string
 			if err := st.db.QueryRowContext(ctx, "SHOW GLOBAL STATUS LIKE 'Innodb_history_list_length'").Scan(&name, &v); err != nil {
@@ -525,7 +528,7 @@ func (st *scaleTable) hotUpdates(ctx context.Context) string {
 func (st *scaleTable) size(ctx context.Context) (float64, float64) {
 	var data, index int64
 	q := `SELECT pg_table_size($1::regclass), pg_indexes_size($1::regclass)`
-	if st.dialect == idem.MySQL {
+	if st.innodb() {
 		q = `SELECT data_length, index_length FROM information_schema.TABLES WHERE table_schema = DATABASE() AND table_name = ?`
 	}
 	if err := st.db.QueryRowContext(ctx, q, st.store.Table()).Scan(&data, &index); err != nil {

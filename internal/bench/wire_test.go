@@ -163,7 +163,7 @@ func (tg target) through(t *testing.T, w *wire) *sql.DB {
 	if dsn == "" {
 		t.Skipf("%s is unset", tg.env)
 	}
-	if tg.dialect.Name() == "mysql" {
+	if tg.driver == "mysql" {
 		cfg, err := mysql.ParseDSN(dsn)
 		if err != nil {
 			t.Fatal(err)

@@ -19,7 +19,7 @@ import (
 // complete runs c.Complete in a business transaction that first inserts a
 // row for key (v = tag), and commits it; on any error it rolls back and
 // returns the error.
-func (e *env) complete(c *idem.Claim, biz, key, tag string) error {
+func (e *env) complete(c *claim, biz, key, tag string) error {
 	tx, err := e.db.BeginTx(ctx, nil)
 	if err != nil {
 		return err
@@ -36,7 +36,7 @@ func (e *env) complete(c *idem.Claim, biz, key, tag string) error {
 }
 
 // mustClaim runs Begin and fails unless it returned a claim.
-func mustClaim(t *testing.T, s *idem.Store, db *sql.DB, req idem.Request) *idem.Claim {
+func mustClaim(t *testing.T, s *store, db pool, req idem.Request) *claim {
 	t.Helper()
 	c, replay, err := s.Begin(ctx, db, req)
 	if err != nil || replay != nil || c == nil {
@@ -83,7 +83,7 @@ func wantLeaseLost(t *testing.T, err error, parts ...string) {
 	}
 }
 
-func (e *env) token(s *idem.Store, key string) int64 {
+func (e *env) token(s *store, key string) int64 {
 	e.t.Helper()
 	return e.int64("SELECT token FROM "+s.Table()+" WHERE idem_key = ?", key)
 }
@@ -156,7 +156,7 @@ func TestBeginOutcomes(t *testing.T) {
 			t.Errorf("Begin with a long Operation: %v, want ErrInvalidRequest naming it", err)
 		}
 		if _, _, err := s.Begin(ctx, nil, req); err == nil {
-			t.Errorf("Begin with a nil *sql.DB: no error")
+			t.Errorf("Begin with a nil pool: no error")
 		}
 		if r := e.records(s, "ok-key") + e.records(s, ""); r != 0 {
 			t.Errorf("%d records for invalid requests", r)
@@ -177,7 +177,7 @@ func TestConcurrentTakeover(t *testing.T) {
 		var (
 			wg       sync.WaitGroup
 			mu       sync.Mutex
-			claims   []*idem.Claim
+			claims   []*claim
 			inflight int
 			errs     []error
 		)
@@ -506,16 +506,16 @@ func TestLockTimeout(t *testing.T) {
 		for _, path := range []string{"fresh", "replay"} {
 			tx := e.begin(nil)
 			must(t, tx.QueryRow(e.sessionProbe()).Scan(&before))
-			counted := &counting{DBTX: tx}
-			_, err := s.Do(ctx, counted, charge("bounded", "1"), ok)
+			watched, n := counted(tx)
+			_, err := s.Do(ctx, watched, charge("bounded", "1"), ok)
 			must(t, err)
 			must(t, tx.QueryRow(e.sessionProbe()).Scan(&after))
 			must(t, tx.Commit())
 			want := 2 + extra
-			if path == "fresh" && e.mysqlFamily() {
+			if path == "fresh" && e.readsToken() {
 				want++ // the token read after the INSERT
 			}
-			if n := counted.n.Load(); n != want {
+			if n := n.Load(); n != want {
 				t.Errorf("%s path with WithLockTimeout ran %d statements, want %d", path, n, want)
 			}
 			if before != after {

@@ -72,7 +72,7 @@ func TestReplayIsByteIdentical(t *testing.T) {
 			req := charge(fmt.Sprintf("replay-%d", i), "100")
 			req.Scope = "tenant ' \\ ? \u00e9"
 			calls := 0
-			fn := func(idem.DBTX) func(context.Context) (idem.Response, error) {
+			fn := func(handle) func(context.Context) (idem.Response, error) {
 				return func(context.Context) (idem.Response, error) {
 					calls++
 					return idem.Response{StatusCode: 402, Header: header, Body: body}, nil
@@ -130,7 +130,7 @@ func TestStormRunsOnce(t *testing.T) {
 					wg.Go(func() {
 						<-start
 						var res idem.Result
-						err := idem.RunTx(ctx, e.db, &sql.TxOptions{Isolation: level}, func(tx *sql.Tx) error {
+						err := runTx(ctx, e.db, &sql.TxOptions{Isolation: level}, func(tx txn) error {
 							var err error
 							res, err = s.Do(ctx, tx, req, func(ctx context.Context) (idem.Response, error) {
 								time.Sleep(50 * time.Millisecond)
@@ -225,7 +225,7 @@ func TestMismatch(t *testing.T) {
 
 // leaveClaim leaves a committed PROCESSING record for req whose lease ends
 // after lease (in the past when negative), as a crashed Begin would.
-func (e *env) leaveClaim(s *idem.Store, req idem.Request, lease time.Duration) {
+func (e *env) leaveClaim(s *store, req idem.Request, lease time.Duration) {
 	e.t.Helper()
 	tx := e.begin(nil)
 	_, err := s.Do(ctx, tx, req, ok)
@@ -295,16 +295,15 @@ func TestKeys(t *testing.T) {
 		for name, key := range bad {
 			// One open transaction at a time: on SQLite a second waits for
 			// the first's write lock.
-			sqlTx := e.begin(nil)
-			tx := &counting{DBTX: sqlTx}
+			tx, n := counted(e.begin(nil))
 			_, err := s.Do(ctx, tx, charge(key, "100"), func(context.Context) (idem.Response, error) {
 				t.Errorf("%s: fn ran", name)
 				return idem.Response{StatusCode: 200}, nil
 			})
-			if !errors.Is(err, idem.ErrInvalidKey) || tx.n.Load() != 0 {
-				t.Errorf("%s key: err = %v after %d statements; want ErrInvalidKey after none", name, err, tx.n.Load())
+			if !errors.Is(err, idem.ErrInvalidKey) || n.Load() != 0 {
+				t.Errorf("%s key: err = %v after %d statements; want ErrInvalidKey after none", name, err, n.Load())
 			}
-			must(t, sqlTx.Rollback())
+			must(t, tx.Rollback())
 		}
 		distinct := []idem.Request{
 			charge(long[:254]+"a", "100"), charge(long[:254]+"b", "100"),
@@ -340,12 +339,9 @@ func TestOldSnapshotSeesWinner(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
 		s, o := e.store(), e.op()
 		req := charge("snapshot", "100")
-		var tx interface {
-			idem.DBTX
-			Rollback() error
-		}
+		var tx txn
 		if e.dialect == idem.SQLite {
-			tx = e.beginDeferred()
+			tx = e.beginOn(e.sqlDB(), "BEGIN DEFERRED")
 		} else {
 			tx = e.begin(&sql.TxOptions{Isolation: sql.LevelRepeatableRead})
 		}
@@ -373,48 +369,55 @@ func TestOldSnapshotSeesWinner(t *testing.T) {
 	})
 }
 
-// deferredTx is a transaction begun with BEGIN DEFERRED on a connection of
-// its own, whatever the DSN's _txlock: it takes its snapshot at its first
-// read and the write lock only when it first writes.
-// It offers the statements of a DBTX but not the *sql.Conn's BeginTx, so
-// that Do accepts it as a transaction.
-type deferredTx struct{ conn *sql.Conn }
+// connTx is a transaction begun by hand, with a BEGIN statement of the
+// test's own (BEGIN DEFERRED on SQLite, whatever the DSN's _txlock, takes
+// its snapshot at its first read and the write lock only when it first
+// writes), on a connection of its own, which ending it closes. It offers
+// the statements of a DBTX but not the *sql.Conn's BeginTx, so that Do
+// accepts it as a transaction.
+type connTx struct{ conn *sql.Conn }
 
-func (d deferredTx) ExecContext(ctx context.Context, q string, args ...any) (sql.Result, error) {
-	return d.conn.ExecContext(ctx, q, args...)
+func (c connTx) ExecContext(ctx context.Context, q string, args ...any) (sql.Result, error) {
+	return c.conn.ExecContext(ctx, q, args...)
 }
 
-func (d deferredTx) QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
-	return d.conn.QueryContext(ctx, q, args...)
+func (c connTx) QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
+	return c.conn.QueryContext(ctx, q, args...)
 }
 
-func (d deferredTx) QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row {
-	return d.conn.QueryRowContext(ctx, q, args...)
+func (c connTx) QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row {
+	return c.conn.QueryRowContext(ctx, q, args...)
 }
 
-func (d deferredTx) Rollback() error {
-	_, err := d.conn.ExecContext(ctx, "ROLLBACK")
-	return errors.Join(err, d.conn.Close())
+func (c connTx) Commit() error   { return c.end("COMMIT") }
+func (c connTx) Rollback() error { return c.end("ROLLBACK") }
+
+func (c connTx) end(statement string) error {
+	_, err := c.conn.ExecContext(ctx, statement)
+	return errors.Join(err, c.conn.Close())
 }
 
-func (e *env) beginDeferred() deferredTx {
+// beginOn begins a transaction with the statement begin on a connection
+// of db's own.
+func (e *env) beginOn(db *sql.DB, begin string) txn {
 	e.t.Helper()
-	conn, err := e.db.Conn(ctx)
+	conn, err := db.Conn(ctx)
 	must(e.t, err)
-	if _, err := conn.ExecContext(ctx, "BEGIN DEFERRED"); err != nil {
+	if _, err := conn.ExecContext(ctx, begin); err != nil {
 		_ = conn.Close()
-		e.t.Fatalf("BEGIN DEFERRED: %v", err)
+		e.t.Fatalf("%s: %v", begin, err)
 	}
-	return deferredTx{conn}
+	return sqlTxn(connTx{conn})
 }
 
 // 9. A *sqlx.Tx is a DBTX.
 func TestSqlxTx(t *testing.T) {
-	forEach(t, func(t *testing.T, e *env) {
+	forEachSQL(t, func(t *testing.T, e *env) {
 		s, o := e.store(), e.op()
 		req := charge("sqlx", "100")
-		tx, err := sqlx.NewDb(e.db, e.driver).Beginx()
+		sqlxTx, err := sqlx.NewDb(e.sqlDB(), e.driver).Beginx()
 		must(t, err)
+		tx := sqlTxn(sqlxTx)
 		defer tx.Rollback()
 		res, err := s.Do(ctx, tx, req, o.fn(tx, req.Key))
 		must(t, err)
@@ -469,16 +472,15 @@ func TestInvalidRequests(t *testing.T) {
 			for field, mutate := range set {
 				req := charge("invalid", "100")
 				mutate(&req)
-				sqlTx := e.begin(nil) // one open at a time, as in TestKeys
-				tx := &counting{DBTX: sqlTx}
+				tx, n := counted(e.begin(nil)) // one open at a time, as in TestKeys
 				_, err := s.Do(ctx, tx, req, func(context.Context) (idem.Response, error) {
 					t.Errorf("%s: fn ran", field)
 					return idem.Response{StatusCode: 200}, nil
 				})
-				if !errors.Is(err, idem.ErrInvalidRequest) || !strings.Contains(err.Error(), field) || tx.n.Load() != 0 {
-					t.Errorf("bad %s: err = %v after %d statements; want ErrInvalidRequest naming it, before any statement", field, err, tx.n.Load())
+				if !errors.Is(err, idem.ErrInvalidRequest) || !strings.Contains(err.Error(), field) || n.Load() != 0 {
+					t.Errorf("bad %s: err = %v after %d statements; want ErrInvalidRequest naming it, before any statement", field, err, n.Load())
 				}
-				must(t, sqlTx.Rollback())
+				must(t, tx.Rollback())
 			}
 		}
 		for _, name := range []string{"keys; DROP TABLE users", `"quoted"`, "a.b.c", "1table", "", "tab le", strings.Repeat("t", 49)} {
@@ -542,7 +544,7 @@ func TestSessionUntouched(t *testing.T) {
 // The documented statement counts beyond the caller's own: two on the
 // fresh path (the claim, then the response stored, fenced on the claim's
 // token), three on MySQL and TiDB (which cannot return the token from the
-// INSERT, so it reads it right after), two on the replay and in-flight
+// INSERT, so it reads it right after; MariaDB's INSERT returns it), two on the replay and in-flight
 // paths (the claim, then the existing record read); on TiDB one more on
 // every path, the check of the transaction's settings before the claim.
 func TestStatementCounts(t *testing.T) {
@@ -551,7 +553,7 @@ func TestStatementCounts(t *testing.T) {
 		req, held := charge("counted", "100"), charge("held", "100")
 		e.leaveClaim(s, held, time.Minute)
 		fresh, check := int64(2), e.settingsCheck()
-		if e.mysqlFamily() {
+		if e.readsToken() {
 			fresh = 3
 		}
 		for _, want := range []struct {
@@ -560,14 +562,14 @@ func TestStatementCounts(t *testing.T) {
 			n    int64
 			err  error
 		}{{"fresh", req, check + fresh, nil}, {"replay", req, check + 2, nil}, {"in-flight", held, check + 2, idem.ErrInFlight}} {
-			tx := &counting{DBTX: e.begin(nil)}
+			tx, n := counted(e.begin(nil))
 			_, err := s.Do(ctx, tx, want.req, ok)
 			if !errors.Is(err, want.err) {
 				t.Fatalf("%s path: %v, want %v", want.path, err, want.err)
 			}
-			must(t, tx.DBTX.(*sql.Tx).Commit())
-			if tx.n.Load() != want.n {
-				t.Errorf("%s path ran %d statements, want %d", want.path, tx.n.Load(), want.n)
+			must(t, tx.Commit())
+			if n.Load() != want.n {
+				t.Errorf("%s path ran %d statements, want %d", want.path, n.Load(), want.n)
 			}
 		}
 	})
@@ -581,7 +583,7 @@ func TestMigrate(t *testing.T) {
 
 		var qualified string
 		switch e.dialect {
-		case idem.MySQL, idem.TiDB:
+		case idem.MySQL, idem.MariaDB, idem.TiDB:
 			var database string
 			must(t, e.db.QueryRow("SELECT DATABASE()").Scan(&database))
 			qualified = database + "." + randName("idem")
@@ -595,14 +597,15 @@ func TestMigrate(t *testing.T) {
 			t.Cleanup(func() { _, _ = e.db.Exec("DROP SCHEMA " + schemaName + " CASCADE") })
 			qualified = schemaName + ".Keys"
 		}
-		q, err := idem.New(e.dialect, idem.WithTable(qualified))
+		iq, err := idem.New(e.dialect, idem.WithTable(qualified))
 		must(t, err)
+		q := e.onDriver(iq)
 		must(t, q.Migrate(ctx, e.db))
 		must(t, q.Migrate(ctx, e.db))
 		if e.dialect != idem.Postgres {
 			e.dropLater(qualified)
 		}
-		res, err := e.do(q, charge("qualified", "1"), func(idem.DBTX) func(context.Context) (idem.Response, error) {
+		res, err := e.do(q, charge("qualified", "1"), func(handle) func(context.Context) (idem.Response, error) {
 			return func(context.Context) (idem.Response, error) { return idem.Response{StatusCode: 204}, nil }
 		})
 		must(t, err)
@@ -618,7 +621,7 @@ func TestPostgresReplayWritesNothing(t *testing.T) {
 	forDialect(t, idem.Postgres, func(t *testing.T, e *env) {
 		s := e.store()
 		req := charge("read-only-replay", "100")
-		_, err := e.do(s, req, func(idem.DBTX) func(context.Context) (idem.Response, error) { return ok })
+		_, err := e.do(s, req, func(handle) func(context.Context) (idem.Response, error) { return ok })
 		must(t, err)
 		tx := e.begin(nil)
 		res, err := s.Do(ctx, tx, req, ok)
@@ -632,29 +635,39 @@ func TestPostgresReplayWritesNothing(t *testing.T) {
 }
 
 // Do refuses handles that are not a transaction, and a nil fn or tx, before
-// any statement: a *sql.DB would commit the claim on its own.
+// any statement: a *sql.DB would commit the claim on its own. (idempgx's
+// Do takes a pgx.Tx: a pool or a connection does not compile.) A
+// transaction that has ended is refused by its driver: the claim is never
+// committed on its own.
 func TestDoNeedsATransaction(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
 		s := e.store()
 		req := charge("not-a-tx", "1")
-		conn, err := e.db.Conn(ctx)
-		must(t, err)
-		defer conn.Close()
-		for name, h := range map[string]idem.DBTX{
-			"*sql.DB":   e.db,
-			"*sql.Conn": conn,
-			"*sqlx.DB":  sqlx.NewDb(e.db, e.driver),
-		} {
-			if _, err := s.Do(ctx, h, req, ok); err == nil || !strings.Contains(err.Error(), "open transaction") {
-				t.Errorf("Do on a %s: err = %v, want a refusal that asks for an open transaction", name, err)
+		if !e.native {
+			db := e.sqlDB()
+			conn, err := db.Conn(ctx)
+			must(t, err)
+			defer conn.Close()
+			for name, h := range map[string]idem.DBTX{
+				"*sql.DB":   db,
+				"*sql.Conn": conn,
+				"*sqlx.DB":  sqlx.NewDb(db, e.driver),
+			} {
+				if _, err := s.idem.Do(ctx, h, req, ok); err == nil || !strings.Contains(err.Error(), "open transaction") {
+					t.Errorf("Do on a %s: err = %v, want a refusal that asks for an open transaction", name, err)
+				}
 			}
 		}
 		if _, err := s.Do(ctx, nil, req, ok); err == nil {
 			t.Errorf("Do with a nil tx: no error")
 		}
-		tx := &counting{DBTX: e.begin(nil)}
-		if _, err := s.Do(ctx, tx, req, nil); err == nil || tx.n.Load() != 0 {
-			t.Errorf("Do with a nil fn: err = %v after %d statements", err, tx.n.Load())
+		tx, n := counted(e.begin(nil))
+		if _, err := s.Do(ctx, tx, req, nil); err == nil || n.Load() != 0 {
+			t.Errorf("Do with a nil fn: err = %v after %d statements", err, n.Load())
+		}
+		must(t, tx.Commit())
+		if _, err := s.Do(ctx, tx, req, ok); err == nil {
+			t.Errorf("Do on a committed transaction: no error")
 		}
 		if n := e.records(s, req.Key); n != 0 {
 			t.Fatalf("%d records after refused calls, want 0", n)

@@ -14,7 +14,7 @@ import (
 var (
 	dockerMu   sync.Mutex
 	containers []*dockertest.Resource
-	pool       *dockertest.Pool
+	docker     *dockertest.Pool
 )
 
 // startContainer starts a throwaway server for a suite run on a machine
@@ -22,7 +22,7 @@ var (
 func startContainer(kind, image string) (string, error) {
 	dockerMu.Lock()
 	defer dockerMu.Unlock()
-	if pool == nil {
+	if docker == nil {
 		p, err := dockertest.NewPool("")
 		if err != nil {
 			return "", err
@@ -31,7 +31,7 @@ func startContainer(kind, image string) (string, error) {
 			return "", fmt.Errorf("no Docker daemon answers: %w", err)
 		}
 		p.MaxWait = 2 * time.Minute
-		pool = p
+		docker = p
 	}
 	repo, tag, _ := strings.Cut(image, ":")
 	var (
@@ -44,26 +44,27 @@ func startContainer(kind, image string) (string, error) {
 	switch kind {
 	case "postgres":
 		envs = []string{"POSTGRES_PASSWORD=idem", "POSTGRES_DB=test"}
-		// The suite's two Postgres pools alone may hold 80 connections,
-		// as .ci/run says; the image's default allows 100 in all.
+		// The suite's three Postgres pools alone may hold 120
+		// connections, as .ci/run says; the image's default allows 100
+		// in all.
 		cmd = []string{"postgres", "-c", "max_connections=300"}
 		port, driver = "5432/tcp", "pgx"
 		dsn = func(hp string) string { return "postgres://postgres:idem@" + hp + "/test?sslmode=disable" }
-	case "mysql":
+	case "mysql", "mariadb":
 		envs = []string{"MYSQL_ROOT_PASSWORD=idem", "MYSQL_DATABASE=test"}
 		port, driver = "3306/tcp", "mysql"
 		dsn = func(hp string) string { return "root:idem@tcp(" + hp + ")/test" }
 	default:
 		return "", errors.New("no container for " + kind)
 	}
-	res, err := pool.RunWithOptions(&dockertest.RunOptions{Repository: repo, Tag: tag, Env: envs, Cmd: cmd})
+	res, err := docker.RunWithOptions(&dockertest.RunOptions{Repository: repo, Tag: tag, Env: envs, Cmd: cmd})
 	if err != nil {
 		return "", err
 	}
 	containers = append(containers, res)
 	_ = res.Expire(1800)
 	d := dsn(res.GetHostPort(port))
-	err = pool.Retry(func() error {
+	err = docker.Retry(func() error {
 		db, err := sql.Open(driver, d)
 		if err != nil {
 			return err
@@ -78,6 +79,6 @@ func stopContainers() {
 	dockerMu.Lock()
 	defer dockerMu.Unlock()
 	for _, c := range containers {
-		_ = pool.Purge(c)
+		_ = docker.Purge(c)
 	}
 }

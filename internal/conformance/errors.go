@@ -51,8 +51,9 @@ func TestErrorsSayWhatToDo(t *testing.T) {
 			}
 		}
 
-		bad, err := idem.New(e.dialect, idem.WithTable("missing_"+strings.TrimPrefix(s.Table(), "idem_")))
+		missing, err := idem.New(e.dialect, idem.WithTable("missing_"+strings.TrimPrefix(s.Table(), "idem_")))
 		must(t, err)
+		bad := e.onDriver(missing)
 		tx = e.begin(nil)
 		_, err = bad.Do(ctx, tx, charge("k", "1"), ok)
 		check("missing table", err, `claim for key "k"`, "roll back the transaction")

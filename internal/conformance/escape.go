@@ -2,7 +2,6 @@ package conformance
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"strings"
@@ -44,7 +43,7 @@ func (e *env) waitingOn(table string) (bool, error) {
 // Postgres tx checks for the deadlock first (its deadlock_timeout is the
 // shorter), so it is the one aborted. It returns tx's error and, once the
 // other transaction has committed, that one's.
-func (e *env) deadlock(tx *sql.Tx, locks string) (txErr, otherErr error) {
+func (e *env) deadlock(tx txn, locks string) (txErr, otherErr error) {
 	if e.dialect == idem.Postgres {
 		if _, err := tx.ExecContext(ctx, "SET LOCAL deadlock_timeout = '50ms'"); err != nil {
 			return err, nil
@@ -99,7 +98,7 @@ func (e *env) deadlock(tx *sql.Tx, locks string) (txErr, otherErr error) {
 // transaction whose lock request closes the cycle: other asks for row 1
 // first and waits (DATA_LOCK_WAITS shows it), then tx asks for row 2. TiDB rolls back tx whole, so
 // other gets row 1 and commits.
-func (e *env) deadlockAskingLast(tx, other *sql.Tx, locks string) (txErr, otherErr error) {
+func (e *env) deadlockAskingLast(tx, other txn, locks string) (txErr, otherErr error) {
 	var txID uint64
 	if err := tx.QueryRowContext(ctx, "SELECT @@tidb_current_ts").Scan(&txID); err != nil {
 		_ = other.Rollback()
@@ -134,16 +133,19 @@ func (e *env) deadlockAskingLast(tx, other *sql.Tx, locks string) (txErr, otherE
 // wantOneResult fails unless key has exactly one business row, the stored
 // response is the one of the execution that wrote it, and last (what the
 // client got in the end) is that response.
-func (o *op) wantOneResult(s *idem.Store, key string, last idem.Result) {
+func (o *op) wantOneResult(s *store, key string, last idem.Result) {
 	e := o.e
 	e.t.Helper()
-	var stored, run string
+	var (
+		stored []byte // a bytea, which pgx scans into bytes only
+		run    string
+	)
 	must(e.t, e.db.QueryRow(e.rebind("SELECT response_body FROM "+s.Table()+" WHERE idem_key = ?"), key).Scan(&stored))
 	if n := e.count(o.biz, key); n != 1 {
 		e.t.Fatalf("fn ran %d times, %d business rows for %s; want 1", o.calls.Load(), n, key)
 	}
 	must(e.t, e.db.QueryRow(e.rebind("SELECT v FROM "+o.biz+" WHERE k = ?"), key).Scan(&run))
-	if want := fmt.Sprintf(`"run":%s}`, strings.TrimPrefix(run, "run-")); !strings.HasSuffix(stored, want) || string(last.Body) != stored {
+	if want := fmt.Sprintf(`"run":%s}`, strings.TrimPrefix(run, "run-")); !strings.HasSuffix(string(stored), want) || string(last.Body) != string(stored) {
 		e.t.Fatalf("the committed business row is %s, the stored response %s, the client got %s (replayed %v); want one execution's", run, stored, last.Body, last.Replayed)
 	}
 }
@@ -154,12 +156,12 @@ func (o *op) wantOneResult(s *idem.Store, key string, last idem.Result) {
 // returns end's error, or swallows it (swallow) and returns its response.
 // It returns the last result, the first attempt's error from Do, and
 // RunTx's error.
-func (o *op) escape(t *testing.T, s *idem.Store, db *sql.DB, req idem.Request, swallow bool,
-	end func(tx *sql.Tx, duplicate func()) error) (last idem.Result, first, err error) {
+func (o *op) escape(t *testing.T, s *store, db pool, req idem.Request, swallow bool,
+	end func(tx txn, duplicate func()) error) (last idem.Result, first, err error) {
 	t.Helper()
 	dupDone := make(chan error, 1)
 	attempts := 0
-	err = idem.RunTx(ctx, db, nil, func(tx *sql.Tx) error {
+	err = runTx(ctx, db, nil, func(tx txn) error {
 		attempts++
 		var err error
 		last, err = s.Do(ctx, tx, req, func(ctx context.Context) (idem.Response, error) {
@@ -206,7 +208,7 @@ func TestDeadlockInFn(t *testing.T) {
 				s, o := e.store(), e.op()
 				locks := e.lockRows(20)
 				req := charge("deadlocked-"+name, "100")
-				last, first, err := o.escape(t, s, e.db, req, swallow, func(tx *sql.Tx, duplicate func()) error {
+				last, first, err := o.escape(t, s, e.db, req, swallow, func(tx txn, duplicate func()) error {
 					txErr, otherErr := e.deadlock(tx, locks)
 					must(t, otherErr)
 					if !idem.IsRetryable(txErr) {
@@ -252,7 +254,7 @@ func TestInterruptInFn(t *testing.T) {
 		s, o := e.store(), e.op()
 		for _, swallow := range []bool{false, true} {
 			req := charge(fmt.Sprintf("interrupted-%v", swallow), "100")
-			last, first, err := o.escape(t, s, e.db, req, swallow, func(tx *sql.Tx, duplicate func()) error {
+			last, first, err := o.escape(t, s, e.db, req, swallow, func(tx txn, duplicate func()) error {
 				duplicate()
 				time.Sleep(100 * time.Millisecond) // the duplicate waits at BEGIN
 				short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
@@ -289,7 +291,7 @@ func TestBeginLeaseCountsFromGrant(t *testing.T) {
 		_, err := s.Do(ctx, holder, req, ok)
 		must(t, err)
 		type begun struct {
-			c   *idem.Claim
+			c   *claim
 			r   *idem.Result
 			err error
 		}

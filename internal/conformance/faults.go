@@ -2,7 +2,6 @@ package conformance
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"io"
 	"log"
@@ -22,7 +21,7 @@ func init() { _ = mysql.SetLogger(log.New(io.Discard, "", 0)) }
 
 // sessionID is the server's id of the session behind db (a transaction or
 // a connection).
-func (e *env) sessionID(db idem.DBTX) (int64, error) {
+func (e *env) sessionID(db handle) (int64, error) {
 	q := "SELECT pg_backend_pid()"
 	if e.mysqlFamily() {
 		q = "SELECT CONNECTION_ID()"
@@ -132,15 +131,14 @@ func TestLostCommit(t *testing.T) {
 		}{{"reply-lost", loseCommitReply, true}, {"commit-lost", loseCommit, false}} {
 			req := charge("lost-"+c.name, "100")
 			p.arm(c.mode)
-			tx, err := db.BeginTx(ctx, nil)
-			must(t, err)
+			tx := e.beginIn(db, nil)
 			first, err := s.Do(ctx, tx, req, o.fn(tx, req.Key))
 			must(t, err)
 			if err := tx.Commit(); err == nil {
 				t.Fatalf("%s: Commit through a cut connection: no error", c.name)
 			}
 			var retry idem.Result
-			err = idem.RunTx(ctx, db, nil, func(tx *sql.Tx) error {
+			err = runTx(ctx, db, nil, func(tx txn) error {
 				var err error
 				retry, err = s.Do(ctx, tx, req, o.fn(tx, req.Key))
 				return err
@@ -202,28 +200,17 @@ func TestCrashAfterBegin(t *testing.T) {
 	})
 }
 
-// hooked runs before() once, just before the first statement that starts
-// with prefix, whether it is run as an exec or a query (a takeover that
-// returns the token it wrote is a query).
-type hooked struct {
-	idem.DBTX
-	prefix string
-	before func()
-	once   sync.Once
-}
-
-func (h *hooked) ExecContext(ctx context.Context, q string, args ...any) (sql.Result, error) {
-	if strings.HasPrefix(q, h.prefix) {
-		h.once.Do(h.before)
-	}
-	return h.DBTX.ExecContext(ctx, q, args...)
-}
-
-func (h *hooked) QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row {
-	if strings.HasPrefix(q, h.prefix) {
-		h.once.Do(h.before)
-	}
-	return h.DBTX.QueryRowContext(ctx, q, args...)
+// hooked returns tx with before() run once, just before the first
+// statement run through it that starts with prefix, whether it is run as
+// an exec or a query (a takeover that returns the token it wrote is a
+// query).
+func hooked(tx txn, prefix string, before func()) txn {
+	var once sync.Once
+	return tx.watched(func(q string) {
+		if strings.HasPrefix(q, prefix) {
+			once.Do(before)
+		}
+	})
 }
 
 // Fault 4: the old owner completes between the new owner's read of the
@@ -242,7 +229,7 @@ func TestCompleteBetweenReadAndWrite(t *testing.T) {
 
 		oldDone := make(chan error, 1)
 		tx := e.begin(nil)
-		h := &hooked{DBTX: tx, prefix: "UPDATE", before: func() {
+		h := hooked(tx, "UPDATE", func() {
 			go func() { oldDone <- e.complete(old, o.biz, req.Key, "old") }()
 			if e.dialect == idem.Postgres {
 				// Nothing holds the row: the old owner commits first.
@@ -251,7 +238,7 @@ func TestCompleteBetweenReadAndWrite(t *testing.T) {
 				return
 			}
 			waitBlocked(e, s.Table(), oldDone) // it queues behind our read lock
-		}}
+		})
 		res, err := s.Do(ctx, h, req, o.fn(tx, req.Key))
 		newWon := false
 		switch {

@@ -43,11 +43,11 @@ const (
 // faultRun is one target's fault-injection history.
 type faultRun struct {
 	e       *env
-	s       *idem.Store
+	s       *store
 	biz     string
 	junk    string // what an interrupted write writes into (SQLite)
 	proxy   *proxy
-	proxied *sql.DB
+	proxied pool
 
 	mu         sync.Mutex
 	keys       map[string]bool
@@ -69,7 +69,7 @@ func (r *faultRun) kinds() []string {
 	switch r.e.dialect {
 	case idem.Postgres:
 		return []string{faultDeadlock, faultSerialization, faultTimeout, faultKill, faultCut}
-	case idem.MySQL:
+	case idem.MySQL, idem.MariaDB:
 		return []string{faultDeadlock, faultTimeout, faultKill, faultCut}
 	case idem.TiDB:
 		// No statement timeout: TiDB's max_execution_time ends a SLEEP
@@ -164,7 +164,7 @@ func execID() string {
 // txFor returns the database and transaction options an operation that
 // injects kind runs its transaction with: through the proxy that cuts
 // connections, or at REPEATABLE READ to meet a serialization failure.
-func (r *faultRun) txFor(kind string) (*sql.DB, *sql.TxOptions) {
+func (r *faultRun) txFor(kind string) (pool, *sql.TxOptions) {
 	switch kind {
 	case faultCut:
 		return r.proxied, nil
@@ -183,7 +183,7 @@ func (r *faultRun) do(req idem.Request, kind, point string, swallow bool, locks 
 		res  idem.Result
 		mine string
 	)
-	err := idem.RunTx(ctx, db, opts, func(tx *sql.Tx) error {
+	err := runTx(ctx, db, opts, func(tx txn) error {
 		attempt++
 		inject := func(at string) error {
 			if attempt > 1 || kind == "" || at != point {
@@ -229,7 +229,7 @@ func (r *faultRun) begin(req idem.Request, kind, locks string) {
 	db, opts := r.txFor(kind)
 	id := execID()
 	attempt := 0
-	err = idem.RunTx(ctx, db, opts, func(tx *sql.Tx) error {
+	err = runTx(ctx, db, opts, func(tx txn) error {
 		attempt++
 		if err := r.e.insertRow(tx, r.biz, req.Key, id); err != nil {
 			return err
@@ -252,7 +252,7 @@ func (r *faultRun) begin(req idem.Request, kind, locks string) {
 // inject makes the database end a statement or the transaction tx under
 // the caller, and returns the error the caller's statement got (nil for a
 // dropped connection, which strikes at COMMIT).
-func (r *faultRun) inject(tx *sql.Tx, kind, point string, locks string) error {
+func (r *faultRun) inject(tx txn, kind, point string, locks string) error {
 	r.note(r.faults, kind)
 	r.note(r.points, point)
 	e := r.e

@@ -35,7 +35,7 @@ type op struct {
 
 func (e *env) op() *op { return &op{e: e, biz: e.business()} }
 
-func (o *op) fn(tx idem.DBTX, key string) func(context.Context) (idem.Response, error) {
+func (o *op) fn(tx handle, key string) func(context.Context) (idem.Response, error) {
 	return func(ctx context.Context) (idem.Response, error) {
 		n := o.calls.Add(1)
 		if err := o.e.insertRow(tx, o.biz, key, fmt.Sprintf("run-%d", n)); err != nil {
@@ -46,22 +46,31 @@ func (o *op) fn(tx idem.DBTX, key string) func(context.Context) (idem.Response, 
 }
 
 // insertRow writes a business row (k, v) into table biz through tx.
-func (e *env) insertRow(tx idem.DBTX, biz, k, v string) error {
+func (e *env) insertRow(tx handle, biz, k, v string) error {
 	_, err := tx.ExecContext(ctx, e.rebind("INSERT INTO "+biz+" (k, v) VALUES (?, ?)"), k, v)
 	return err
 }
 
 // do runs s.Do for req with o.fn in a transaction of its own and commits
 // it.
-func (o *op) do(s *idem.Store, req idem.Request) (idem.Result, error) {
-	return o.e.do(s, req, func(tx idem.DBTX) func(context.Context) (idem.Response, error) { return o.fn(tx, req.Key) })
+func (o *op) do(s *store, req idem.Request) (idem.Result, error) {
+	return o.e.do(s, req, func(tx handle) func(context.Context) (idem.Response, error) { return o.fn(tx, req.Key) })
 }
 
 // begin starts a transaction the test ends (rolled back at cleanup if it
 // is still open).
-func (e *env) begin(opts *sql.TxOptions) *sql.Tx {
+func (e *env) begin(opts *sql.TxOptions) txn {
 	e.t.Helper()
-	tx, err := e.db.BeginTx(ctx, opts)
+	return e.beginIn(e.db, opts)
+}
+
+// beginIn is begin on the pool db. A pool the test opened and closes at
+// cleanup must begin its transactions here: a *pgxpool.Pool's Close waits
+// for every connection to be released, and the rollback at cleanup,
+// registered later, runs first.
+func (e *env) beginIn(db pool, opts *sql.TxOptions) txn {
+	e.t.Helper()
+	tx, err := db.BeginTx(ctx, opts)
 	if err != nil {
 		e.t.Fatalf("begin: %v", err)
 	}
@@ -70,9 +79,9 @@ func (e *env) begin(opts *sql.TxOptions) *sql.Tx {
 }
 
 // do runs s.Do in a transaction of its own and commits it.
-func (e *env) do(s *idem.Store, req idem.Request, fn func(tx idem.DBTX) func(context.Context) (idem.Response, error)) (idem.Result, error) {
+func (e *env) do(s *store, req idem.Request, fn func(tx handle) func(context.Context) (idem.Response, error)) (idem.Result, error) {
 	var res idem.Result
-	err := idem.RunTx(ctx, e.db, nil, func(tx *sql.Tx) error {
+	err := runTx(ctx, e.db, nil, func(tx txn) error {
 		var err error
 		res, err = s.Do(ctx, tx, req, fn(tx))
 		return err
@@ -80,8 +89,12 @@ func (e *env) do(s *idem.Store, req idem.Request, fn func(tx idem.DBTX) func(con
 	return res, err
 }
 
+// hasTable is a store: the suite's, or an *idem.Store a test hands
+// idemhttp.
+type hasTable interface{ Table() string }
+
 // records counts the store's records for key.
-func (e *env) records(s *idem.Store, key string) int {
+func (e *env) records(s hasTable, key string) int {
 	e.t.Helper()
 	return int(e.int64("SELECT COUNT(*) FROM "+s.Table()+" WHERE idem_key = ?", key))
 }
@@ -96,25 +109,11 @@ func (e *env) int64(query string, args ...any) int64 {
 	return n
 }
 
-// counting wraps a DBTX and counts the statements it runs.
-type counting struct {
-	idem.DBTX
-	n atomic.Int64
-}
-
-func (c *counting) ExecContext(ctx context.Context, q string, args ...any) (sql.Result, error) {
-	c.n.Add(1)
-	return c.DBTX.ExecContext(ctx, q, args...)
-}
-
-func (c *counting) QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
-	c.n.Add(1)
-	return c.DBTX.QueryContext(ctx, q, args...)
-}
-
-func (c *counting) QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row {
-	c.n.Add(1)
-	return c.DBTX.QueryRowContext(ctx, q, args...)
+// counted returns tx counting the statements run through what it
+// returns, and the count.
+func counted(tx txn) (txn, *atomic.Int64) {
+	n := new(atomic.Int64)
+	return tx.watched(func(string) { n.Add(1) }), n
 }
 
 // must fails the test on err.
@@ -129,8 +128,8 @@ func must(t *testing.T, err error) {
 func ok(context.Context) (idem.Response, error) { return idem.Response{StatusCode: 200}, nil }
 
 // doOK runs s.Do for req with ok in a transaction of its own.
-func (e *env) doOK(s *idem.Store, req idem.Request) error {
-	_, err := e.do(s, req, func(idem.DBTX) func(context.Context) (idem.Response, error) { return ok })
+func (e *env) doOK(s *store, req idem.Request) error {
+	_, err := e.do(s, req, func(handle) func(context.Context) (idem.Response, error) { return ok })
 	return err
 }
 
@@ -140,7 +139,7 @@ const sqliteNow = "(CAST(ROUND(unixepoch('now', 'subsec') * 1000) AS INTEGER) * 
 // now is the database's clock as the dialect reads it.
 func (e *env) now() string {
 	switch e.dialect {
-	case idem.MySQL, idem.TiDB:
+	case idem.MySQL, idem.MariaDB, idem.TiDB:
 		return "UTC_TIMESTAMP(6)"
 	case idem.SQLite:
 		return sqliteNow
@@ -152,7 +151,7 @@ func (e *env) now() string {
 // next argument (fewer when it is negative).
 func (e *env) plusMicros(expr string) string {
 	switch e.dialect {
-	case idem.MySQL, idem.TiDB:
+	case idem.MySQL, idem.MariaDB, idem.TiDB:
 		return expr + " + INTERVAL ? MICROSECOND"
 	case idem.SQLite:
 		return expr + " + ?"
@@ -162,20 +161,20 @@ func (e *env) plusMicros(expr string) string {
 
 // setLease makes the lease of key's record in s end d after the database's
 // now (before it when d is negative).
-func (e *env) setLease(s *idem.Store, key string, d time.Duration) {
+func (e *env) setLease(s *store, key string, d time.Duration) {
 	e.t.Helper()
 	e.exec("UPDATE "+s.Table()+" SET lease_until = "+e.plusMicros(e.now())+" WHERE idem_key = ?", d.Microseconds(), key)
 }
 
 // expire ends the lease of key's record in s, by the database's clock.
-func (e *env) expire(s *idem.Store, key string) {
+func (e *env) expire(s *store, key string) {
 	e.t.Helper()
 	e.setLease(s, key, -time.Second)
 }
 
 // age moves every time of key's record in s back by d, as if it had been
 // written d earlier: past retention without waiting for it.
-func (e *env) age(s *idem.Store, key string, d time.Duration) {
+func (e *env) age(s *store, key string, d time.Duration) {
 	e.t.Helper()
 	back := -d.Microseconds()
 	e.exec("UPDATE "+s.Table()+" SET created_at = "+e.plusMicros("created_at")+", completed_at = "+e.plusMicros("completed_at")+
@@ -187,7 +186,7 @@ func (e *env) age(s *idem.Store, key string, d time.Duration) {
 // statement bounds and the other settings a statement of idem could touch.
 func (e *env) sessionProbe() string {
 	switch e.dialect {
-	case idem.MySQL, idem.TiDB:
+	case idem.MySQL, idem.MariaDB, idem.TiDB:
 		return "SELECT CONCAT_WS('|', LAST_INSERT_ID(), @@session.tx_isolation, @@session.time_zone, @@session.sql_mode, @@session.innodb_lock_wait_timeout, @@session.autocommit)"
 	case idem.SQLite:
 		return "SELECT last_insert_rowid() || '|' || (SELECT * FROM pragma_busy_timeout) || '|' || (SELECT * FROM pragma_query_only) || '|' || (SELECT * FROM pragma_foreign_keys) || '|' || (SELECT * FROM pragma_defer_foreign_keys)"
@@ -248,7 +247,7 @@ func (o outcome) completed() bool { return o.status == idem.StatusCompleted }
 // operation committed more than once, a completed record that does not
 // replay its one committed execution, or an execution committed without a
 // completed record.
-func (e *env) committed(t *testing.T, s *idem.Store, biz, key string) outcome {
+func (e *env) committed(t *testing.T, s *store, biz, key string) outcome {
 	t.Helper()
 	var o outcome
 	err := e.db.QueryRow(e.rebind("SELECT status, fingerprint, response_body FROM "+s.Table()+" WHERE idem_key = ?"), key).

@@ -2,7 +2,6 @@ package conformance
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -92,7 +91,7 @@ func (h *history) claim(key, payload string) {
 // historyRun is one target's run.
 type historyRun struct {
 	e     *env
-	s     *idem.Store
+	s     *store
 	biz   string
 	proxy *proxy
 	h     *history
@@ -161,7 +160,7 @@ func summary(m map[string]int) string {
 	return strings.Join(parts, ", ")
 }
 
-func (r *historyRun) client(id int, db *sql.DB, rng *rand.Rand, start, deadline time.Time) {
+func (r *historyRun) client(id int, db pool, rng *rand.Rand, start, deadline time.Time) {
 	for n := 0; time.Now().Before(deadline); n++ {
 		k := int(time.Since(start)/historyEpoch)*historyStep + rng.IntN(historyWindow)
 		key, payload := fmt.Sprintf("h-%d", k), "A"
@@ -190,11 +189,11 @@ func (r *historyRun) client(id int, db *sql.DB, rng *rand.Rand, start, deadline 
 }
 
 // do runs one Do, killing its own session inside fn one time in ten.
-func (r *historyRun) do(db *sql.DB, rng *rand.Rand, req idem.Request, payload, body string, cut bool) {
+func (r *historyRun) do(db pool, rng *rand.Rand, req idem.Request, payload, body string, cut bool) {
 	kill := rng.IntN(10) == 0 && !r.e.embedded()
 	killed := false
 	var res idem.Result
-	err := idem.RunTx(ctx, db, nil, func(tx *sql.Tx) error {
+	err := runTx(ctx, db, nil, func(tx txn) error {
 		var (
 			id  int64
 			err error
@@ -229,7 +228,7 @@ func (r *historyRun) do(db *sql.DB, rng *rand.Rand, req idem.Request, payload, b
 // begin runs Begin and, with a claim, one of: crash (abandon it), Release,
 // or Complete in a business transaction, sometimes after outliving the
 // lease, sometimes after Extend, sometimes killed before Complete.
-func (r *historyRun) begin(db *sql.DB, rng *rand.Rand, req idem.Request, payload, body string, cut bool) {
+func (r *historyRun) begin(db pool, rng *rand.Rand, req idem.Request, payload, body string, cut bool) {
 	c, replay, err := r.s.Begin(ctx, db, req)
 	if err != nil || replay != nil {
 		if err != nil && cut {
@@ -269,7 +268,7 @@ func (r *historyRun) begin(db *sql.DB, rng *rand.Rand, req idem.Request, payload
 		}
 		kill := x == 19 && !r.e.embedded()
 		killed := kill
-		err := idem.RunTx(ctx, db, nil, func(tx *sql.Tx) error {
+		err := runTx(ctx, db, nil, func(tx txn) error {
 			if err := r.e.insertRow(tx, r.biz, req.Key, body); err != nil {
 				return err
 			}

@@ -86,10 +86,10 @@ func byCaller(r *http.Request) (string, error) {
 func (e *env) serve(cfg idemhttp.Config, h http.Handler) (*httptest.Server, *idem.Store) {
 	e.t.Helper()
 	if cfg.Store == nil {
-		cfg.Store = e.store()
+		cfg.Store = e.store().idem
 	}
 	if cfg.DB == nil {
-		cfg.DB = e.db
+		cfg.DB = e.sqlDB()
 	}
 	if cfg.Scope == nil {
 		cfg.Scope = byCaller
@@ -250,7 +250,7 @@ func checkRetryAfter(t *testing.T, r response, lease time.Duration) {
 // isolation level and under SERIALIZABLE (where RunTx retries the losers).
 func TestHTTPConcurrentDuplicates(t *testing.T) {
 	const clients = 50
-	forEach(t, func(t *testing.T, e *env) {
+	forEachSQL(t, func(t *testing.T, e *env) {
 		for _, opts := range []*sql.TxOptions{nil, {Isolation: sql.LevelSerializable}} {
 			name := "default"
 			if opts != nil {
@@ -311,11 +311,11 @@ func probe(t *testing.T, e *env, s *idem.Store, path, body, key string) idem.Req
 // lease ends, the others replay its response.
 func TestHTTPRetryingClientsConverge(t *testing.T) {
 	const clients = 5
-	forEach(t, func(t *testing.T, e *env) {
+	forEachSQL(t, func(t *testing.T, e *env) {
 		api := e.chargeAPI()
 		srv, s := e.serve(idemhttp.Config{}, api)
 		body := `{"amount": 250}`
-		e.leaveClaim(s, probe(t, e, s, "/v1/charges", body, "converge-1"), 2500*time.Millisecond)
+		e.leaveClaim(e.onDriver(s), probe(t, e, s, "/v1/charges", body, "converge-1"), 2500*time.Millisecond)
 
 		first, err := post(srv.Client(), srv.URL+"/v1/charges", body, "converge-1")
 		must(t, err)
@@ -347,7 +347,7 @@ func TestHTTPRetryingClientsConverge(t *testing.T) {
 // are 400s; a missing key passes through (twice is two charges) unless
 // Required.
 func TestHTTPHeaderForms(t *testing.T) {
-	forEach(t, func(t *testing.T, e *env) {
+	forEachSQL(t, func(t *testing.T, e *env) {
 		api := e.chargeAPI()
 		srv, _ := e.serve(idemhttp.Config{}, api)
 		url, c := srv.URL+"/v1/charges", srv.Client()
@@ -411,7 +411,7 @@ func TestHTTPHeaderForms(t *testing.T) {
 // first two (the middleware's DB is closed, so any use would be a 500); a
 // body of exactly MaxBody passes.
 func TestHTTPProblems(t *testing.T) {
-	forEach(t, func(t *testing.T, e *env) {
+	forEachSQL(t, func(t *testing.T, e *env) {
 		api := e.chargeAPI()
 		srv, s := e.serve(idemhttp.Config{MaxBody: 64}, api)
 		c := srv.Client()
@@ -474,7 +474,7 @@ func TestHTTPProblems(t *testing.T) {
 // allow-listed ones, never Set-Cookie, which is not even stored. A 4xx is a
 // result: stored and replayed.
 func TestHTTPReplayHeaders(t *testing.T) {
-	forEach(t, func(t *testing.T, e *env) {
+	forEachSQL(t, func(t *testing.T, e *env) {
 		api := e.chargeAPI()
 		api.respond = func(w http.ResponseWriter, run int64) {
 			h := w.Header()
@@ -518,7 +518,7 @@ func TestHTTPReplayHeaders(t *testing.T) {
 			t.Errorf("stored header holds a field off the allow-list: %q", stored)
 		}
 
-		if _, err := idemhttp.New(idemhttp.Config{Store: s, DB: e.db, Scope: byCaller, ReplayHeaders: []string{"set-cookie"}}); err == nil {
+		if _, err := idemhttp.New(idemhttp.Config{Store: s, DB: e.sqlDB(), Scope: byCaller, ReplayHeaders: []string{"set-cookie"}}); err == nil {
 			t.Error("New accepted Set-Cookie in ReplayHeaders")
 		}
 	})
@@ -527,7 +527,7 @@ func TestHTTPReplayHeaders(t *testing.T) {
 // A 5xx answer or a panic rolls back the handler's rows and stores
 // nothing, so the retry runs again; StoreServerErrors makes a 5xx a result.
 func TestHTTPFailuresNotStored(t *testing.T) {
-	forEach(t, func(t *testing.T, e *env) {
+	forEachSQL(t, func(t *testing.T, e *env) {
 		for _, failure := range []string{"503", "panic"} {
 			t.Run(failure, func(t *testing.T) {
 				e := e.in(t)
@@ -600,7 +600,7 @@ func TestHTTPFailuresNotStored(t *testing.T) {
 // rolled back, in both modes (in ModeClaim its claim is released);
 // ResponseController reports ErrStreaming to it.
 func TestHTTPStreamingRefused(t *testing.T) {
-	forEach(t, func(t *testing.T, e *env) {
+	forEachSQL(t, func(t *testing.T, e *env) {
 		for _, mode := range []idemhttp.Mode{idemhttp.ModeTransaction, idemhttp.ModeClaim} {
 			for _, how := range []string{"Flush", "Hijack"} {
 				testStreamingRefused(t, e, mode, how)
@@ -648,7 +648,7 @@ func testStreamingRefused(t *testing.T, e *env, mode idemhttp.Mode, how string) 
 // Scope may read the body: one key sent for two accounts named in the
 // body is two keys, and the handler still reads the whole body.
 func TestHTTPScopeReadsBody(t *testing.T) {
-	forEach(t, func(t *testing.T, e *env) {
+	forEachSQL(t, func(t *testing.T, e *env) {
 		api := e.chargeAPI()
 		srv, _ := e.serve(idemhttp.Config{Scope: func(r *http.Request) (string, error) {
 			var in struct{ Account string }
@@ -670,7 +670,7 @@ func TestHTTPScopeReadsBody(t *testing.T) {
 
 // Methods outside Config.Methods pass through with no transaction.
 func TestHTTPPassThrough(t *testing.T) {
-	forEach(t, func(t *testing.T, e *env) {
+	forEachSQL(t, func(t *testing.T, e *env) {
 		var sawTx atomic.Bool
 		srv, _ := e.serve(idemhttp.Config{}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			sawTx.Store(idemhttp.TxFrom(r.Context()) != nil)

@@ -191,12 +191,12 @@ func (s *statusSpy) WriteHeader(code int) {
 // provider call ends only once every duplicate has had its 409.
 func TestHTTPClaimSlowProvider(t *testing.T) {
 	const clients = 10
-	forEach(t, func(t *testing.T, e *env) {
+	forEachSQL(t, func(t *testing.T, e *env) {
 		p := newProvider()
 		release := p.holdFirst(1)
 		defer release()
 		api := e.claimAPI(p)
-		m, err := idemhttp.New(idemhttp.Config{Mode: idemhttp.ModeClaim, Store: e.store(idem.WithLease(3 * time.Second)), DB: e.db, Scope: byCaller})
+		m, err := idemhttp.New(idemhttp.Config{Mode: idemhttp.ModeClaim, Store: e.store(idem.WithLease(3 * time.Second)).idem, DB: e.sqlDB(), Scope: byCaller})
 		must(t, err)
 		var conflicts atomic.Int64
 		srv := httptest.NewServer(counting409(m.Handler(api), &conflicts))
@@ -248,7 +248,7 @@ func TestHTTPClaimSlowProvider(t *testing.T) {
 // once; the provider, called again with the same RelayKey, charges once.
 // A 4xx answered before any Tx call is still stored.
 func TestHTTPClaimFailuresRelease(t *testing.T) {
-	forEach(t, func(t *testing.T, e *env) {
+	forEachSQL(t, func(t *testing.T, e *env) {
 		for _, failure := range []string{"502", "panic"} {
 			t.Run(failure, func(t *testing.T) {
 				e := e.in(t)
@@ -304,13 +304,13 @@ func TestHTTPClaimFailuresRelease(t *testing.T) {
 // statements fail past the deadline), its rows roll back, and the
 // provider, called twice with one RelayKey, charged once.
 func TestHTTPClaimLeaseLost(t *testing.T) {
-	forEach(t, func(t *testing.T, e *env) {
+	forEachSQL(t, func(t *testing.T, e *env) {
 		p := newProvider()
 		p.deaf = true
 		release := p.holdFirst(2) // the first call ends once the second request is done
 		defer release()
 		api := e.claimAPI(p)
-		srv, _ := e.serve(idemhttp.Config{Mode: idemhttp.ModeClaim, Store: e.store(idem.WithLease(time.Second))}, api)
+		srv, _ := e.serve(idemhttp.Config{Mode: idemhttp.ModeClaim, Store: e.store(idem.WithLease(time.Second)).idem}, api)
 		url, body := srv.URL+"/v1/charges", `{"amount": 5}`
 
 		slowc := make(chan response, 1)

@@ -53,7 +53,7 @@ func TestHTTPClientGivesUp(t *testing.T) {
 		clientTimeout = 300 * time.Millisecond
 		pause         = 500 * time.Millisecond
 	)
-	forEach(t, func(t *testing.T, e *env) {
+	forEachSQL(t, func(t *testing.T, e *env) {
 		t.Run("transaction", func(t *testing.T) {
 			e := e.in(t)
 			api := e.chargeAPI()
@@ -108,7 +108,7 @@ func TestHTTPDuplicatesWaitInMemory(t *testing.T) {
 		dups = 12
 		slow = time.Second
 	)
-	forEach(t, func(t *testing.T, e *env) {
+	forEachSQL(t, func(t *testing.T, e *env) {
 		db, err := sql.Open(e.driver, e.dsn)
 		must(t, err)
 		defer db.Close()
@@ -198,7 +198,7 @@ func TestHTTPDuplicatesWaitInMemory(t *testing.T) {
 // default, Config.RetryAfter when set, never more than the lease left on
 // the claim that holds the key.
 func TestHTTPRetryAfter(t *testing.T) {
-	forEach(t, func(t *testing.T, e *env) {
+	forEachSQL(t, func(t *testing.T, e *env) {
 		for _, c := range []struct {
 			retryAfter time.Duration
 			min, max   int
@@ -210,7 +210,7 @@ func TestHTTPRetryAfter(t *testing.T) {
 			t.Run(fmt.Sprint(c.retryAfter), func(t *testing.T) {
 				e := e.in(t)
 				srv, s := e.serve(idemhttp.Config{RetryAfter: c.retryAfter}, e.chargeAPI())
-				e.leaveClaim(s, probe(t, e, s, "/v1/charges", `{"amount": 3}`, "ra-1"), 10*time.Second)
+				e.leaveClaim(e.onDriver(s), probe(t, e, s, "/v1/charges", `{"amount": 3}`, "ra-1"), 10*time.Second)
 				r, err := post(srv.Client(), srv.URL+"/v1/charges", `{"amount": 3}`, "ra-1")
 				must(t, err)
 				checkProblem(t, r, http.StatusConflict, idemhttp.TypeInFlight, "retry after")
@@ -229,7 +229,7 @@ func TestHTTPRetryAfter(t *testing.T) {
 // alice's key exists. With SingleTenant, the opt-out, he gets alice's
 // replay: what that value costs.
 func TestHTTPScopeIsolatesCallers(t *testing.T) {
-	forEach(t, func(t *testing.T, e *env) {
+	forEachSQL(t, func(t *testing.T, e *env) {
 		api := e.chargeAPI()
 		srv, _ := e.serve(idemhttp.Config{}, api)
 		url, c := srv.URL+"/v1/charges", srv.Client()
@@ -269,7 +269,7 @@ func TestHTTPScopeIsolatesCallers(t *testing.T) {
 // it with a 409. Nothing is stored, so a retry runs again.
 func TestHTTPTimeout(t *testing.T) {
 	const timeout = 500 * time.Millisecond
-	forEach(t, func(t *testing.T, e *env) {
+	forEachSQL(t, func(t *testing.T, e *env) {
 		biz := e.business()
 		handlerErr := make(chan error, 1)
 		started := make(chan struct{})

@@ -115,7 +115,7 @@ func TestObserver(t *testing.T) {
 		}
 
 		boom := errors.New("boom")
-		_, err := e.do(s, charge("failing", "1"), func(idem.DBTX) func(context.Context) (idem.Response, error) {
+		_, err := e.do(s, charge("failing", "1"), func(handle) func(context.Context) (idem.Response, error) {
 			return func(context.Context) (idem.Response, error) { return idem.Response{}, boom }
 		})
 		if !errors.Is(err, boom) {
@@ -131,7 +131,7 @@ func TestObserver(t *testing.T) {
 					t.Fatalf("recovered %v, want fn's panic", p)
 				}
 			}()
-			_, _ = e.do(s, charge("panicking", "1"), func(idem.DBTX) func(context.Context) (idem.Response, error) {
+			_, _ = e.do(s, charge("panicking", "1"), func(handle) func(context.Context) (idem.Response, error) {
 				return func(context.Context) (idem.Response, error) { panic("fn panics") }
 			})
 		}()

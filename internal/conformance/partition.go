@@ -45,8 +45,9 @@ func TestDailyPartitionsRunAKeyTwice(t *testing.T) {
 
 		// idem's claim names that constraint, so Do fails rather than run
 		// twice.
-		s, err := idem.New(idem.Postgres, idem.WithTable(table))
+		daily, err := idem.New(idem.Postgres, idem.WithTable(table))
 		must(t, err)
+		s := e.onDriver(daily)
 		tx := e.begin(nil)
 		if _, err := s.Do(ctx, tx, charge("refused", "1"), o.fn(tx, "refused")); err == nil || !strings.Contains(err.Error(), "ON CONFLICT") || o.calls.Load() != 0 {
 			t.Fatalf("Do on the daily layout: err = %v after %d executions, want no matching ON CONFLICT constraint and none", err, o.calls.Load())
@@ -56,7 +57,7 @@ func TestDailyPartitionsRunAKeyTwice(t *testing.T) {
 		// claim is the claim the layout allows: insert unless this exact
 		// (scope, key, created_at) exists. It runs the operation when it
 		// inserted, as Do would.
-		claim := func(tx *sql.Tx, key, at string) error {
+		claim := func(tx txn, key, at string) error {
 			res, err := tx.Exec(`INSERT INTO `+table+` (scope, idem_key, operation, fingerprint, status, token, lease_until, created_at)
 VALUES ('tenant-1', $1, 'POST /v1/charges', 'fp', 'processing', 1, $2::timestamptz + interval '30 seconds', $2)
 ON CONFLICT DO NOTHING`, key, at)
@@ -75,7 +76,7 @@ ON CONFLICT DO NOTHING`, key, at)
 		for _, level := range isolationLevels {
 			key := "retried-" + levelName(level)
 			for _, at := range []string{before, after} {
-				must(t, idem.RunTx(ctx, e.db, &sql.TxOptions{Isolation: level}, func(tx *sql.Tx) error { return claim(tx, key, at) }))
+				must(t, runTx(ctx, e.db, &sql.TxOptions{Isolation: level}, func(tx txn) error { return claim(tx, key, at) }))
 			}
 			if records, runs := countKey(key); records != 2 || runs != 2 {
 				t.Errorf("%s: a retry across midnight left %d records and ran %d times; the layout was expected to run it twice", levelName(level), records, runs)
@@ -87,7 +88,7 @@ ON CONFLICT DO NOTHING`, key, at)
 			opts := &sql.TxOptions{Isolation: level}
 			t1, t2 := e.begin(opts), e.begin(opts)
 			var errs []error
-			for _, tx := range []*sql.Tx{t1, t2} {
+			for _, tx := range []txn{t1, t2} {
 				var n int
 				errs = append(errs, tx.QueryRow("SELECT COUNT(*) FROM "+table+" WHERE scope = 'tenant-1' AND idem_key = $1", key).Scan(&n))
 				if n != 0 {

@@ -2,7 +2,6 @@ package conformance
 
 import (
 	"bytes"
-	"database/sql"
 	"fmt"
 	"net"
 	"net/url"
@@ -149,15 +148,14 @@ func isCommit(msg []byte) bool {
 }
 
 // open returns a pool of at most conns connections through the proxy,
-// closed when the test ends.
-func (p *proxy) open(e *env, conns int) *sql.DB {
+// with the target's driver, closed when the test ends.
+func (p *proxy) open(e *env, conns int) pool {
 	e.t.Helper()
-	db, err := sql.Open(e.driver, e.proxiedDSN(p.ln.Addr().String()))
+	db, err := e.connect(e.proxiedDSN(p.ln.Addr().String()), conns)
 	if err != nil {
 		e.t.Fatalf("open through the proxy: %v", err)
 	}
-	db.SetMaxOpenConns(conns)
-	e.t.Cleanup(func() { _ = db.Close() })
+	e.t.Cleanup(db.close)
 	return db
 }
 

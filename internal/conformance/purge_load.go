@@ -57,7 +57,7 @@ func numbers(n int) (from, sum string) {
 // ago before the database's now, one millisecond apart going back, with
 // the given status and lease end relative to now. Completed rows carry a
 // 200-byte body and a small header, like a typical JSON response.
-func (e *env) seed(s *idem.Store, scope string, n int, ago, lease time.Duration, status string) {
+func (e *env) seed(s *store, scope string, n int, ago, lease time.Duration, status string) {
 	e.t.Helper()
 	const chunk = 100_000
 	for from := 0; from < n; from += chunk {
@@ -97,7 +97,7 @@ FROM (SELECT i, statement_timestamp() - $4::bigint * interval '1 microsecond' - 
 }
 
 // scopeCount counts the records of a scope.
-func (e *env) scopeCount(s *idem.Store, scope string) int {
+func (e *env) scopeCount(s *store, scope string) int {
 	e.t.Helper()
 	return int(e.int64("SELECT COUNT(*) FROM "+s.Table()+" WHERE scope = ?", scope))
 }

@@ -39,7 +39,7 @@ func TestSQLiteBusyIsRetryable(t *testing.T) {
 		done := make(chan error, 1)
 		var res idem.Result
 		go func() {
-			done <- idem.RunTx(ctx, impatient, nil, func(tx *sql.Tx) error {
+			done <- runTx(ctx, newSQLPool(impatient), nil, func(tx txn) error {
 				var err error
 				res, err = s.Do(ctx, tx, req, o.fn(tx, req.Key))
 				return err
@@ -59,7 +59,7 @@ func TestSQLiteBusyIsRetryable(t *testing.T) {
 // SQLite connections, so the rest of the suite tests what it documents.
 func TestSQLiteSettings(t *testing.T) {
 	forDialect(t, idem.SQLite, func(t *testing.T, e *env) {
-		conn, err := e.db.Conn(context.Background())
+		conn, err := e.sqlDB().Conn(context.Background())
 		must(t, err)
 		defer conn.Close()
 		var mode string

@@ -1,10 +1,20 @@
 // Package conformance is idem's conformance suite. Every test runs
 // against every target (a dialect through one driver on a real server),
-// each on tables of its own.
+// each on tables of its own. The targets are:
+//
+//   - postgres-libpq: PostgreSQL through lib/pq (database/sql);
+//   - postgres-pgx: PostgreSQL through pgx's database/sql driver;
+//   - postgres-pgxnative: PostgreSQL through pgx itself, with idem's calls
+//     made through package idempgx on a *pgxpool.Pool and its pgx.Tx;
+//   - mysql: idem.MySQL on MySQL or MariaDB, through go-sql-driver/mysql;
+//   - mariadb: idem.MariaDB on MariaDB, through go-sql-driver/mysql;
+//   - tidb: TiDB through go-sql-driver/mysql;
+//   - sqlite: SQLite through modernc.org/sqlite, in a temporary file.
 //
 // Targets find their databases through IDEM_TEST_POSTGRES_DSN,
-// IDEM_TEST_MYSQL_DSN and IDEM_TEST_TIDB_DSN (scripts/tidb.sh starts a
-// TiDB); the SQLite target needs no server and always runs, on
+// IDEM_TEST_MYSQL_DSN, IDEM_TEST_MARIADB_DSN (the same MariaDB server as
+// the one before it, or another) and IDEM_TEST_TIDB_DSN (scripts/tidb.sh
+// starts a TiDB); the SQLite target needs no server and always runs, on
 // a database file in a temporary directory. When a DSN is unset and a
 // Docker daemon answers, the suite starts a container for it. Otherwise its
 // targets are skipped with a message, unless IDEM_TEST_REQUIRE=1, which
@@ -30,6 +40,7 @@ import (
 	"time"
 
 	_ "github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5/pgxpool"
 	_ "github.com/jackc/pgx/v5/stdlib"
 	"github.com/jmoiron/sqlx"
 	_ "github.com/lib/pq"
@@ -42,15 +53,35 @@ import (
 type target struct {
 	name    string
 	dialect idem.Dialect
-	driver  string // database/sql driver name
+	driver  string // database/sql driver name, unless native
+	native  bool   // idem through idempgx on a *pgxpool.Pool, not database/sql
 	server  string // key into servers
 }
 
 // targets is every dialect and driver the suite runs against.
+//
+// A native target runs every test of forEach, and of forDialect for its
+// dialect: each of idem's calls goes through idempgx (store.go), and each
+// transaction of the test's, with its business rows, is a pgx.Tx of the
+// target's pool (handles.go). What it does not run, and why:
+//
+//   - TestSqlxTx and the TestHTTP tests run on forEachSQL's targets only:
+//     a *sqlx.Tx is a database/sql transaction, and idemhttp runs on
+//     database/sql (its Config.DB is a *sql.DB, its TxFrom returns a
+//     *sql.Tx);
+//   - TestDoNeedsATransaction skips its refusal of a *sql.DB, *sql.Conn
+//     and *sqlx.DB there: idempgx's Do takes a pgx.Tx, so a pool or a
+//     connection does not compile; the rest of it runs;
+//   - TestTableGrowth and TestIndexCost, measurements run on request,
+//     measure a server once, through postgres-pgx;
+//   - the tests of other dialects (TestSQLite*, TestInterruptInFn,
+//     TestTiDB*) run on their dialect's targets only.
 var targets = []target{
 	{name: "postgres-libpq", dialect: idem.Postgres, driver: "postgres", server: "postgres"},
 	{name: "postgres-pgx", dialect: idem.Postgres, driver: "pgx", server: "postgres"},
+	{name: "postgres-pgxnative", dialect: idem.Postgres, native: true, server: "postgres"},
 	{name: "mysql", dialect: idem.MySQL, driver: "mysql", server: "mysql"},
+	{name: "mariadb", dialect: idem.MariaDB, driver: "mysql", server: "mariadb"},
 	{name: "tidb", dialect: idem.TiDB, driver: "mysql", server: "tidb"},
 	{name: "sqlite", dialect: idem.SQLite, driver: "sqlite", server: "sqlite"},
 }
@@ -69,6 +100,7 @@ type server struct {
 var servers = map[string]*server{
 	"postgres": {env: "IDEM_TEST_POSTGRES_DSN", image: "postgres:16"},
 	"mysql":    {env: "IDEM_TEST_MYSQL_DSN", image: "mysql:8.4"},
+	"mariadb":  {env: "IDEM_TEST_MARIADB_DSN", image: "mariadb:10.11"},
 	"tidb":     {env: "IDEM_TEST_TIDB_DSN", how: "run scripts/tidb.sh start and set IDEM_TEST_TIDB_DSN='root@tcp(127.0.0.1:4000)/test'"},
 	"sqlite":   {local: true},
 }
@@ -111,7 +143,7 @@ func (s *server) resolve(name string) {
 type env struct {
 	target
 	t   *testing.T
-	db  *sql.DB
+	db  pool
 	dsn string
 }
 
@@ -126,7 +158,7 @@ func (e *env) in(t *testing.T) *env {
 // targetPool is a target's connection pool, opened once per suite run,
 // or why it could not be.
 type targetPool struct {
-	db  *sql.DB
+	db  pool
 	err error
 }
 
@@ -152,7 +184,10 @@ func (tg target) open(t *testing.T) *env {
 	poolsMu.Lock()
 	p, ok := pools[tg.name]
 	if !ok {
-		p.db, p.err = tg.connect(s)
+		p.db, p.err = tg.connect(s.dsn, 40)
+		if p.err != nil {
+			p.err = fmt.Errorf("%s: cannot reach the database at %s=%q: %w", tg.name, s.env, s.dsn, p.err)
+		}
 		pools[tg.name] = p
 	}
 	poolsMu.Unlock()
@@ -162,26 +197,49 @@ func (tg target) open(t *testing.T) *env {
 	return &env{target: tg, t: t, db: p.db, dsn: s.dsn}
 }
 
-// connect opens the target's pool and checks that its server answers.
-func (tg target) connect(s *server) (*sql.DB, error) {
-	db, err := sql.Open(tg.driver, s.dsn)
-	if err != nil {
-		return nil, fmt.Errorf("open %s: %w", tg.name, err)
-	}
+// connect opens a pool of at most conns connections on dsn with the
+// target's driver and checks that its server answers.
+func (tg target) connect(dsn string, conns int) (pool, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	if tg.native {
+		cfg, err := pgxpool.ParseConfig(dsn)
+		if err != nil {
+			return nil, err
+		}
+		cfg.MaxConns = int32(conns)
+		db, err := pgxpool.NewWithConfig(ctx, cfg)
+		if err != nil {
+			return nil, err
+		}
+		if err := db.Ping(ctx); err != nil {
+			db.Close()
+			return nil, err
+		}
+		return newPgxPool(db), nil
+	}
+	db, err := sql.Open(tg.driver, dsn)
+	if err != nil {
+		return nil, err
+	}
 	if err := db.PingContext(ctx); err != nil {
 		_ = db.Close()
-		return nil, fmt.Errorf("%s: cannot reach the database at %s=%q: %w", tg.name, s.env, s.dsn, err)
+		return nil, err
 	}
-	db.SetMaxOpenConns(40)
-	db.SetMaxIdleConns(40)
-	return db, nil
+	db.SetMaxOpenConns(conns)
+	db.SetMaxIdleConns(conns)
+	return newSQLPool(db), nil
 }
 
 // mysqlFamily reports a target that speaks MySQL's SQL: MySQL, MariaDB
 // and TiDB.
-func (e *env) mysqlFamily() bool { return e.dialect == idem.MySQL || e.dialect == idem.TiDB }
+func (e *env) mysqlFamily() bool {
+	return e.dialect == idem.MySQL || e.dialect == idem.MariaDB || e.dialect == idem.TiDB
+}
+
+// readsToken reports a dialect whose INSERT cannot return the claim's
+// token, so that Do reads it right after: MySQL and TiDB.
+func (e *env) readsToken() bool { return e.dialect == idem.MySQL || e.dialect == idem.TiDB }
 
 // settingsCheck is the number of statements Do and Begin run before the
 // claim to check the transaction's settings: TiDB's one.
@@ -210,15 +268,30 @@ func (e *env) needServer(fault string) {
 // forEach runs body as a parallel subtest per target.
 func forEach(t *testing.T, body func(t *testing.T, e *env)) {
 	t.Helper()
-	forDialect(t, nil, body)
+	forTargets(t, func(target) bool { return true }, body)
 }
 
-// forDialect runs body as a parallel subtest per target of dialect d (of
-// every dialect when d is nil), for behaviour only one database has.
+// forEachSQL runs body as a parallel subtest per target that runs idem
+// through database/sql, for what only database/sql has: idemhttp, sqlx.
+// Such a test reaches the target's *sql.DB through e.sqlDB.
+func forEachSQL(t *testing.T, body func(t *testing.T, e *env)) {
+	t.Helper()
+	forTargets(t, func(tg target) bool { return !tg.native }, body)
+}
+
+// forDialect runs body as a parallel subtest per target of dialect d, for
+// behaviour only one database has.
 func forDialect(t *testing.T, d idem.Dialect, body func(t *testing.T, e *env)) {
 	t.Helper()
+	forTargets(t, func(tg target) bool { return tg.dialect == d }, body)
+}
+
+// forTargets runs body as a parallel subtest per target that runs says
+// to.
+func forTargets(t *testing.T, runs func(target) bool, body func(t *testing.T, e *env)) {
+	t.Helper()
 	for _, tg := range targets {
-		if d != nil && tg.dialect != d {
+		if !runs(tg) {
 			continue
 		}
 		t.Run(tg.name, func(t *testing.T) {
@@ -226,6 +299,18 @@ func forDialect(t *testing.T, d idem.Dialect, body func(t *testing.T, e *env)) {
 			body(t, tg.open(t))
 		})
 	}
+}
+
+// sqlDB is the target's *sql.DB, for a test of what only database/sql
+// has, which runs on forEachSQL's targets; on a native target it fails
+// the test, which would otherwise not run what it says.
+func (e *env) sqlDB() *sql.DB {
+	e.t.Helper()
+	p, ok := e.db.(*sqlPool)
+	if !ok {
+		e.t.Fatalf("%s runs idem through idempgx and has no *sql.DB: run this test with forEachSQL", e.name)
+	}
+	return p.db
 }
 
 // randName is a fresh identifier, so every test has tables of its own.
@@ -237,13 +322,14 @@ func randName(prefix string) string {
 
 // store makes a migrated Store on a table of the test's own, dropped when
 // the test ends.
-func (e *env) store(opts ...idem.Option) *idem.Store {
+func (e *env) store(opts ...idem.Option) *store {
 	e.t.Helper()
 	table := randName("idem")
-	s, err := idem.New(e.dialect, append([]idem.Option{idem.WithTable(table)}, opts...)...)
+	is, err := idem.New(e.dialect, append([]idem.Option{idem.WithTable(table)}, opts...)...)
 	if err != nil {
 		e.t.Fatalf("new: %v", err)
 	}
+	s := e.onDriver(is)
 	if err := s.Migrate(context.Background(), e.db); err != nil {
 		e.t.Fatalf("migrate: %v", err)
 	}
@@ -263,7 +349,7 @@ func (e *env) business() string {
 
 func (e *env) autoID() string {
 	switch e.dialect {
-	case idem.MySQL, idem.TiDB:
+	case idem.MySQL, idem.MariaDB, idem.TiDB:
 		return "BIGINT AUTO_INCREMENT PRIMARY KEY"
 	case idem.SQLite:
 		return "INTEGER PRIMARY KEY"

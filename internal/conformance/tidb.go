@@ -33,14 +33,9 @@ func (e *env) session(assignments ...string) *sql.DB {
 	return db
 }
 
-// onConn is a *sql.Conn on which the test began a transaction with its
-// own BEGIN statement, without the BeginTx that makes Do refuse a
-// *sql.Conn.
-type onConn struct{ idem.DBTX }
-
 // wantRefused checks that err is idem's refusal naming setting, and that
 // neither fn ran nor a record was written.
-func wantRefused(t *testing.T, e *env, s *idem.Store, o *op, key string, err error, setting string) {
+func wantRefused(t *testing.T, e *env, s *store, o *op, key string, err error, setting string) {
 	t.Helper()
 	if err == nil || !strings.Contains(err.Error(), "refused") || !strings.Contains(err.Error(), setting) {
 		t.Fatalf("got %v; want idem's refusal naming %s", err, setting)
@@ -72,7 +67,7 @@ func TestTiDBRefusesUnsafeSessions(t *testing.T) {
 			t.Run(c.name, func(t *testing.T) {
 				e := e.in(t)
 				s, o := e.store(), e.op()
-				db := e.session(c.sets...)
+				db := newSQLPool(e.session(c.sets...))
 				req := charge("refused", "100")
 				tx, err := db.BeginTx(ctx, nil)
 				must(t, err)
@@ -105,7 +100,7 @@ func TestTiDBRefusesSerializable(t *testing.T) {
 			t.Fatalf("BEGIN at SERIALIZABLE: %v; want error 8048, not retryable", err)
 		}
 
-		db := e.session("tidb_skip_isolation_level_check = ON")
+		db := newSQLPool(e.session("tidb_skip_isolation_level_check = ON"))
 		tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelSerializable})
 		must(t, err)
 		_, err = s.Do(ctx, tx, req, o.fn(tx, req.Key))
@@ -128,25 +123,18 @@ func TestTiDBBeginStatementDecides(t *testing.T) {
 			{"'optimistic'", "BEGIN PESSIMISTIC", false},
 		} {
 			req := charge("begin-"+strings.Fields(c.begin)[1], "100")
-			conn, err := e.session("tidb_txn_mode = " + c.mode).Conn(ctx)
-			must(t, err)
-			_, err = conn.ExecContext(ctx, c.begin)
-			must(t, err)
-			tx := onConn{conn}
-			_, err = s.Do(ctx, tx, req, o.fn(tx, req.Key))
+			tx := e.beginOn(e.session("tidb_txn_mode = "+c.mode), c.begin)
+			_, err := s.Do(ctx, tx, req, o.fn(tx, req.Key))
 			if c.refused {
-				_, rerr := conn.ExecContext(ctx, "ROLLBACK")
-				must(t, rerr)
+				must(t, tx.Rollback())
 				wantRefused(t, e, s, o, req.Key, err, "BEGIN OPTIMISTIC")
 			} else {
 				must(t, err)
-				_, err = conn.ExecContext(ctx, "COMMIT")
-				must(t, err)
+				must(t, tx.Commit())
 				if o.calls.Load() != 1 || e.records(s, req.Key) != 1 || e.count(o.biz, req.Key) != 1 {
 					t.Fatalf("%s in an optimistic session: %d calls, %d records, %d rows; want 1 each", c.begin, o.calls.Load(), e.records(s, req.Key), e.count(o.biz, req.Key))
 				}
 			}
-			must(t, conn.Close())
 		}
 	})
 }

@@ -2,7 +2,6 @@ package conformance
 
 import (
 	"bytes"
-	"database/sql"
 	"errors"
 	"fmt"
 	"os"
@@ -99,16 +98,25 @@ var newest = map[string][]string{
 
 // createRelease1 makes table as release 1 made it, empty, dropped when the
 // test ends, and returns a Store on it that has not migrated it.
-func (e *env) createRelease1(opts ...idem.Option) *idem.Store {
+func (e *env) createRelease1(opts ...idem.Option) *store {
 	e.t.Helper()
 	table := randName("idem")
-	for _, stmt := range strings.Split(release1[e.dialect.Name()], ";\n") {
+	for _, stmt := range strings.Split(release1[e.schemaFamily()], ";\n") {
 		e.exec(strings.ReplaceAll(stmt, "idempotency_keys", table))
 	}
 	e.dropLater(table)
 	s, err := idem.New(e.dialect, append([]idem.Option{idem.WithTable(table)}, opts...)...)
 	must(e.t, err)
-	return s
+	return e.onDriver(s)
+}
+
+// schemaFamily names the dialect whose schema files the target's dialect
+// migrates with: MariaDB's are MySQL's.
+func (e *env) schemaFamily() string {
+	if e.dialect == idem.MariaDB {
+		return "mysql"
+	}
+	return e.dialect.Name()
 }
 
 // layout describes a table's definition (columns, keys, indexes, storage
@@ -118,7 +126,7 @@ func (e *env) layout(table string) string {
 	e.t.Helper()
 	var def string
 	switch e.dialect {
-	case idem.MySQL, idem.TiDB:
+	case idem.MySQL, idem.MariaDB, idem.TiDB:
 		var name string
 		must(e.t, e.db.QueryRow("SHOW CREATE TABLE "+table).Scan(&name, &def))
 	case idem.SQLite:
@@ -210,7 +218,7 @@ func TestUpgradeFromRelease1(t *testing.T) {
 					default:
 					}
 					req := charge(fmt.Sprintf("during-%d-%d", w, i), "1")
-					if err := idem.RunTx(ctx, e.db, nil, func(tx *sql.Tx) error {
+					if err := runTx(ctx, e.db, nil, func(tx txn) error {
 						_, err := s.Do(ctx, tx, req, o.fn(tx, req.Key))
 						return err
 					}); err != nil {
@@ -240,7 +248,7 @@ func TestUpgradeFromRelease1(t *testing.T) {
 		if fresh := e.layout(e.store().Table()); upgraded != fresh {
 			t.Fatalf("the upgraded table's layout is not a new table's:\nupgraded: %s\nnew:      %s\n(release 1: %s)", upgraded, fresh, before)
 		}
-		for _, want := range newest[e.dialect.Name()] {
+		for _, want := range newest[e.schemaFamily()] {
 			if !strings.Contains(upgraded, want) {
 				t.Errorf("the upgraded table's layout lacks %q:\n%s", want, upgraded)
 			}
@@ -362,7 +370,7 @@ func TestUpgradeUnderLoad(t *testing.T) {
 					}
 					req := charge(fmt.Sprintf("w%d-%d", w, i), "1")
 					start := time.Now()
-					if err := idem.RunTx(ctx, e.db, nil, func(tx *sql.Tx) error {
+					if err := runTx(ctx, e.db, nil, func(tx txn) error {
 						_, err := s.Do(ctx, tx, req, o.fn(tx, req.Key))
 						return err
 					}); err != nil {

@@ -1,0 +1,32 @@
+package idem
+
+import "github.com/idemkit/idem/schema"
+
+// MariaDB is the dialect for MariaDB 10.6+, through
+// github.com/go-sql-driver/mysql: MySQL's table, statements, locking and
+// errors (see [MySQL], which runs on MariaDB too), with one statement
+// fewer for each new key. Its INSERT returns the claim's token (INSERT ...
+// RETURNING, which MySQL lacks), where MySQL reads it back with a SELECT
+// after the INSERT. The RETURNING clause reads no auto-increment value and
+// sets none, so LAST_INSERT_ID() stays the caller's.
+//
+// The INSERT does not return how long it waited for the key: MariaDB's
+// clock functions are the statement's start throughout it. Begin, which
+// needs that to count its lease from the grant, reads it as MySQL does.
+var MariaDB Dialect = mariadbDialect{}
+
+type mariadbDialect struct{ mysqlDialect }
+
+func (mariadbDialect) Name() string { return "mariadb" }
+
+func (mariadbDialect) statements(parts []string) statements {
+	s := newMyStatements(parts, schema.MySQL, mariadbInsert, myRead, myState)
+	s.insertReturnsToken = true
+	return s
+}
+
+// mariadbInsert is MySQL's insert, returning the token.
+const mariadbInsert = `INSERT INTO idempotency_keys (scope, idem_key, operation, fingerprint, status, token, lease_until, created_at)
+VALUES (?, ?, ?, ?, 'processing', TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)),
+  UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, UTC_TIMESTAMP(6))
+RETURNING token`

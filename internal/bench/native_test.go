@@ -1,0 +1,166 @@
+package bench
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"os"
+	"runtime"
+	"sync/atomic"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idempgx"
+)
+
+// native runs the paths of an Env through pgx without database/sql, on the
+// Env's own tables and statements: its idem table through idempgx, the
+// floor's and the order table through pgx.Tx.
+type native struct {
+	e     *Env
+	pool  *pgxpool.Pool
+	store *idempgx.Store
+}
+
+func (n *native) tx(ctx context.Context, fn func(pgx.Tx) error) error {
+	return pgx.BeginFunc(ctx, n.pool, fn)
+}
+
+func (n *native) order(ctx context.Context, tx pgx.Tx, key string) error {
+	_, err := tx.Exec(ctx, n.e.insert, key, 100)
+	return err
+}
+
+func (n *native) bare(ctx context.Context) error {
+	return n.tx(ctx, func(tx pgx.Tx) error { return n.order(ctx, tx, "bare") })
+}
+
+func (n *native) do(ctx context.Context, key string, replay bool) error {
+	return n.tx(ctx, func(tx pgx.Tx) error {
+		res, err := n.store.Do(ctx, tx, Request(key), func(ctx context.Context) (idem.Response, error) {
+			return response, n.order(ctx, tx, key)
+		})
+		if err == nil && res.Replayed != replay {
+			err = fmt.Errorf("bench: key %q: replayed=%v, want %v", key, res.Replayed, replay)
+		}
+		return err
+	})
+}
+
+func (n *native) floor(ctx context.Context) error {
+	return n.tx(ctx, func(tx pgx.Tx) error {
+		req := Request(n.e.Key())
+		if _, err := tx.Exec(ctx, n.e.floorClaim, req.Scope, req.Key, req.Operation, req.Fingerprint); err != nil {
+			return err
+		}
+		if err := n.order(ctx, tx, req.Key); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, n.e.floorComplete, response.StatusCode, []byte(nil), response.Body, req.Scope, req.Key)
+		return err
+	})
+}
+
+func (n *native) read(ctx context.Context, key string) error {
+	return n.tx(ctx, func(tx pgx.Tx) error {
+		var (
+			op, fp, status string
+			code           sql.NullInt64
+			header, body   []byte
+		)
+		return tx.QueryRow(ctx, n.e.floorRead, "bench", key).Scan(&op, &fp, &status, &code, &header, &body)
+	})
+}
+
+// nativePaths are the paths of BenchmarkNativePgx, each through
+// database/sql over pgx (the Env) and through pgx alone.
+var nativePaths = []struct {
+	name   string
+	sql    func(e *Env, w int) func(context.Context) error
+	native func(n *native, w int) func(context.Context) error
+}{
+	{"bare", func(e *Env, _ int) func(context.Context) error { return e.Bare },
+		func(n *native, _ int) func(context.Context) error { return n.bare }},
+	{"floor", func(e *Env, _ int) func(context.Context) error { return e.Floor },
+		func(n *native, _ int) func(context.Context) error { return n.floor }},
+	{"fresh", func(e *Env, _ int) func(context.Context) error { return e.Fresh },
+		func(n *native, _ int) func(context.Context) error {
+			return func(ctx context.Context) error { return n.do(ctx, n.e.Key(), false) }
+		}},
+	{"read", func(e *Env, w int) func(context.Context) error {
+		return func(ctx context.Context) error { return e.Read(ctx, replayKey(w)) }
+	}, func(n *native, w int) func(context.Context) error {
+		return func(ctx context.Context) error { return n.read(ctx, replayKey(w)) }
+	}},
+	{"replay", func(e *Env, w int) func(context.Context) error {
+		return func(ctx context.Context) error { return e.Do(ctx, replayKey(w), true) }
+	}, func(n *native, w int) func(context.Context) error {
+		return func(ctx context.Context) error { return n.do(ctx, replayKey(w), true) }
+	}},
+}
+
+// BenchmarkNativePgx runs each path at concurrency 16 through database/sql
+// over pgx (stdlib) and through pgx alone (idempgx, pgxpool), one beside
+// the other, on the same tables, with pools of the same size. Divide a
+// path's ns/op by its floor's (fresh by floor, replay by read) of the same
+// driver for the ratios in docs/benchmarks.md.
+//
+//	go test -run '^$' -bench NativePgx -benchtime 3s ./internal/bench
+func BenchmarkNativePgx(b *testing.B) {
+	ctx := context.Background()
+	tg := targets[0] // pgx's database/sql driver
+	e, err := Setup(ctx, tg.open(b), tg.dialect)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = e.Close(ctx) })
+	if err := e.Seed(ctx, 16); err != nil {
+		b.Fatal(err)
+	}
+	cfg, err := pgxpool.ParseConfig(withParams(os.Getenv(tg.env)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg.MaxConns = 40
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(pool.Close)
+	store, err := idempgx.New(e.store)
+	if err != nil {
+		b.Fatal(err)
+	}
+	n := &native{e: e, pool: pool, store: store}
+	for _, p := range nativePaths {
+		for _, via := range []string{"stdlib", "native"} {
+			b.Run(p.name+"/"+via, func(b *testing.B) {
+				b.ReportAllocs()
+				var (
+					next   atomic.Int64
+					failed atomic.Pointer[error]
+				)
+				b.SetParallelism(max(1, 16/runtime.GOMAXPROCS(0)))
+				b.RunParallel(func(pb *testing.PB) {
+					w := int(next.Add(1)-1) % 16
+					body := p.sql(e, w)
+					if via == "native" {
+						body = p.native(n, w)
+					}
+					for pb.Next() {
+						if err := body(ctx); err != nil {
+							failed.CompareAndSwap(nil, &err)
+							return
+						}
+					}
+				})
+				if err := failed.Load(); err != nil {
+					b.Fatal(*err)
+				}
+			})
+		}
+	}
+}
