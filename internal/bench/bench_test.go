@@ -46,27 +46,36 @@ func BenchmarkPaths(b *testing.B) {
 							}
 							return
 						}
-						var (
-							next   atomic.Int64
-							failed atomic.Pointer[error]
-						)
-						b.SetParallelism(max(1, conc/runtime.GOMAXPROCS(0)))
-						b.RunParallel(func(pb *testing.PB) {
-							body := p.worker(e, int(next.Add(1)-1)%16)
-							for pb.Next() {
-								if err := body(ctx); err != nil {
-									failed.CompareAndSwap(nil, &err)
-									return
-								}
-							}
-						})
-						if err := failed.Load(); err != nil {
-							b.Fatal(*err)
-						}
+						parallel(b, conc, func(w int) func(context.Context) error { return p.worker(e, w) })
 					})
 				}
 			}
 		})
+	}
+}
+
+// parallel runs b's iterations in conc workers at once (RunParallel),
+// each running the body worker(w) returns for its number w (0..15, so
+// that replays spread over the seeded keys), and fails b with the first
+// error.
+func parallel(b *testing.B, conc int, worker func(w int) func(context.Context) error) {
+	ctx := context.Background()
+	var (
+		next   atomic.Int64
+		failed atomic.Pointer[error]
+	)
+	b.SetParallelism(max(1, conc/runtime.GOMAXPROCS(0)))
+	b.RunParallel(func(pb *testing.PB) {
+		body := worker(int(next.Add(1)-1) % 16)
+		for pb.Next() {
+			if err := body(ctx); err != nil {
+				failed.CompareAndSwap(nil, &err)
+				return
+			}
+		}
+	})
+	if err := failed.Load(); err != nil {
+		b.Fatal(*err)
 	}
 }
 

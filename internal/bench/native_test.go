@@ -5,8 +5,6 @@ import (
 	"database/sql"
 	"fmt"
 	"os"
-	"runtime"
-	"sync/atomic"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -139,27 +137,12 @@ func BenchmarkNativePgx(b *testing.B) {
 		for _, via := range []string{"stdlib", "native"} {
 			b.Run(p.name+"/"+via, func(b *testing.B) {
 				b.ReportAllocs()
-				var (
-					next   atomic.Int64
-					failed atomic.Pointer[error]
-				)
-				b.SetParallelism(max(1, 16/runtime.GOMAXPROCS(0)))
-				b.RunParallel(func(pb *testing.PB) {
-					w := int(next.Add(1)-1) % 16
-					body := p.sql(e, w)
+				parallel(b, 16, func(w int) func(context.Context) error {
 					if via == "native" {
-						body = p.native(n, w)
+						return p.native(n, w)
 					}
-					for pb.Next() {
-						if err := body(ctx); err != nil {
-							failed.CompareAndSwap(nil, &err)
-							return
-						}
-					}
+					return p.sql(e, w)
 				})
-				if err := failed.Load(); err != nil {
-					b.Fatal(*err)
-				}
 			})
 		}
 	}
