@@ -123,28 +123,21 @@ func (s *Store) acquire(ctx context.Context, c conn, req Request, begin bool) (r
 func (s *Store) claimRow(ctx context.Context, c conn, req Request, q query, insert, begin bool) (ok bool, token int64, waited time.Duration, err error) {
 	var lag int64
 	returnsToken, returnsLag := s.st.returns(insert)
-	switch {
-	case returnsToken && returnsLag:
-		err = c.queryRow(ctx, q, &token, &lag)
-	case returnsToken:
-		err = c.queryRow(ctx, q, &token)
-	default:
-		var n int64
-		n, err = c.exec(ctx, q)
-		ok = err == nil && n == 1
-		if insert {
-			ok, err = s.dialect.inserted(n, err)
-		}
-	}
+	n := int64(1) // rows claimed; a row returned is one
 	if returnsToken {
-		switch {
-		case errors.Is(err, sql.ErrNoRows): // nothing claimed
-			err = nil
-		case insert:
-			ok, err = s.dialect.inserted(1, err)
-		default:
-			ok = err == nil
+		dest := []any{&token, &lag}
+		if !returnsLag {
+			dest = dest[:1]
 		}
+		if err = c.queryRow(ctx, q, dest...); errors.Is(err, sql.ErrNoRows) {
+			n, err = 0, nil
+		}
+	} else {
+		n, err = c.exec(ctx, q)
+	}
+	ok = err == nil && n == 1
+	if insert {
+		ok, err = s.dialect.inserted(n, err)
 	}
 	if err != nil || !ok {
 		return false, 0, 0, err
