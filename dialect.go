@@ -12,7 +12,7 @@ import (
 
 // Dialect adapts idem to one database family: the SQL it runs, whole, and
 // how it reads the driver's errors. The implementations are [Postgres],
-// [MySQL], [TiDB] and [SQLite]; the interface is sealed so that it can
+// [MySQL], [MariaDB], [TiDB] and [SQLite]; the interface is sealed so that it can
 // grow without breaking anyone.
 //
 // Adding a database takes these steps, each in the new dialect's own file
