@@ -126,9 +126,14 @@ type statements interface {
 	release(r Request, token int64) query
 	// remove deletes Do's claim after fn failed. Fenced.
 	remove(r Request, token int64) query
-	// purge deletes at most limit records past retention, never a live
-	// claim.
-	purge(retention int64, limit int) query
+	// purgeWindow reads what purge(from, retention, limit) would delete,
+	// locking nothing: how many records, and the created_at of the last
+	// (newest) of them, in µs since the Unix epoch (0 when none).
+	purgeWindow(from, retention int64, limit int) query
+	// purge deletes at most limit records past retention, oldest first,
+	// among those created at from (µs since the Unix epoch) or later;
+	// never a live claim.
+	purge(from, retention int64, limit int) query
 	// purgeIsolation is the isolation level of the short transaction each
 	// purge batch runs in.
 	purgeIsolation() sql.IsolationLevel

@@ -44,21 +44,22 @@ func newMyStatements(parts []string, ddl []schema.Migration, insert, read, state
 		schemaName = parts[0]
 	}
 	return &myStatements{
-		steps:       migrationStatements(ddl, quoted, base),
-		schemaName:  schemaName,
-		base:        base,
-		insertSQL:   r(insert),
-		takeoverSQL: r(myTakeover),
-		claimedSQL:  r(myClaimed),
-		readSQL:     r(read),
-		stateSQL:    r(state),
-		completeSQL: r(myComplete),
-		extendSQL:   r(myExtend),
-		releaseSQL:  r(myRelease),
-		removeSQL:   r(myRemove),
-		purgeSQL:    r(myPurge),
-		inspectSQL:  r(myInspect),
-		statsSQL:    r(myStats),
+		steps:          migrationStatements(ddl, quoted, base),
+		schemaName:     schemaName,
+		base:           base,
+		insertSQL:      r(insert),
+		takeoverSQL:    r(myTakeover),
+		claimedSQL:     r(myClaimed),
+		readSQL:        r(read),
+		stateSQL:       r(state),
+		completeSQL:    r(myComplete),
+		extendSQL:      r(myExtend),
+		releaseSQL:     r(myRelease),
+		removeSQL:      r(myRemove),
+		purgeSQL:       r(myPurge),
+		purgeWindowSQL: r(myPurgeWindow),
+		inspectSQL:     r(myInspect),
+		statsSQL:       r(myStats),
 	}
 }
 
@@ -68,7 +69,7 @@ type myStatements struct {
 	schemaName any // nil: the connection's database
 	base       string
 	insertSQL, takeoverSQL, claimedSQL, readSQL, stateSQL, completeSQL,
-	extendSQL, releaseSQL, removeSQL, purgeSQL, inspectSQL, statsSQL string
+	extendSQL, releaseSQL, removeSQL, purgeWindowSQL, purgeSQL, inspectSQL, statsSQL string
 	insertReturnsToken bool // insertSQL returns the token (MariaDB)
 }
 
@@ -174,15 +175,29 @@ func (s *myStatements) remove(r Request, token int64) query {
 	return query{SQL: s.removeSQL, Args: []any{r.Scope, r.Key, token}}
 }
 
-// created_at is never later than completed_at or lease_until, so its
-// index bounds the scan.
-const myPurge = `DELETE FROM idempotency_keys
-WHERE created_at <= UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND
-  AND (CASE WHEN status = 'completed' THEN completed_at ELSE lease_until END) <= UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND
+// myPurgeWhere picks the records a purge deletes: created at the purge's
+// cursor (µs since the Unix epoch) or later, and past retention.
+// created_at is never later than completed_at or lease_until, so it bounds
+// the scan at both ends: it leads the primary key (schema version 2) or
+// has an index of its own.
+const myPurgeWhere = `created_at >= '1970-01-01 00:00:00' + INTERVAL ? MICROSECOND
+  AND created_at <= UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND
+  AND (CASE WHEN status = 'completed' THEN completed_at ELSE lease_until END) <= UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND`
+
+const myPurgeWindow = `SELECT COUNT(*), COALESCE(MAX(created_us), 0) FROM (
+  SELECT TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', created_at) AS created_us FROM idempotency_keys
+  WHERE ` + myPurgeWhere + `
+  ORDER BY created_at LIMIT ?) w`
+
+func (s *myStatements) purgeWindow(from, retention int64, limit int) query {
+	return query{SQL: s.purgeWindowSQL, Args: []any{from, retention, retention, limit}}
+}
+
+const myPurge = `DELETE FROM idempotency_keys WHERE ` + myPurgeWhere + `
 ORDER BY created_at LIMIT ?`
 
-func (s *myStatements) purge(retention int64, limit int) query {
-	return query{SQL: s.purgeSQL, Args: []any{retention, retention, limit}}
+func (s *myStatements) purge(from, retention int64, limit int) query {
+	return query{SQL: s.purgeSQL, Args: []any{from, retention, retention, limit}}
 }
 
 // purgeIsolation is READ COMMITTED: under REPEATABLE READ, a batch the

@@ -34,19 +34,20 @@ func (postgres) statements(parts []string) statements {
 	base := parts[len(parts)-1]
 	r := func(sql string) string { return render(sql, quoted, base) }
 	return &pgStatements{
-		steps:       migrationStatements(schema.Postgres, quoted, base),
-		quoted:      quoted,
-		insertSQL:   r(pgInsert),
-		takeoverSQL: r(pgTakeover),
-		readSQL:     r(pgRead),
-		stateSQL:    r(pgState),
-		completeSQL: r(pgComplete),
-		extendSQL:   r(pgExtend),
-		releaseSQL:  r(pgRelease),
-		removeSQL:   r(pgRemove),
-		purgeSQL:    r(pgPurge),
-		inspectSQL:  r(pgInspect),
-		statsSQL:    r(pgStats),
+		steps:          migrationStatements(schema.Postgres, quoted, base),
+		quoted:         quoted,
+		insertSQL:      r(pgInsert),
+		takeoverSQL:    r(pgTakeover),
+		readSQL:        r(pgRead),
+		stateSQL:       r(pgState),
+		completeSQL:    r(pgComplete),
+		extendSQL:      r(pgExtend),
+		releaseSQL:     r(pgRelease),
+		removeSQL:      r(pgRemove),
+		purgeSQL:       r(pgPurge),
+		purgeWindowSQL: r(pgPurgeWindow),
+		inspectSQL:     r(pgInspect),
+		statsSQL:       r(pgStats),
 	}
 }
 
@@ -55,7 +56,7 @@ type pgStatements struct {
 	steps  [][]string
 	quoted string
 	insertSQL, takeoverSQL, readSQL, stateSQL, completeSQL, extendSQL,
-	releaseSQL, removeSQL, purgeSQL, inspectSQL, statsSQL string
+	releaseSQL, removeSQL, purgeWindowSQL, purgeSQL, inspectSQL, statsSQL string
 }
 
 func (s *pgStatements) migrations() [][]string { return s.steps }
@@ -144,17 +145,30 @@ func (s *pgStatements) remove(r Request, token int64) query {
 	return query{SQL: s.removeSQL, Args: []any{r.Scope, r.Key, token}}
 }
 
-// created_at is never later than completed_at or lease_until, so its
-// index bounds the scan; SKIP LOCKED passes over rows a live transaction
-// holds instead of waiting for them.
-const pgPurge = `DELETE FROM idempotency_keys WHERE (scope, idem_key) IN (
-  SELECT scope, idem_key FROM idempotency_keys
-  WHERE created_at <= statement_timestamp() - $1::bigint * interval '1 microsecond'
-    AND (CASE WHEN status = 'completed' THEN completed_at ELSE lease_until END) <= statement_timestamp() - $1::bigint * interval '1 microsecond'
-  ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED)`
+// pgPurgeWhere picks the records a purge deletes: past retention ($2) and
+// created at the purge's cursor ($1, µs since the Unix epoch) or later.
+// created_at is never later than completed_at or lease_until, so its index
+// bounds the scan at both ends.
+const pgPurgeWhere = `created_at >= 'epoch'::timestamptz + $1::bigint * interval '1 microsecond'
+    AND created_at <= statement_timestamp() - $2::bigint * interval '1 microsecond'
+    AND (CASE WHEN status = 'completed' THEN completed_at ELSE lease_until END) <= statement_timestamp() - $2::bigint * interval '1 microsecond'`
 
-func (s *pgStatements) purge(retention int64, limit int) query {
-	return query{SQL: s.purgeSQL, Args: []any{retention, limit}}
+const pgPurgeWindow = `SELECT count(*), COALESCE(max((extract(epoch FROM created_at) * 1000000)::bigint), 0) FROM (
+  SELECT created_at FROM idempotency_keys WHERE ` + pgPurgeWhere + `
+  ORDER BY created_at LIMIT $3) w`
+
+func (s *pgStatements) purgeWindow(from, retention int64, limit int) query {
+	return query{SQL: s.purgeWindowSQL, Args: []any{from, retention, limit}}
+}
+
+// SKIP LOCKED passes over rows a live transaction holds instead of waiting
+// for them.
+const pgPurge = `DELETE FROM idempotency_keys WHERE (scope, idem_key) IN (
+  SELECT scope, idem_key FROM idempotency_keys WHERE ` + pgPurgeWhere + `
+  ORDER BY created_at LIMIT $3 FOR UPDATE SKIP LOCKED)`
+
+func (s *pgStatements) purge(from, retention int64, limit int) query {
+	return query{SQL: s.purgeSQL, Args: []any{from, retention, limit}}
 }
 
 // purgeIsolation is READ COMMITTED whatever the server's default: no

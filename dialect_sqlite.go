@@ -65,20 +65,21 @@ func (sqliteDialect) statements(parts []string) statements {
 		}
 	}
 	return &sqStatements{
-		steps:       steps,
-		schemaName:  schemaName,
-		base:        base,
-		insertSQL:   r(sqInsert),
-		takeoverSQL: r(sqTakeover),
-		readSQL:     r(sqRead),
-		stateSQL:    r(sqState),
-		completeSQL: r(sqComplete),
-		extendSQL:   r(sqExtend),
-		releaseSQL:  r(sqRelease),
-		removeSQL:   r(sqRemove),
-		purgeSQL:    r(sqPurge),
-		inspectSQL:  r(sqInspect),
-		statsSQL:    r(sqStats),
+		steps:          steps,
+		schemaName:     schemaName,
+		base:           base,
+		insertSQL:      r(sqInsert),
+		takeoverSQL:    r(sqTakeover),
+		readSQL:        r(sqRead),
+		stateSQL:       r(sqState),
+		completeSQL:    r(sqComplete),
+		extendSQL:      r(sqExtend),
+		releaseSQL:     r(sqRelease),
+		removeSQL:      r(sqRemove),
+		purgeSQL:       r(sqPurge),
+		purgeWindowSQL: r(sqPurgeWindow),
+		inspectSQL:     r(sqInspect),
+		statsSQL:       r(sqStats),
 	}
 }
 
@@ -87,7 +88,7 @@ type sqStatements struct {
 	steps            [][]string
 	schemaName, base string
 	insertSQL, takeoverSQL, readSQL, stateSQL, completeSQL, extendSQL,
-	releaseSQL, removeSQL, purgeSQL, inspectSQL, statsSQL string
+	releaseSQL, removeSQL, purgeWindowSQL, purgeSQL, inspectSQL, statsSQL string
 }
 
 func (s *sqStatements) migrations() [][]string { return s.steps }
@@ -180,17 +181,28 @@ func (s *sqStatements) remove(r Request, token int64) query {
 	return query{SQL: s.removeSQL, Args: []any{r.Scope, r.Key, token}}
 }
 
-// DELETE ... LIMIT needs a compile-time option; a subquery does not.
-// created_at is never later than completed_at or lease_until, so its
-// index bounds the scan.
-const sqPurge = `DELETE FROM idempotency_keys WHERE (scope, idem_key) IN (
-  SELECT scope, idem_key FROM idempotency_keys
-  WHERE created_at <= ` + sqNow + ` - ?
-    AND (CASE WHEN status = 'completed' THEN completed_at ELSE lease_until END) <= ` + sqNow + ` - ?
+// sqPurgeWhere picks the records a purge deletes: created at the purge's
+// cursor (µs since the Unix epoch) or later, and past retention.
+// created_at is never later than completed_at or lease_until, so its index
+// bounds the scan at both ends.
+const sqPurgeWhere = `created_at >= ? AND created_at <= ` + sqNow + ` - ?
+    AND (CASE WHEN status = 'completed' THEN completed_at ELSE lease_until END) <= ` + sqNow + ` - ?`
+
+const sqPurgeWindow = `SELECT count(*), COALESCE(max(created_at), 0) FROM (
+  SELECT created_at FROM idempotency_keys WHERE ` + sqPurgeWhere + `
   ORDER BY created_at LIMIT ?)`
 
-func (s *sqStatements) purge(retention int64, limit int) query {
-	return query{SQL: s.purgeSQL, Args: []any{retention, retention, limit}}
+func (s *sqStatements) purgeWindow(from, retention int64, limit int) query {
+	return query{SQL: s.purgeWindowSQL, Args: []any{from, retention, retention, limit}}
+}
+
+// DELETE ... LIMIT needs a compile-time option; a subquery does not.
+const sqPurge = `DELETE FROM idempotency_keys WHERE (scope, idem_key) IN (
+  SELECT scope, idem_key FROM idempotency_keys WHERE ` + sqPurgeWhere + `
+  ORDER BY created_at LIMIT ?)`
+
+func (s *sqStatements) purge(from, retention int64, limit int) query {
+	return query{SQL: s.purgeSQL, Args: []any{from, retention, retention, limit}}
 }
 
 // purgeIsolation is the default: every SQLite transaction is SERIALIZABLE.

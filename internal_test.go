@@ -141,18 +141,19 @@ func TestStatementsAreWhole(t *testing.T) {
 	for _, d := range dialects {
 		st := d.statements([]string{"billing", "keys"})
 		qs := map[string]query{
-			"insert":   st.insert(r, 1),
-			"takeover": st.takeover(r, 1, 2, 3),
-			"read":     st.read(r, 1),
-			"state":    st.state(r),
-			"complete": st.complete(r, 1, Response{StatusCode: 200}, nil),
-			"extend":   st.extend(r, 1, 2),
-			"release":  st.release(r, 1),
-			"remove":   st.remove(r, 1),
-			"purge":    st.purge(1, 2),
-			"inspect":  st.inspect("s", "k", 1),
-			"stats":    st.stats(1),
-			"size":     st.size(),
+			"insert":      st.insert(r, 1),
+			"takeover":    st.takeover(r, 1, 2, 3),
+			"read":        st.read(r, 1),
+			"state":       st.state(r),
+			"complete":    st.complete(r, 1, Response{StatusCode: 200}, nil),
+			"extend":      st.extend(r, 1, 2),
+			"release":     st.release(r, 1),
+			"remove":      st.remove(r, 1),
+			"purgeWindow": st.purgeWindow(1, 2, 3),
+			"purge":       st.purge(1, 2, 3),
+			"inspect":     st.inspect("s", "k", 1),
+			"stats":       st.stats(1),
+			"size":        st.size(),
 		}
 		if token, lag := st.returns(false); !token || !lag {
 			qs["claimed"] = st.claimed(r)

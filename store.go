@@ -3,6 +3,7 @@ package idem
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"time"
 )
 
@@ -16,6 +17,9 @@ type Store struct {
 	lockWait  time.Duration // with hasLockWait: the bound of WithLockTimeout
 	st        statements    // the dialect's statements for the table
 	observer  Observer
+	// purgeFrom is where the next purge batch starts: a created_at in µs
+	// since the Unix epoch, 0 for the beginning (purge.go).
+	purgeFrom atomic.Int64
 	// hasLockWait reports that WithLockTimeout was given.
 	hasLockWait bool
 }

@@ -49,6 +49,46 @@ func TestPurge(t *testing.T) {
 	})
 }
 
+// Each purge batch starts where the Store's previous batch ended, so that
+// it does not walk again the rows earlier batches deleted; a record the
+// batches passed over is purged by the next sweep, which starts from the
+// oldest record after a batch that came back short.
+func TestPurgeSweeps(t *testing.T) {
+	forEach(t, func(t *testing.T, e *env) {
+		const retention = time.Hour
+		s := e.store(idem.WithRetention(retention))
+		e.leaveClaim(s, charge("passed-over", "1"), 2*retention)
+		e.age(s, "passed-over", retention+10*time.Minute) // the oldest, its lease live
+		keys := []string{"old-1", "old-2", "old-3", "old-4"}
+		for i, k := range keys {
+			must(t, e.doOK(s, charge(k, "1")))
+			e.age(s, k, retention+time.Duration(len(keys)-i)*time.Minute)
+		}
+		batch := func(want int64, gone ...string) {
+			t.Helper()
+			n, err := s.PurgeBatch(ctx, e.db, 2)
+			must(t, err)
+			if n != want {
+				t.Fatalf("batch purged %d records, want %d", n, want)
+			}
+			for _, k := range gone {
+				if e.records(s, k) != 0 {
+					t.Fatalf("%s is still there after its batch", k)
+				}
+			}
+		}
+		batch(2, "old-1", "old-2")
+		e.setLease(s, "passed-over", -retention-time.Minute) // now past retention, behind the cursor
+		batch(2, "old-3", "old-4")
+		if e.records(s, "passed-over") != 1 {
+			t.Fatalf("a batch went back for a record behind the cursor: the cursor was not kept")
+		}
+		batch(0) // the end of the sweep
+		batch(1, "passed-over")
+		batch(0)
+	})
+}
+
 // A purge batch does not hold up fresh claims while it runs. On MySQL
 // under REPEATABLE READ, a batch the optimizer runs as a full scan (a batch
 // near the table's size) locks every gap of the primary key, so each fresh

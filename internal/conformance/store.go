@@ -70,6 +70,13 @@ func (s *store) Purge(ctx context.Context, db pool, batch int) (int64, error) {
 	return s.idem.Purge(ctx, sqlDBOf(db), batch)
 }
 
+func (s *store) PurgeBatch(ctx context.Context, db pool, limit int) (int64, error) {
+	if s.pgx != nil {
+		return s.pgx.PurgeBatch(ctx, pgxPoolOf(db), limit)
+	}
+	return s.idem.PurgeBatch(ctx, sqlDBOf(db), limit)
+}
+
 // claim is a claim from store.Begin, on the same driver.
 type claim struct {
 	idem *idem.Claim

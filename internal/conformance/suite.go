@@ -74,6 +74,7 @@ var suite = []struct {
 	{"TestObserverClaims", TestObserverClaims},
 	{"TestDailyPartitionsRunAKeyTwice", TestDailyPartitionsRunAKeyTwice},
 	{"TestPurge", TestPurge},
+	{"TestPurgeSweeps", TestPurgeSweeps},
 	{"TestPurgeBatchDoesNotBlockClaims", TestPurgeBatchDoesNotBlockClaims},
 	{"TestPurgeUnderLoad", TestPurgeUnderLoad},
 	{"TestSQLiteBusyIsRetryable", TestSQLiteBusyIsRetryable},
