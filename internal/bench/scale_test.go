@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/sqlseq"
 	"github.com/idemkit/idem/schema"
 )
 
@@ -273,7 +274,7 @@ func (st *scaleTable) fill(ctx context.Context, n int) error {
 		to := min(n, from+chunk)
 		var err error
 		if st.innodb() {
-			digits, sum := digitsTable(chunk)
+			digits, sum := sqlseq.Numbers(chunk)
 			_, err = st.db.ExecContext(ctx, `INSERT INTO `+st.store.Table()+` (scope, idem_key, operation, fingerprint, status, token, lease_until, created_at, completed_at, response_status, response_headers, response_body)
 SELECT CONCAT('tenant-', LPAD(FLOOR(RAND() * ?), 6, '0')),
   LOWER(INSERT(INSERT(INSERT(INSERT(MD5(CONCAT(RAND(), i)), 9, 0, '-'), 14, 0, '-'), 19, 0, '-'), 24, 0, '-')),
@@ -299,20 +300,6 @@ FROM (SELECT i, statement_timestamp() - $4::bigint * interval '1 microsecond' + 
 	}
 	_, err := st.db.ExecContext(ctx, q)
 	return err
-}
-
-// digitsTable returns a FROM list and a sum over it that yield 0..10^k-1
-// for the least k with 10^k >= n.
-func digitsTable(n int) (from, sum string) {
-	for i, f := 0, 1; i == 0 || f < n; i, f = i+1, f*10 {
-		if i > 0 {
-			from += ", "
-			sum += " + "
-		}
-		from += fmt.Sprintf("(SELECT 0 d UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4 UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL SELECT 8 UNION ALL SELECT 9) d%d", i)
-		sum += fmt.Sprintf("%d*d%d.d", f, i)
-	}
-	return from, sum
 }
 
 // request is a fresh request as an API sees one: a UUID key in one of

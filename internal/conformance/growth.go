@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/sqlseq"
 )
 
 // How many bytes a record costs, on a populated table: 100,000 records
@@ -29,7 +30,7 @@ func TestTableGrowth(t *testing.T) {
 		for _, body := range []int{200, 2000} {
 			s := e.store()
 			if e.dialect == idem.MySQL || e.dialect == idem.MariaDB {
-				from, sum := numbers(rows)
+				from, sum := sqlseq.Numbers(rows)
 				e.exec(`INSERT INTO `+s.Table()+` (scope, idem_key, operation, fingerprint, status, token, lease_until, created_at, completed_at, response_status, response_headers, response_body)
 SELECT CONCAT('tenant-', LPAD(i % 5000, 6, '0')), UUID(), 'POST /v1/charges', SHA2(i, 256), 'completed', i,
   UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) - INTERVAL i * 1000 MICROSECOND, UTC_TIMESTAMP(6), 201, UNHEX(?),

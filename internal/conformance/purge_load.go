@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/sqlseq"
 )
 
 // envInt reads a positive integer from the environment, or returns def.
@@ -37,22 +38,6 @@ const (
 	scopeLive         = "live"          // written by the workers during the test: kept
 )
 
-// numbers returns a FROM list and a sum over it that yield the integers
-// 0..10^k-1, for the least k with 10^k >= n, from a cross join of digits:
-// set-based and portable to MySQL 8 and MariaDB, unlike a sequence engine
-// or a deep recursive CTE.
-func numbers(n int) (from, sum string) {
-	for i, f := 0, 1; i == 0 || f < n; i, f = i+1, f*10 {
-		if i > 0 {
-			from += ", "
-			sum += " + "
-		}
-		from += fmt.Sprintf("(SELECT 0 d UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4 UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL SELECT 8 UNION ALL SELECT 9) d%d", i)
-		sum += fmt.Sprintf("%d*d%d.d", f, i)
-	}
-	return from, sum
-}
-
 // seed inserts n rows of scope with set-based SQL (no Do per row): created
 // ago before the database's now, one millisecond apart going back, with
 // the given status and lease end relative to now. Completed rows carry a
@@ -74,7 +59,7 @@ FROM n`, from, from+count, scope, status, lease.Microseconds(), ago.Microseconds
 			continue
 		}
 		if e.mysqlFamily() {
-			digits, sum := numbers(count)
+			digits, sum := sqlseq.Numbers(count)
 			e.exec(`INSERT INTO `+s.Table()+` (scope, idem_key, operation, fingerprint, status, token, lease_until, created_at, completed_at, response_status, response_headers, response_body)
 SELECT ?, CONCAT('k-', i), 'POST /v1/charges', SHA2(i, 256), ?, i,
   UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, ts,
