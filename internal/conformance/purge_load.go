@@ -2,12 +2,12 @@ package conformance
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"slices"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -93,6 +93,42 @@ type sample struct {
 	took  time.Duration
 }
 
+// load runs workers goroutines, each calling call(w, i) for i = 0, 1, ...
+// until the stop it returns is called, and records when each call started
+// and how long it took. stop waits for the workers and returns the samples
+// of the calls that succeeded, and the failure, if any, that stopped each
+// worker.
+func load(workers int, call func(w, i int) error) (stop func() ([]sample, error)) {
+	halt := make(chan struct{})
+	var (
+		wg       sync.WaitGroup
+		samples  = make([][]sample, workers)
+		failures = make([]error, workers)
+	)
+	for w := range workers {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-halt:
+					return
+				default:
+				}
+				start := time.Now()
+				if err := call(w, i); err != nil {
+					failures[w] = fmt.Errorf("worker %d, request %d: %w", w, i, err)
+					return
+				}
+				samples[w] = append(samples[w], sample{start, time.Since(start)})
+			}
+		})
+	}
+	return func() ([]sample, error) {
+		close(halt)
+		wg.Wait()
+		return slices.Concat(samples...), errors.Join(failures...)
+	}
+}
+
 // percentile returns the p-th percentile (0..100) of the durations of the
 // samples that started within [from, to), and how many there were.
 func percentile(samples []sample, from, to time.Time, p float64) (time.Duration, int) {
@@ -152,38 +188,12 @@ func TestPurgeUnderLoad(t *testing.T) {
 			e.exec("ANALYZE " + s.Table())
 		}
 
-		stop := make(chan struct{})
-		var (
-			wg       sync.WaitGroup
-			done     atomic.Int64
-			samples  = make([][]sample, workers)
-			failures = make([]error, workers)
-		)
-		for w := range workers {
-			wg.Go(func() {
-				for i := 0; ; i++ {
-					select {
-					case <-stop:
-						return
-					default:
-					}
-					req := charge(fmt.Sprintf("w%d-%d", w, i), "100")
-					req.Scope = scopeLive
-					start := time.Now()
-					_, err := o.do(s, req)
-					if err != nil {
-						failures[w] = fmt.Errorf("worker %d, request %d: %w", w, i, err)
-						return
-					}
-					samples[w] = append(samples[w], sample{start, time.Since(start)})
-					done.Add(1)
-				}
-			})
-		}
-		stopWorkers := func() {
-			close(stop)
-			wg.Wait()
-		}
+		stopWorkers := load(workers, func(w, i int) error {
+			req := charge(fmt.Sprintf("w%d-%d", w, i), "100")
+			req.Scope = scopeLive
+			_, err := o.do(s, req)
+			return err
+		})
 
 		time.Sleep(warmUp)
 		baseStart := time.Now()
@@ -201,16 +211,8 @@ func TestPurgeUnderLoad(t *testing.T) {
 		purgeEnd := time.Now()
 		time.Sleep(baselineFor)
 		afterEnd := time.Now()
-		stopWorkers()
-
-		for _, err := range append(failures, errs...) {
-			if err != nil {
-				t.Error(err)
-			}
-		}
-		if t.Failed() {
-			t.FailNow()
-		}
+		all, err := stopWorkers()
+		must(t, errors.Join(append(errs, err)...))
 		var purged int64
 		for _, n := range counts {
 			purged += n
@@ -219,17 +221,16 @@ func TestPurgeUnderLoad(t *testing.T) {
 			t.Errorf("purgers deleted %v records in all, want %d", counts, want)
 		}
 		for scope, want := range map[string]int{
-			scopeExpired: 0, scopeExpiredClaim: 0, scopeRecent: recent, scopeLiveClaim: liveClaims, scopeLive: int(done.Load()),
+			scopeExpired: 0, scopeExpiredClaim: 0, scopeRecent: recent, scopeLiveClaim: liveClaims, scopeLive: len(all),
 		} {
 			if got := e.scopeCount(s, scope); got != want {
 				t.Errorf("scope %s: %d records after the purge, want %d", scope, got, want)
 			}
 		}
-		if n := e.int64("SELECT COUNT(*) FROM " + o.biz); n != done.Load() || n != o.calls.Load() {
-			t.Errorf("%d business rows, %d executions, %d successful requests; want all equal", n, o.calls.Load(), done.Load())
+		if n := e.int64("SELECT COUNT(*) FROM " + o.biz); n != int64(len(all)) || n != o.calls.Load() {
+			t.Errorf("%d business rows, %d executions, %d successful requests; want all equal", n, o.calls.Load(), len(all))
 		}
 
-		all := slices.Concat(samples...)
 		took := purgeEnd.Sub(purgeStart)
 		t.Logf("purged %d records with %d purgers, batch %d, in %v: %.0f rows/s", purged, purgers, batch, took.Round(time.Millisecond), float64(purged)/took.Seconds())
 		half := purgeStart.Add(took / 2)

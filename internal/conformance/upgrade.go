@@ -5,10 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -203,32 +201,13 @@ func TestUpgradeFromRelease1(t *testing.T) {
 			old = append(old, charge(fmt.Sprintf("done-%d", i), "1"))
 		}
 
-		var (
-			stop     = make(chan struct{})
-			wg       sync.WaitGroup
-			failures = make([]error, workers)
-			during   atomic.Int64
-		)
-		for w := range workers {
-			wg.Go(func() {
-				for i := 0; ; i++ {
-					select {
-					case <-stop:
-						return
-					default:
-					}
-					req := charge(fmt.Sprintf("during-%d-%d", w, i), "1")
-					if err := runTx(ctx, e.db, nil, func(tx txn) error {
-						_, err := s.Do(ctx, tx, req, o.fn(tx, req.Key))
-						return err
-					}); err != nil {
-						failures[w] = fmt.Errorf("request %s during the upgrade: %w", req.Key, err)
-						return
-					}
-					during.Add(1)
-				}
+		stopWorkers := load(workers, func(w, i int) error {
+			req := charge(fmt.Sprintf("during-%d-%d", w, i), "1")
+			return runTx(ctx, e.db, nil, func(tx txn) error {
+				_, err := s.Do(ctx, tx, req, o.fn(tx, req.Key))
+				return err
 			})
-		}
+		})
 		var (
 			migrations sync.WaitGroup
 			migrated   [2]error
@@ -239,10 +218,9 @@ func TestUpgradeFromRelease1(t *testing.T) {
 		}
 		migrations.Wait()
 		took := time.Since(start)
-		close(stop)
-		wg.Wait()
-		must(t, errors.Join(append(failures, migrated[:]...)...))
-		t.Logf("upgraded %d records in %v, beside %d requests", seeded+done+3+during.Load(), took.Round(time.Millisecond), during.Load())
+		during, err := stopWorkers()
+		must(t, errors.Join(append(migrated[:], err)...))
+		t.Logf("upgraded %d records in %v, beside %d requests", seeded+done+3+len(during), took.Round(time.Millisecond), len(during))
 
 		upgraded := e.layout(s.Table())
 		if fresh := e.layout(e.store().Table()); upgraded != fresh {
@@ -354,42 +332,20 @@ func TestUpgradeUnderLoad(t *testing.T) {
 		} else {
 			e.exec("ANALYZE TABLE " + s.Table())
 		}
-		var (
-			stop     = make(chan struct{})
-			wg       sync.WaitGroup
-			samples  = make([][]sample, workers)
-			failures = make([]error, workers)
-		)
-		for w := range workers {
-			wg.Go(func() {
-				for i := 0; ; i++ {
-					select {
-					case <-stop:
-						return
-					default:
-					}
-					req := charge(fmt.Sprintf("w%d-%d", w, i), "1")
-					start := time.Now()
-					if err := runTx(ctx, e.db, nil, func(tx txn) error {
-						_, err := s.Do(ctx, tx, req, o.fn(tx, req.Key))
-						return err
-					}); err != nil {
-						failures[w] = fmt.Errorf("worker %d, request %d: %w", w, i, err)
-						return
-					}
-					samples[w] = append(samples[w], sample{start, time.Since(start)})
-				}
+		stopWorkers := load(workers, func(w, i int) error {
+			req := charge(fmt.Sprintf("w%d-%d", w, i), "1")
+			return runTx(ctx, e.db, nil, func(tx txn) error {
+				_, err := s.Do(ctx, tx, req, o.fn(tx, req.Key))
+				return err
 			})
-		}
+		})
 		time.Sleep(around)
 		migStart := time.Now()
 		err := s.Migrate(ctx, e.db)
 		migEnd := time.Now()
 		time.Sleep(around)
-		close(stop)
-		wg.Wait()
-		must(t, errors.Join(append(failures, err)...))
-		all := slices.Concat(samples...)
+		all, werr := stopWorkers()
+		must(t, errors.Join(err, werr))
 		took := migEnd.Sub(migStart)
 		t.Logf("Migrate upgraded %d records in %v (%.1f s per million) beside %d workers", rows, took.Round(time.Millisecond), took.Seconds()/float64(rows)*1e6, workers)
 		for _, w := range []struct {
