@@ -49,6 +49,64 @@ func TestPurge(t *testing.T) {
 	})
 }
 
+// Stats counts what Purge will delete, and Inspect reports each record as
+// Do and Purge see it: past retention (forgotten) or not, its status and
+// its response.
+func TestInspectAndStatsAgreeWithPurge(t *testing.T) {
+	forEach(t, func(t *testing.T, e *env) {
+		const retention = time.Hour
+		s := e.store(idem.WithRetention(retention))
+		past := retention + time.Minute
+		for _, k := range []string{"old-1", "old-2", "old-3"} {
+			must(t, e.doOK(s, charge(k, "1")))
+			e.age(s, k, past)
+		}
+		e.leaveClaim(s, charge("old-dead-claim", "1"), 0)
+		e.age(s, "old-dead-claim", past)
+		e.leaveClaim(s, charge("live-claim", "1"), past+time.Hour)
+		e.age(s, "live-claim", past) // created past retention, lease still live
+		must(t, e.doOK(s, charge("new", "1")))
+
+		st, err := s.Stats(ctx, e.db)
+		must(t, err)
+		if st.Total != 6 || st.Expired != 4 || st.ByStatus[idem.StatusCompleted] != 4 || st.ByStatus[idem.StatusProcessing] != 2 {
+			t.Fatalf("Stats: %+v; want 6 records, 4 completed, 2 processing, 4 past retention", st)
+		}
+		if age := st.Now.Sub(st.Oldest); age < past || age > past+time.Minute {
+			t.Errorf("Stats: the oldest record is %v old, want about %v", age, past)
+		}
+		for key, want := range map[string]struct {
+			status    idem.Status
+			forgotten bool
+		}{
+			"old-1":          {idem.StatusCompleted, true},
+			"old-dead-claim": {idem.StatusProcessing, true},
+			"live-claim":     {idem.StatusProcessing, false},
+			"new":            {idem.StatusCompleted, false},
+		} {
+			r, err := s.Inspect(ctx, e.db, "tenant-1", key)
+			must(t, err)
+			if r == nil || r.Status != want.status || r.Forgotten != want.forgotten || (r.Response != nil) != (want.status == idem.StatusCompleted) {
+				t.Errorf("Inspect %s: %+v; want status %s, forgotten %v", key, r, want.status, want.forgotten)
+			}
+		}
+
+		n, err := s.Purge(ctx, e.db, 10)
+		must(t, err)
+		if n != st.Expired {
+			t.Fatalf("Purge deleted %d records; Stats counted %d past retention", n, st.Expired)
+		}
+		if r, err := s.Inspect(ctx, e.db, "tenant-1", "old-1"); err != nil || r != nil {
+			t.Fatalf("Inspect of a purged key: %+v, %v; want nil, nil", r, err)
+		}
+		st, err = s.Stats(ctx, e.db)
+		must(t, err)
+		if st.Total != 2 || st.Expired != 0 {
+			t.Fatalf("Stats after the purge: %+v; want 2 records, none past retention", st)
+		}
+	})
+}
+
 // Each purge batch starts where the Store's previous batch ended, so that
 // it does not walk again the rows earlier batches deleted; a record the
 // batches passed over is purged by the next sweep, which starts from the

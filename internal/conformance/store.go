@@ -77,6 +77,20 @@ func (s *store) PurgeBatch(ctx context.Context, db pool, limit int) (int64, erro
 	return s.idem.PurgeBatch(ctx, sqlDBOf(db), limit)
 }
 
+func (s *store) Inspect(ctx context.Context, db handle, scope, key string) (*idem.Record, error) {
+	if s.pgx != nil {
+		return s.pgx.Inspect(ctx, pgxOf(db), scope, key)
+	}
+	return s.idem.Inspect(ctx, sqlOf(db), scope, key)
+}
+
+func (s *store) Stats(ctx context.Context, db handle) (idem.Stats, error) {
+	if s.pgx != nil {
+		return s.pgx.Stats(ctx, pgxOf(db))
+	}
+	return s.idem.Stats(ctx, sqlOf(db))
+}
+
 // claim is a claim from store.Begin, on the same driver.
 type claim struct {
 	idem *idem.Claim

@@ -75,6 +75,7 @@ var suite = []struct {
 	{"TestDailyPartitionsRunAKeyTwice", TestDailyPartitionsRunAKeyTwice},
 	{"TestPurge", TestPurge},
 	{"TestPurgeSweeps", TestPurgeSweeps},
+	{"TestInspectAndStatsAgreeWithPurge", TestInspectAndStatsAgreeWithPurge},
 	{"TestPurgeBatchDoesNotBlockClaims", TestPurgeBatchDoesNotBlockClaims},
 	{"TestPurgeUnderLoad", TestPurgeUnderLoad},
 	{"TestSQLiteBusyIsRetryable", TestSQLiteBusyIsRetryable},
