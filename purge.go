@@ -91,12 +91,11 @@ func (s *Store) purgeBatch(ctx context.Context, inTx txRunner, limit int) (n int
 	defer func() { s.observe(ctx, Event{Kind: EventPurgeBatch, Duration: start.elapsed(), Rows: n, Err: err}) }()
 	from, retention := s.purgeFrom.Load(), micros(s.retention)
 	var found, last int64
-	err = inTx(ctx, s.st.purgeIsolation(), func(c conn) error {
+	err = inTx(ctx, s.st.purgeIsolation(), func(c conn) (err error) {
+		n = 0 // a retry starts over
 		if err := c.queryRow(ctx, s.st.purgeWindow(from, retention, limit), &found, &last); err != nil || found == 0 {
-			n = 0
 			return err
 		}
-		var err error
 		n, err = c.exec(ctx, s.st.purge(from, retention, limit))
 		return err
 	})
