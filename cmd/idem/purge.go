@@ -19,7 +19,7 @@ func runPurge(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		"Deletes the records past retention in short batches, one line per batch.\nNever touches a live claim; safe beside live traffic and from several\nprocesses at once.", stderr)
 	f.register(fs)
 	fs.DurationVar(&retention, "retention", idem.DefaultRetention, "the application's retention: records older than this go")
-	fs.IntVar(&batch, "batch", 1000, "records deleted per statement")
+	fs.IntVar(&batch, "batch", 1000, "records deleted per batch")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
