@@ -74,8 +74,14 @@ func (r *faultRun) kinds() []string {
 	case idem.TiDB:
 		// No statement timeout: TiDB's max_execution_time ends a SLEEP
 		// early without an error, and its lock wait timeout counts whole
-		// seconds, too long for a history's epoch.
-		return []string{faultDeadlock, faultKill, faultCut}
+		// seconds, too long for a history's epoch. No KILL either: the
+		// server built here panics, now and then, when it rolls back the
+		// transaction of a session killed mid-statement (the memory
+		// tracker's kill check in cleanupStmtBuf, as in pingcap/tidb
+		// issues 63052 and 63956), and a history sends dozens. A dropped
+		// connection ends the session the same way from idem's side;
+		// TestKillMidDo still kills a TiDB session once.
+		return []string{faultDeadlock, faultCut}
 	}
 	return []string{faultInterrupt}
 }
