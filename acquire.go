@@ -23,6 +23,12 @@ type record struct {
 	resp        Response
 }
 
+// matches reports whether rec was made by a request like req: the same
+// operation and fingerprint.
+func (rec record) matches(req Request) bool {
+	return rec.operation == req.Operation && rec.fingerprint == req.Fingerprint
+}
+
 // claim is acquire, once the dialect has checked the transaction's
 // settings (checkSession), with its lock waits bounded when the Store has
 // WithLockTimeout: a wait that runs out is an *InFlightError, and c is
@@ -75,6 +81,15 @@ const restampAfter = 10 * time.Millisecond
 // claim is never committed with its lease already run out.
 func (s *Store) acquire(ctx context.Context, c conn, req Request, begin bool) (replay *Result, token int64, err error) {
 	lease, start := micros(s.lease), startWatch()
+	if s.completed.has(req) {
+		rec, found, err := s.read(ctx, c, req)
+		if err != nil {
+			return nil, 0, err
+		}
+		if found && !rec.forgotten && rec.status == StatusCompleted {
+			return replayed(req, rec)
+		}
+	}
 	for range maxContention {
 		ok, token, waited, err := s.claimRow(ctx, c, req, s.st.insert(req, lease), true, begin)
 		if err != nil {
@@ -91,12 +106,11 @@ func (s *Store) acquire(ctx context.Context, c conn, req Request, begin bool) (r
 			continue // deleted since the insert saw it: claim it afresh
 		}
 		if !rec.forgotten {
-			if rec.operation != req.Operation || rec.fingerprint != req.Fingerprint {
-				return nil, 0, mismatch(req, rec)
-			}
 			switch {
 			case rec.status == StatusCompleted:
-				return &Result{Response: rec.resp, Replayed: true}, 0, nil
+				return replayed(req, rec)
+			case !rec.matches(req):
+				return nil, 0, mismatch(req, rec)
 			case rec.status == StatusProcessing && rec.leaseLeft > 0:
 				return nil, 0, inFlight(rec.leaseLeft)
 			}
@@ -113,6 +127,15 @@ func (s *Store) acquire(ctx context.Context, c conn, req Request, begin bool) (r
 		// extended it, since the read: look again.
 	}
 	return nil, 0, errContended
+}
+
+// replayed returns the response of rec, a completed record within
+// retention, for req, or the error of a request that does not match it.
+func replayed(req Request, rec record) (*Result, int64, error) {
+	if !rec.matches(req) {
+		return nil, 0, mismatch(req, rec)
+	}
+	return &Result{Response: rec.resp, Replayed: true}, 0, nil
 }
 
 // claimRow runs q, the insert (insert true) or the takeover, and reports
@@ -200,6 +223,7 @@ func (s *Store) store(ctx context.Context, c conn, req Request, token int64, res
 	case n != 1:
 		return txEnded("store the response", req, nil)
 	}
+	s.completed.add(req)
 	return nil
 }
 

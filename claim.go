@@ -122,7 +122,11 @@ func (c *Claim) complete(ctx context.Context, tx conn, resp Response) (err error
 	if err := resp.validate(); err != nil {
 		return err
 	}
-	return c.fenced(ctx, tx, c.s.st.complete(c.req, c.token, resp, encodeHeader(resp.Header)), "complete", "roll back this transaction")
+	if err := c.fenced(ctx, tx, c.s.st.complete(c.req, c.token, resp, encodeHeader(resp.Header)), "complete", "roll back this transaction"); err != nil {
+		return err
+	}
+	c.s.completed.add(c.req)
+	return nil
 }
 
 // Release ends the claim without a result, for an operation that did not

@@ -13,7 +13,7 @@ import (
 // [Store] that New returns is usable: no later call reports its
 // configuration.
 func New(d Dialect, opts ...Option) (*Store, error) {
-	s := &Store{dialect: d, table: DefaultTable, lease: DefaultLease, retention: DefaultRetention}
+	s := &Store{dialect: d, table: DefaultTable, lease: DefaultLease, retention: DefaultRetention, completed: new(completed)}
 	for _, o := range opts {
 		o(s)
 	}

@@ -556,14 +556,21 @@ func TestStatementCounts(t *testing.T) {
 		if e.readsToken() {
 			fresh = 3
 		}
+		other := e.elsewhere(s) // another process's Store: it has not seen the key completed
 		for _, want := range []struct {
-			path string
-			req  idem.Request
-			n    int64
-			err  error
-		}{{"fresh", req, check + fresh, nil}, {"replay", req, check + 2, nil}, {"in-flight", held, check + 2, idem.ErrInFlight}} {
+			path  string
+			store *store
+			req   idem.Request
+			n     int64
+			err   error
+		}{
+			{"fresh", s, req, check + fresh, nil},
+			{"replay", s, req, check + 1, nil},
+			{"replay in another process", other, req, check + 2, nil},
+			{"in-flight", other, held, check + 2, idem.ErrInFlight},
+		} {
 			tx, n := counted(e.begin(nil))
-			_, err := s.Do(ctx, tx, want.req, ok)
+			_, err := want.store.Do(ctx, tx, want.req, ok)
 			if !errors.Is(err, want.err) {
 				t.Fatalf("%s path: %v, want %v", want.path, err, want.err)
 			}
@@ -571,6 +578,48 @@ func TestStatementCounts(t *testing.T) {
 			if n.Load() != want.n {
 				t.Errorf("%s path ran %d statements, want %d", want.path, n.Load(), want.n)
 			}
+		}
+	})
+}
+
+// A Store reads the record of a key it has seen completed before it claims
+// the key (a hint, so that a replay is one read). The read decides: the
+// replay, a mismatch, and a key whose record is gone or past retention all
+// come out as they do for a Store that has not seen the key.
+func TestCompletedKeyHint(t *testing.T) {
+	forEach(t, func(t *testing.T, e *env) {
+		const retention = time.Hour
+		s, o := e.store(idem.WithRetention(retention)), e.op()
+		other := e.elsewhere(s, idem.WithRetention(retention))
+		req := charge("hinted", "100")
+		first, err := o.do(s, req)
+		must(t, err)
+		for name, st := range map[string]*store{"this process": s, "another process": other} {
+			res, err := o.do(st, req)
+			must(t, err)
+			if !res.Replayed || !bytes.Equal(res.Body, first.Body) {
+				t.Fatalf("replay in %s: %+v, want the first response replayed", name, res)
+			}
+			changed := req
+			changed.Fingerprint = idem.Fingerprint([]byte("amount=200"))
+			if _, err := o.do(st, changed); !errors.Is(err, idem.ErrMismatch) {
+				t.Fatalf("another payload in %s: %v, want ErrMismatch", name, err)
+			}
+		}
+		if n := o.calls.Load(); n != 1 {
+			t.Fatalf("%d executions before the record went, want 1", n)
+		}
+
+		e.exec("DELETE FROM "+s.Table()+" WHERE idem_key = ?", req.Key)
+		if res, err := o.do(s, req); err != nil || res.Replayed {
+			t.Fatalf("a hinted key whose record is gone: %+v, %v; want a fresh execution", res, err)
+		}
+		e.age(s, req.Key, retention+time.Minute)
+		if res, err := o.do(s, req); err != nil || res.Replayed {
+			t.Fatalf("a hinted key past retention: %+v, %v; want a fresh execution", res, err)
+		}
+		if n, rows := o.calls.Load(), e.count(o.biz, req.Key); n != 3 || rows != 3 {
+			t.Fatalf("%d executions and %d business rows, want 3 of each", n, rows)
 		}
 	})
 }

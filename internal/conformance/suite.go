@@ -34,6 +34,7 @@ var suite = []struct {
 	{"TestRetention", TestRetention},
 	{"TestSessionUntouched", TestSessionUntouched},
 	{"TestStatementCounts", TestStatementCounts},
+	{"TestCompletedKeyHint", TestCompletedKeyHint},
 	{"TestMigrate", TestMigrate},
 	{"TestUpgradeFromRelease1", TestUpgradeFromRelease1},
 	{"TestMigrateLeavesNewerLayout", TestMigrateLeavesNewerLayout},

@@ -322,6 +322,18 @@ func randName(prefix string) string {
 
 // store makes a migrated Store on a table of the test's own, dropped when
 // the test ends.
+// elsewhere returns a Store on s's table, as another process would have:
+// one that has seen none of s's work. opts are its options beside the
+// table's name.
+func (e *env) elsewhere(s *store, opts ...idem.Option) *store {
+	e.t.Helper()
+	is, err := idem.New(e.dialect, append([]idem.Option{idem.WithTable(s.Table())}, opts...)...)
+	if err != nil {
+		e.t.Fatalf("new: %v", err)
+	}
+	return e.onDriver(is)
+}
+
 func (e *env) store(opts ...idem.Option) *store {
 	e.t.Helper()
 	table := randName("idem")

@@ -1,0 +1,52 @@
+package idem
+
+import (
+	"hash/maphash"
+	"sync/atomic"
+)
+
+// completedSlots is how many keys a Store's completed remembers: 128 KiB
+// of hashes.
+const completedSlots = 1 << 14
+
+// completedSeed seeds the hashes of every Store in the process.
+var completedSeed = maphash.MakeSeed()
+
+// completed remembers, by a hash of scope and key, keys this Store has
+// completed: it stored their response, in Do or through a Claim. acquire
+// reads such a key's record before it claims the key, so that a replay of
+// a key this process served is one read instead of a claim statement that
+// finds the record and then a read (and on MySQL's schema version 2 that
+// claim writes a row and undoes it, which costs the commit a flush of the
+// log). It is a hint, never trusted: the read decides, and whatever it
+// finds other than a completed record within retention goes the usual
+// way, so a hash that collides, or a key whose completion was rolled back
+// or has since passed retention, costs one read more. A key another
+// process completed, or one evicted by another key, costs nothing: it
+// goes the usual way. A slot holds the hash of the last key put there; 0
+// is empty.
+type completed struct {
+	slots [completedSlots]atomic.Uint64
+}
+
+// hash is the hint's name for req's key: never 0.
+func hash(req Request) uint64 {
+	var h maphash.Hash
+	h.SetSeed(completedSeed)
+	_, _ = h.WriteString(req.Scope)
+	_ = h.WriteByte(0)
+	_, _ = h.WriteString(req.Key)
+	return h.Sum64() | 1
+}
+
+// add remembers that req's key is completed.
+func (c *completed) add(req Request) {
+	h := hash(req)
+	c.slots[h%completedSlots].Store(h)
+}
+
+// has reports whether req's key may be completed.
+func (c *completed) has(req Request) bool {
+	h := hash(req)
+	return c.slots[h%completedSlots].Load() == h
+}
