@@ -87,7 +87,7 @@ func (s *Store) acquire(ctx context.Context, c conn, req Request, begin bool) (r
 			return nil, 0, err
 		}
 		if found && !rec.forgotten && rec.status == StatusCompleted {
-			return replayed(req, rec)
+			return s.replayed(req, rec)
 		}
 	}
 	for range maxContention {
@@ -108,7 +108,7 @@ func (s *Store) acquire(ctx context.Context, c conn, req Request, begin bool) (r
 		if !rec.forgotten {
 			switch {
 			case rec.status == StatusCompleted:
-				return replayed(req, rec)
+				return s.replayed(req, rec)
 			case !rec.matches(req):
 				return nil, 0, mismatch(req, rec)
 			case rec.status == StatusProcessing && rec.leaseLeft > 0:
@@ -130,11 +130,13 @@ func (s *Store) acquire(ctx context.Context, c conn, req Request, begin bool) (r
 }
 
 // replayed returns the response of rec, a completed record within
-// retention, for req, or the error of a request that does not match it.
-func replayed(req Request, rec record) (*Result, int64, error) {
+// retention, for req, and remembers the key as completed; or the error of
+// a request that does not match it.
+func (s *Store) replayed(req Request, rec record) (*Result, int64, error) {
 	if !rec.matches(req) {
 		return nil, 0, mismatch(req, rec)
 	}
+	s.completed.add(req)
 	return &Result{Response: rec.resp, Replayed: true}, 0, nil
 }
 

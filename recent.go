@@ -12,19 +12,19 @@ const completedSlots = 1 << 14
 // completedSeed seeds the hashes of every Store in the process.
 var completedSeed = maphash.MakeSeed()
 
-// completed remembers, by a hash of scope and key, keys this Store has
-// completed: it stored their response, in Do or through a Claim. acquire
-// reads such a key's record before it claims the key, so that a replay of
-// a key this process served is one read instead of a claim statement that
-// finds the record and then a read (and on MySQL's schema version 2 that
-// claim writes a row and undoes it, which costs the commit a flush of the
-// log). It is a hint, never trusted: the read decides, and whatever it
-// finds other than a completed record within retention goes the usual
-// way, so a hash that collides, or a key whose completion was rolled back
-// or has since passed retention, costs one read more. A key another
-// process completed, or one evicted by another key, costs nothing: it
-// goes the usual way. A slot holds the hash of the last key put there; 0
-// is empty.
+// completed remembers, by a hash of scope and key, keys whose record this
+// Store has seen completed: it stored their response (in Do or through a
+// Claim) or replayed it. acquire reads such a key's record before it
+// claims the key, so that a replay of a key this process has served is
+// one read instead of a claim statement that finds the record and then a
+// read (and on MySQL's schema version 2 that claim writes a row and undoes
+// it, which costs the commit a flush of the log). It is a hint, never
+// trusted: the read decides, and whatever it finds other than a completed
+// record within retention goes the usual way, so a hash that collides, or
+// a key whose completion was rolled back or has since passed retention,
+// costs one read more. A key this process has not served, or one evicted
+// by a later key, goes the usual way at no extra cost. A slot holds the
+// hash of the last key put there; 0 is empty.
 type completed struct {
 	slots [completedSlots]atomic.Uint64
 }
