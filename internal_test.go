@@ -179,3 +179,28 @@ func placeholders(sql string) int {
 	}
 	return n
 }
+
+// The completed-key hint knows a key once added, tells scopes apart, and
+// holds one key per slot: a later key in the same slot replaces it.
+func TestCompletedHint(t *testing.T) {
+	var c completed
+	a := Request{Scope: "tenant-1", Key: "k"}
+	b := Request{Scope: "tenant-2", Key: "k"}
+	if c.has(a) {
+		t.Fatal("an empty hint has a key")
+	}
+	c.add(a)
+	if !c.has(a) || c.has(b) {
+		t.Fatalf("after adding a: has(a) %v, has(b) %v; want true, false", c.has(a), c.has(b))
+	}
+	for i := 0; ; i++ {
+		r := Request{Scope: "tenant-1", Key: strconv.Itoa(i)}
+		if keyHash(r)%completedSlots == keyHash(a)%completedSlots && keyHash(r) != keyHash(a) {
+			c.add(r)
+			break
+		}
+	}
+	if c.has(a) {
+		t.Fatal("a key evicted from its slot is still there")
+	}
+}

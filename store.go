@@ -17,7 +17,7 @@ type Store struct {
 	lockWait  time.Duration // with hasLockWait: the bound of WithLockTimeout
 	st        statements    // the dialect's statements for the table
 	observer  Observer
-	// completed holds the keys this Store has seen completed (recent.go).
+	// completed holds the keys this Store has served (completed.go).
 	completed *completed
 	// purgeFrom is where the next purge batch starts: a created_at in µs
 	// since the Unix epoch, 0 for the beginning (purge.go).

@@ -29,8 +29,8 @@ type completed struct {
 	slots [completedSlots]atomic.Uint64
 }
 
-// hash is the hint's name for req's key: never 0.
-func hash(req Request) uint64 {
+// keyHash is the hint's name for req's key: never 0.
+func keyHash(req Request) uint64 {
 	var h maphash.Hash
 	h.SetSeed(completedSeed)
 	_, _ = h.WriteString(req.Scope)
@@ -41,12 +41,12 @@ func hash(req Request) uint64 {
 
 // add remembers that req's key is completed.
 func (c *completed) add(req Request) {
-	h := hash(req)
+	h := keyHash(req)
 	c.slots[h%completedSlots].Store(h)
 }
 
 // has reports whether req's key may be completed.
 func (c *completed) has(req Request) bool {
-	h := hash(req)
+	h := keyHash(req)
 	return c.slots[h%completedSlots].Load() == h
 }
