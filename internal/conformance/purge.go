@@ -11,24 +11,36 @@ import (
 	"github.com/idemkit/idem"
 )
 
+// aged fills s with records on both sides of retention: n completed ones
+// past it (old-1 to old-n) and a claim whose lease ended past it
+// (old-dead-claim), which Purge deletes; a claim created past retention
+// whose lease is still live (live-claim), one completed just within
+// retention (recent) and a new one (new), which it keeps. Times are moved
+// back on the database's clock.
+func (e *env) aged(s *store, n int, retention time.Duration) {
+	e.t.Helper()
+	past := retention + time.Minute
+	for i := 1; i <= n; i++ {
+		k := fmt.Sprintf("old-%d", i)
+		must(e.t, e.doOK(s, charge(k, "1")))
+		e.age(s, k, past)
+	}
+	e.leaveClaim(s, charge("old-dead-claim", "1"), 0)
+	e.age(s, "old-dead-claim", past)
+	e.leaveClaim(s, charge("live-claim", "1"), past+time.Hour)
+	e.age(s, "live-claim", past)
+	must(e.t, e.doOK(s, charge("recent", "1")))
+	e.age(s, "recent", retention-time.Minute)
+	must(e.t, e.doOK(s, charge("new", "1")))
+}
+
 // Purge deletes what is past retention, in batches, and nothing else: not
 // a record within retention, not a live claim.
 func TestPurge(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
 		const retention = time.Hour
 		s := e.store(idem.WithRetention(retention))
-		past := retention + time.Minute // moved back on the database's clock
-		for _, k := range []string{"old-1", "old-2", "old-3", "old-4", "old-5"} {
-			must(t, e.doOK(s, charge(k, "1")))
-			e.age(s, k, past)
-		}
-		e.leaveClaim(s, charge("old-dead-claim", "1"), 0)
-		e.age(s, "old-dead-claim", past)
-		e.leaveClaim(s, charge("live-claim", "1"), past+time.Hour)
-		e.age(s, "live-claim", past) // created past retention, lease still live
-		must(t, e.doOK(s, charge("recent", "1")))
-		e.age(s, "recent", retention-time.Minute)
-		must(t, e.doOK(s, charge("new", "1")))
+		e.aged(s, 5, retention)
 
 		if _, err := s.Purge(ctx, e.db, 0); err == nil {
 			t.Fatalf("Purge with batch 0: no error")
@@ -56,23 +68,14 @@ func TestInspectAndStatsAgreeWithPurge(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
 		const retention = time.Hour
 		s := e.store(idem.WithRetention(retention))
-		past := retention + time.Minute
-		for _, k := range []string{"old-1", "old-2", "old-3"} {
-			must(t, e.doOK(s, charge(k, "1")))
-			e.age(s, k, past)
-		}
-		e.leaveClaim(s, charge("old-dead-claim", "1"), 0)
-		e.age(s, "old-dead-claim", past)
-		e.leaveClaim(s, charge("live-claim", "1"), past+time.Hour)
-		e.age(s, "live-claim", past) // created past retention, lease still live
-		must(t, e.doOK(s, charge("new", "1")))
+		e.aged(s, 3, retention)
 
 		st, err := s.Stats(ctx, e.db)
 		must(t, err)
-		if st.Total != 6 || st.Expired != 4 || st.ByStatus[idem.StatusCompleted] != 4 || st.ByStatus[idem.StatusProcessing] != 2 {
-			t.Fatalf("Stats: %+v; want 6 records, 4 completed, 2 processing, 4 past retention", st)
+		if st.Total != 7 || st.Expired != 4 || st.ByStatus[idem.StatusCompleted] != 5 || st.ByStatus[idem.StatusProcessing] != 2 {
+			t.Fatalf("Stats: %+v; want 7 records, 5 completed, 2 processing, 4 past retention", st)
 		}
-		if age := st.Now.Sub(st.Oldest); age < past || age > past+time.Minute {
+		if age, past := st.Now.Sub(st.Oldest), retention+time.Minute; age < past || age > past+time.Minute {
 			t.Errorf("Stats: the oldest record is %v old, want about %v", age, past)
 		}
 		for key, want := range map[string]struct {
@@ -101,8 +104,8 @@ func TestInspectAndStatsAgreeWithPurge(t *testing.T) {
 		}
 		st, err = s.Stats(ctx, e.db)
 		must(t, err)
-		if st.Total != 2 || st.Expired != 0 {
-			t.Fatalf("Stats after the purge: %+v; want 2 records, none past retention", st)
+		if st.Total != 3 || st.Expired != 0 {
+			t.Fatalf("Stats after the purge: %+v; want 3 records, none past retention", st)
 		}
 	})
 }
