@@ -105,12 +105,7 @@ func (c sqlConn) queryRows(ctx context.Context, q query, each func(scan func(des
 		return err
 	}
 	defer rows.Close()
-	for rows.Next() {
-		if err := each(rows.Scan); err != nil {
-			return err
-		}
-	}
-	return rows.Err()
+	return driver.EachRow(rows, each)
 }
 
 var _ conn = sqlConn{}

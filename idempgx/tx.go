@@ -86,12 +86,7 @@ func (c conn) QueryRows(ctx context.Context, q driver.Query, each func(scan func
 		return err
 	}
 	defer rows.Close()
-	for rows.Next() {
-		if err := each(rows.Scan); err != nil {
-			return err
-		}
-	}
-	return rows.Err()
+	return driver.EachRow(rows, each)
 }
 
 var (

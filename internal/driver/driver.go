@@ -32,6 +32,25 @@ type Conn interface {
 	QueryRows(ctx context.Context, q Query, each func(scan func(dest ...any) error) error) error
 }
 
+// Rows is what the result sets of database/sql and pgx have in common.
+type Rows interface {
+	Next() bool
+	Scan(dest ...any) error
+	Err() error
+}
+
+// EachRow calls each once per row of rows, with the function that scans
+// that row, as Conn.QueryRows does, and returns the first error of each or
+// of rows. Closing rows is the caller's.
+func EachRow(rows Rows, each func(scan func(dest ...any) error) error) error {
+	for rows.Next() {
+		if err := each(rows.Scan); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
+}
+
 // TxRunner runs fn in a short transaction of its own at isolation level
 // iso (sql.LevelDefault: the server's default), commits it, and runs it
 // again, after a backoff, when it fails with an error for which
