@@ -12,6 +12,22 @@ import (
 	"github.com/idemkit/idem"
 )
 
+// seeded sets up a run's tables on db, closed when tb ends, with the keys
+// that replays and reads use completed for workers workers (Env.Seed).
+func seeded(tb testing.TB, db *sql.DB, d idem.Dialect, workers int) *Env {
+	tb.Helper()
+	ctx := context.Background()
+	e, err := Setup(ctx, db, d)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = e.Close(ctx) })
+	if err := e.Seed(ctx, workers); err != nil {
+		tb.Fatal(err)
+	}
+	return e
+}
+
 // BenchmarkPaths runs each path through each driver, one transaction per
 // operation, at concurrency 1 and 16 (RunParallel), with allocations per
 // transaction: the driver's and database/sql's included. See TestIdemAllocs
@@ -22,14 +38,7 @@ func BenchmarkPaths(b *testing.B) {
 	ctx := context.Background()
 	for _, tg := range targets {
 		b.Run(tg.driver, func(b *testing.B) {
-			e, err := Setup(ctx, tg.open(b), tg.dialect)
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.Cleanup(func() { _ = e.Close(ctx) })
-			if err := e.Seed(ctx, 16); err != nil {
-				b.Fatal(err)
-			}
+			e := seeded(b, tg.open(b), tg.dialect, 16)
 			for _, conc := range []int{1, 16} {
 				for _, p := range paths {
 					if p.hot && conc == 1 {

@@ -62,14 +62,7 @@ func TestCPUPerTransaction(t *testing.T) {
 		t.Run(tg.driver, func(t *testing.T) {
 			db := tg.open(t)
 			db.SetMaxOpenConns(1)
-			e, err := Setup(ctx, db, tg.dialect)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = e.Close(ctx) })
-			if err := e.Seed(ctx, 1); err != nil {
-				t.Fatal(err)
-			}
+			e := seeded(t, db, tg.dialect, 1)
 			var pid int
 			if err := db.QueryRowContext(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
 				t.Fatal(err)

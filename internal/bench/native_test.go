@@ -110,14 +110,7 @@ var nativePaths = []struct {
 func BenchmarkNativePgx(b *testing.B) {
 	ctx := context.Background()
 	tg := targets[0] // pgx's database/sql driver
-	e, err := Setup(ctx, tg.open(b), tg.dialect)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = e.Close(ctx) })
-	if err := e.Seed(ctx, 16); err != nil {
-		b.Fatal(err)
-	}
+	e := seeded(b, tg.open(b), tg.dialect, 16)
 	cfg, err := pgxpool.ParseConfig(withParams(os.Getenv(tg.env)))
 	if err != nil {
 		b.Fatal(err)

@@ -198,14 +198,7 @@ func TestRoundTrips(t *testing.T) {
 	for _, tg := range targets {
 		t.Run(tg.driver, func(t *testing.T) {
 			var w wire
-			e, err := Setup(ctx, tg.through(t, &w), tg.dialect)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = e.Close(ctx) })
-			if err := e.Seed(ctx, 1); err != nil {
-				t.Fatal(err)
-			}
+			e := seeded(t, tg.through(t, &w), tg.dialect, 1)
 			// A statement whose answer means the server has read all
 			// that came before it, and what it sends itself.
 			barrier := func() wireCount {
