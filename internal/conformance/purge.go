@@ -150,6 +150,75 @@ func TestPurgeSweeps(t *testing.T) {
 	})
 }
 
+// Batches of one Store that run at once delete consecutive windows: a
+// batch does not wait for the rows of the batch that started before it. A
+// transaction holds the oldest record, so the first batch waits for it
+// (MySQL, TiDB) or passes it over (Postgres: SKIP LOCKED); a second batch
+// started meanwhile deletes the next window at once.
+func TestPurgeBatchesRunTogether(t *testing.T) {
+	forEach(t, func(t *testing.T, e *env) {
+		if e.dialect == idem.SQLite {
+			t.Skip("SQLite has one writer: batches run one after another, by design")
+		}
+		const retention = time.Hour
+		s := e.store(idem.WithRetention(retention))
+		keys := []string{"old-1", "old-2", "old-3", "old-4"}
+		for i, k := range keys {
+			must(t, e.doOK(s, charge(k, "1")))
+			e.age(s, k, retention+time.Duration(len(keys)-i)*time.Minute)
+		}
+		hold := e.begin(nil)
+		if _, err := hold.ExecContext(ctx, e.rebind("UPDATE "+s.Table()+" SET fingerprint = fingerprint WHERE scope = ? AND idem_key = ?"), "tenant-1", "old-1"); err != nil {
+			t.Fatalf("lock old-1: %v", err)
+		}
+		type result struct {
+			n   int64
+			err error
+		}
+		first := make(chan result, 1)
+		go func() {
+			n, err := s.PurgeBatch(ctx, e.db, 2)
+			first <- result{n, err}
+		}()
+		var one result
+		if e.mysqlFamily() {
+			deleting := "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID <> CONNECTION_ID() AND INFO LIKE ?"
+			for deadline := time.Now().Add(10 * time.Second); e.int64(deleting, "DELETE%"+s.Table()+"%") == 0; time.Sleep(5 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("the first batch's DELETE did not start within 10s")
+				}
+			}
+		} else {
+			one = <-first
+			must(t, one.err)
+		}
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		two, err := s.PurgeBatch(cctx, e.db, 2)
+		if err != nil {
+			t.Fatalf("a second batch, while the first waited for a row: %v; it waited for the first batch's window", err)
+		}
+		must(t, hold.Rollback())
+		if e.mysqlFamily() {
+			one = <-first
+			must(t, one.err)
+			if one.n != 2 || two != 2 {
+				t.Errorf("batches deleted %d and %d records, want 2 and 2 (one window each)", one.n, two)
+			}
+		}
+		rest, err := s.Purge(ctx, e.db, 2)
+		must(t, err)
+		if total := one.n + two + rest; total != int64(len(keys)) {
+			t.Errorf("purged %d records in all (%d, %d, then %d), want %d", total, one.n, two, rest, len(keys))
+		}
+		for _, k := range keys {
+			if e.records(s, k) != 0 {
+				t.Errorf("%s is still there after the purge", k)
+			}
+		}
+	})
+}
+
 // A purge batch does not hold up fresh claims while it runs. On MySQL
 // under REPEATABLE READ, a batch the optimizer runs as a full scan (a batch
 // near the table's size) locks every gap of the primary key, so each fresh

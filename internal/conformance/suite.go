@@ -76,6 +76,7 @@ var suite = []struct {
 	{"TestDailyPartitionsRunAKeyTwice", TestDailyPartitionsRunAKeyTwice},
 	{"TestPurge", TestPurge},
 	{"TestPurgeSweeps", TestPurgeSweeps},
+	{"TestPurgeBatchesRunTogether", TestPurgeBatchesRunTogether},
 	{"TestInspectAndStatsAgreeWithPurge", TestInspectAndStatsAgreeWithPurge},
 	{"TestPurgeBatchDoesNotBlockClaims", TestPurgeBatchDoesNotBlockClaims},
 	{"TestPurgeUnderLoad", TestPurgeUnderLoad},
