@@ -274,7 +274,7 @@ func TestOperate(t *testing.T) {
 			if err := json.Unmarshal([]byte(r.stdout), &st); err != nil || st.Expired != 2 {
 				t.Errorf("stats --retention 10ms: want 2 expired: %s", r.stdout)
 			}
-			r = idemCmd(t, "purge", "--dsn", dsn, "--table", table, "--retention", "10ms", "--batch", "1")
+			r = idemCmd(t, "purge", "--dsn", dsn, "--table", table, "--retention", "10ms", "--batch", "1", "--workers", "2")
 			if r.code != 0 || !strings.Contains(r.stdout, "batch 2: deleted 1 (2 so far)") || !strings.Contains(r.stdout, "purged 2 records") {
 				t.Errorf("purge: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
 			}
@@ -300,6 +300,7 @@ func TestBadInput(t *testing.T) {
 		"bad table":           {"migrate", "--dsn", "sqlite:" + missing, "--table", "x; DROP TABLE y"},
 		"unknown command":     {"frobnicate"},
 		"bad batch":           {"purge", "--dsn", "sqlite:" + missing, "--batch", "0"},
+		"bad workers":         {"purge", "--dsn", "sqlite:" + missing, "--workers", "0"},
 		"inspect without key": {"inspect", "--dsn", "sqlite:" + missing},
 		"stray argument":      {"stats", "extra"},
 	}
