@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"text/tabwriter"
 	"time"
@@ -43,6 +44,9 @@ import (
 // comparison; IDEM_SCALE_RUN (default 5s) and IDEM_SCALE_ROUNDS (default
 // 3) size the ratio runs, IDEM_SCALE_BATCH (default 5000) the purge's
 // batches, IDEM_SCALE_PURGE_FOR (default: until done) bounds the purge.
+// IDEM_SCALE_PURGERS (default 1) is how many goroutines purge at once; a
+// list (1,4,1,4) purges in phases of IDEM_SCALE_PURGE_FOR each, one per
+// count, the workers running throughout, and prints each phase's rate.
 // docs/operations.md records its runs.
 //
 //	IDEM_SCALE=1 IDEM_SCALE_N=0,1000000,5000000 go test -run TestScale -timeout 0 -v ./internal/bench
@@ -57,6 +61,7 @@ func TestScale(t *testing.T) {
 		rounds:   envInts(t, "IDEM_SCALE_ROUNDS", []int{3})[0],
 		batch:    envInts(t, "IDEM_SCALE_BATCH", []int{5000})[0],
 		purgeFor: envDuration(t, "IDEM_SCALE_PURGE_FOR", 0),
+		purgers:  envInts(t, "IDEM_SCALE_PURGERS", []int{1}),
 		wait:     envDuration(t, "IDEM_SCALE_VACUUM_WAIT", 5*time.Minute),
 		expired:  0.8,
 		workers:  16,
@@ -67,6 +72,9 @@ func TestScale(t *testing.T) {
 			t.Fatalf("IDEM_SCALE_EXPIRED=%q: want a fraction between 0 and 1", v)
 		}
 		cfg.expired = f
+	}
+	if slices.Contains(cfg.purgers, 0) || len(cfg.purgers) > 1 && cfg.purgeFor == 0 {
+		t.Fatalf("IDEM_SCALE_PURGERS=%v: want positive counts, and IDEM_SCALE_PURGE_FOR to bound each phase when there are several", cfg.purgers)
 	}
 	drivers := strings.Split(os.Getenv("IDEM_SCALE_DRIVERS"), ",")
 	if drivers[0] == "" {
@@ -99,6 +107,7 @@ type scaleConfig struct {
 	run            time.Duration
 	rounds, batch  int
 	purgeFor, wait time.Duration
+	purgers        []int // goroutines purging at once, one phase per count
 	expired        float64
 	workers        int
 }
@@ -399,8 +408,9 @@ func work(ctx context.Context, conc int, d time.Duration, body func(context.Cont
 }
 
 // purge runs the Store's purge, batch by batch, beside cfg.workers running
-// fresh Do, until a batch comes back short or cfg.purgeFor has passed,
-// and then watches what the database has left to reclaim.
+// fresh Do, in one phase per count of cfg.purgers goroutines, each phase
+// until a batch comes back short or cfg.purgeFor has passed, and then
+// watches what the database has left to reclaim.
 func (st *scaleTable) purge(ctx context.Context, cfg scaleConfig, row *scaleRow) error {
 	stop := make(chan struct{})
 	var (
@@ -430,13 +440,18 @@ func (st *scaleTable) purge(ctx context.Context, cfg scaleConfig, row *scaleRow)
 		})
 	}
 	time.Sleep(cfg.run)
+	done := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(lats)
+	}
 	start := time.Now()
 	var err error
-	for {
+	for _, purgers := range cfg.purgers {
 		var n int64
-		n, err = st.store.PurgeBatch(ctx, st.db, cfg.batch)
+		n, err = st.purgePhase(ctx, cfg, purgers, done)
 		row.purged += n
-		if err != nil || n < int64(cfg.batch) || cfg.purgeFor > 0 && time.Since(start) > cfg.purgeFor {
+		if err != nil || n == 0 {
 			break
 		}
 	}
@@ -462,6 +477,36 @@ func (st *scaleTable) purge(ctx context.Context, cfg scaleConfig, row *scaleRow)
 	fmt.Printf("%s: purged %d records in %v (%.0f rows/s)\n", st.dialect.Name(), row.purged, row.purgeTook.Round(time.Second), float64(row.purged)/row.purgeTook.Seconds())
 	row.after = st.reclaim(ctx, cfg.wait)
 	return nil
+}
+
+// purgePhase runs purgers goroutines, each calling PurgeBatch until a
+// batch comes back short or cfg.purgeFor has passed, prints the phase's
+// rate and the workers' (done counts the Do calls they have completed),
+// and returns how many records it deleted.
+func (st *scaleTable) purgePhase(ctx context.Context, cfg scaleConfig, purgers int, done func() int) (int64, error) {
+	var (
+		wg     sync.WaitGroup
+		purged atomic.Int64
+		errs   = make([]error, purgers)
+	)
+	start, done0 := time.Now(), done()
+	for p := range purgers {
+		wg.Go(func() {
+			for {
+				n, err := st.store.PurgeBatch(ctx, st.db, cfg.batch)
+				purged.Add(n)
+				if err != nil || n < int64(cfg.batch) || cfg.purgeFor > 0 && time.Since(start) > cfg.purgeFor {
+					errs[p] = err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	took := time.Since(start)
+	fmt.Printf("%s: %d purgers: purged %d records in %v (%.0f rows/s), workers %.0f tx/s\n", st.dialect.Name(), purgers, purged.Load(),
+		took.Round(time.Second), float64(purged.Load())/took.Seconds(), float64(done()-done0)/took.Seconds())
+	return purged.Load(), errors.Join(errs...)
 }
 
 // reclaim reports what the database has left to reclaim after the purge:
