@@ -27,7 +27,8 @@ import (
 // TestScale measures idem beside a table filled the way a busy API fills
 // it, at each size in IDEM_SCALE_N (default 0,1000000): records with UUID
 // keys in 5,000 tenants, 200-byte bodies, created over the last day in
-// the order they were created. At each size it measures, with 16 workers,
+// the order they were created. Once the database has finished the fill's
+// background work (settle), it measures at each size, with 16 workers,
 // fresh Do and replays of recent keys against a bare transaction
 // (alternating runs, median ratio), then a purge of the records past a
 // retention that leaves IDEM_SCALE_EXPIRED (default 0.8) of them expired,
@@ -187,6 +188,13 @@ func scale(ctx context.Context, db *sql.DB, d idem.Dialect, cfg scaleConfig, n i
 	}
 	row.fill = time.Since(start)
 	fmt.Printf("%s, %s layout: filled %d records in %v\n", d.Name(), row.layout, n, row.fill.Round(time.Second))
+	if n > 0 {
+		settled, err := st.settle(ctx)
+		if err != nil {
+			return row, err
+		}
+		fmt.Printf("%s: %s\n", d.Name(), settled)
+	}
 
 	fresh, bare := func(ctx context.Context, _ int) error { return st.fresh(ctx) }, func(ctx context.Context, _ int) error { return st.bare(ctx) }
 	replay := func(ctx context.Context, w int) error { return st.replay(ctx, w) }
@@ -309,6 +317,45 @@ FROM (SELECT i, statement_timestamp() - $4::bigint * interval '1 microsecond' + 
 	}
 	_, err := st.db.ExecContext(ctx, q)
 	return err
+}
+
+// settle waits for the database to finish the fill's background work, so
+// that the runs at this size measure a table that holds its records, not
+// one loaded a moment ago whose flushing competes with them: on InnoDB
+// until its history list is under 1,000 and its dirty pages have stopped
+// falling (by less than a tenth in 10 s: InnoDB keeps a share of the pool
+// dirty while idle), at most 5 minutes; on PostgreSQL a CHECKPOINT. It
+// says what it waited for.
+func (st *scaleTable) settle(ctx context.Context) (string, error) {
+	start := time.Now()
+	if !st.innodb() {
+		_, err := st.db.ExecContext(ctx, "CHECKPOINT")
+		return fmt.Sprintf("checkpoint in %v", time.Since(start).Round(time.Second)), err
+	}
+	for last := int64(-1); ; time.Sleep(10 * time.Second) {
+		dirty, history := st.status(ctx, "Innodb_buffer_pool_pages_dirty"), st.status(ctx, "Innodb_history_list_length")
+		switch {
+		case dirty < 0 || history < 0:
+			return "", errors.New("settle: cannot read InnoDB's status counters")
+		case history < 1000 && last >= 0 && dirty*10 >= last*9:
+			return fmt.Sprintf("settled in %v: %d pages dirty, history list %d", time.Since(start).Round(time.Second), dirty, history), nil
+		case time.Since(start) > 5*time.Minute:
+			return fmt.Sprintf("not settled after 5m: %d pages dirty, history list %d", dirty, history), nil
+		}
+		last = dirty
+	}
+}
+
+// status reads one of InnoDB's global status counters, or -1.
+func (st *scaleTable) status(ctx context.Context, name string) int64 {
+	var (
+		n string
+		v int64
+	)
+	if err := st.db.QueryRowContext(ctx, "SHOW GLOBAL STATUS LIKE '"+name+"'").Scan(&n, &v); err != nil {
+		return -1
+	}
+	return v
 }
 
 // request is a fresh request as an API sees one: a UUID key in one of
@@ -515,16 +562,9 @@ func (st *scaleTable) purgePhase(ctx context.Context, cfg scaleConfig, purgers i
 // the history list length then and a minute later.
 func (st *scaleTable) reclaim(ctx context.Context, wait time.Duration) string {
 	if st.innodb() {
-		history := func() string {
-			var name, v string
-			if err := st.db.QueryRowContext(ctx, "SHOW GLOBAL STATUS LIKE 'Innodb_history_list_length'").Scan(&name, &v); err != nil {
-				return "?"
-			}
-			return v
-		}
-		first := history()
+		first := st.status(ctx, "Innodb_history_list_length")
 		time.Sleep(time.Minute)
-		return fmt.Sprintf("history list %s, %s a minute later", first, history())
+		return fmt.Sprintf("history list %d, %d a minute later", first, st.status(ctx, "Innodb_history_list_length"))
 	}
 	start := time.Now()
 	var dead, live, vacuums int64
