@@ -97,8 +97,9 @@ func (s *Store) Migrate(ctx context.Context, db DBTX) error {
 	return eng.Migrate(ctx, s.s, conn{db})
 }
 
-// Purge is [idem.Store.Purge] on db: each batch in a short READ COMMITTED
-// transaction of its own.
+// Purge is [idem.Store.Purge] on db: each batch's DELETE in a short READ
+// COMMITTED transaction of its own. To run batches from several goroutines
+// at once, pass a *pgxpool.Pool: a *pgx.Conn is not safe for concurrent use.
 func (s *Store) Purge(ctx context.Context, db TxBeginner, batch int) (int64, error) {
 	if db == nil {
 		return 0, errors.New("idempgx: Purge needs a *pgxpool.Pool or *pgx.Conn, got nil")
