@@ -53,9 +53,9 @@ func (s *Store) purge(ctx context.Context, inTx txRunner, batch int) (int64, err
 }
 
 // PurgeBatch deletes at most limit records past retention, as Purge does,
-// with one DELETE in a short transaction, and returns how many it deleted. Purge calls
-// it until a batch comes back short; call it yourself to pace a purge or
-// to report its progress.
+// with one DELETE in a short transaction, and returns how many it deleted.
+// Purge calls it until a batch comes back short; call it yourself to pace
+// a purge or to report its progress.
 func (s *Store) PurgeBatch(ctx context.Context, db *sql.DB, limit int) (int64, error) {
 	if db == nil {
 		return 0, errors.New("idem: PurgeBatch needs a *sql.DB, got nil")

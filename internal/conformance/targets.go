@@ -320,8 +320,6 @@ func randName(prefix string) string {
 	return prefix + "_" + hex.EncodeToString(b)
 }
 
-// store makes a migrated Store on a table of the test's own, dropped when
-// the test ends.
 // elsewhere returns a Store on s's table, as another process would have:
 // one that has seen none of s's work. opts are its options beside the
 // table's name.
@@ -334,6 +332,8 @@ func (e *env) elsewhere(s *store, opts ...idem.Option) *store {
 	return e.onDriver(is)
 }
 
+// store makes a migrated Store on a table of the test's own, dropped when
+// the test ends.
 func (e *env) store(opts ...idem.Option) *store {
 	e.t.Helper()
 	table := randName("idem")
