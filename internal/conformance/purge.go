@@ -34,6 +34,16 @@ func (e *env) aged(s *store, n int, retention time.Duration) {
 	must(e.t, e.doOK(s, charge("new", "1")))
 }
 
+// staggered completes each key and moves it back past retention, the
+// first the oldest, a minute apart, so that a purge takes them in order.
+func (e *env) staggered(s *store, retention time.Duration, keys ...string) {
+	e.t.Helper()
+	for i, k := range keys {
+		must(e.t, e.doOK(s, charge(k, "1")))
+		e.age(s, k, retention+time.Duration(len(keys)-i)*time.Minute)
+	}
+}
+
 // Purge deletes what is past retention, in batches, and nothing else: not
 // a record within retention, not a live claim.
 func TestPurge(t *testing.T) {
@@ -120,11 +130,7 @@ func TestPurgeSweeps(t *testing.T) {
 		s := e.store(idem.WithRetention(retention))
 		e.leaveClaim(s, charge("passed-over", "1"), 2*retention)
 		e.age(s, "passed-over", retention+10*time.Minute) // the oldest, its lease live
-		keys := []string{"old-1", "old-2", "old-3", "old-4"}
-		for i, k := range keys {
-			must(t, e.doOK(s, charge(k, "1")))
-			e.age(s, k, retention+time.Duration(len(keys)-i)*time.Minute)
-		}
+		e.staggered(s, retention, "old-1", "old-2", "old-3", "old-4")
 		batch := func(want int64, gone ...string) {
 			t.Helper()
 			n, err := s.PurgeBatch(ctx, e.db, 2)
@@ -163,10 +169,7 @@ func TestPurgeBatchesRunTogether(t *testing.T) {
 		const retention = time.Hour
 		s := e.store(idem.WithRetention(retention))
 		keys := []string{"old-1", "old-2", "old-3", "old-4"}
-		for i, k := range keys {
-			must(t, e.doOK(s, charge(k, "1")))
-			e.age(s, k, retention+time.Duration(len(keys)-i)*time.Minute)
-		}
+		e.staggered(s, retention, keys...)
 		hold := e.begin(nil)
 		if _, err := hold.ExecContext(ctx, e.rebind("UPDATE "+s.Table()+" SET fingerprint = fingerprint WHERE scope = ? AND idem_key = ?"), "tenant-1", "old-1"); err != nil {
 			t.Fatalf("lock old-1: %v", err)
@@ -182,6 +185,8 @@ func TestPurgeBatchesRunTogether(t *testing.T) {
 		}()
 		var one result
 		if e.mysqlFamily() {
+			// Not waitingOn: it matches any statement on the table, and the
+			// first batch's window read must be over before the second starts.
 			deleting := "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID <> CONNECTION_ID() AND INFO LIKE ?"
 			for deadline := time.Now().Add(10 * time.Second); e.int64(deleting, "DELETE%"+s.Table()+"%") == 0; time.Sleep(5 * time.Millisecond) {
 				if time.Now().After(deadline) {
