@@ -200,10 +200,12 @@ func (s *myStatements) purge(from, retention int64, limit int) query {
 	return query{SQL: s.purgeSQL, Args: []any{from, retention, retention, limit}}
 }
 
-// purgeIsolation is READ COMMITTED: under REPEATABLE READ, a batch the
-// optimizer runs as a full scan (a batch near the table's size) locks
-// every gap of the primary key, so each fresh claim waits for the batch to
-// commit; READ COMMITTED takes no gap locks.
+// purgeIsolation is READ COMMITTED: under REPEATABLE READ a batch locks
+// the gap before the first row past its window (every gap of the primary
+// key, if the optimizer runs it as a full scan), where fresh claims go
+// when no newer record lies between, so each would wait for the batch to
+// commit; READ COMMITTED takes no gap locks. The batch still waits for a
+// row past its window that a transaction holds.
 func (*myStatements) purgeIsolation() sql.IsolationLevel { return sql.LevelReadCommitted }
 
 const myInspect = `SELECT operation, fingerprint, status, token,

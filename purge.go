@@ -15,7 +15,8 @@ import (
 // retried like [RunTx] on a deadlock or a busy database), until a batch
 // comes back short, and returns how many it deleted. A PROCESSING claim
 // with a live lease is never touched, and rows a live transaction holds are
-// skipped (Postgres) or waited for briefly (MySQL); on SQLite each batch
+// skipped (Postgres) or waited for (MySQL, also the first row past the
+// batch's window, up to innodb_lock_wait_timeout); on SQLite each batch
 // waits for the write lock like any writer. So Purge may run from several
 // processes at once and beside live traffic. Each batch starts where the
 // Store's previous batch ended, so that it does not walk again the rows
