@@ -44,6 +44,17 @@ func (e *env) staggered(s *store, retention time.Duration, keys ...string) {
 	}
 }
 
+// holdRecord locks the record of scope and key in a transaction begun with
+// opts and returns it, for the test to end (the cleanup rolls it back).
+func (e *env) holdRecord(s *store, opts *sql.TxOptions, scope, key string) txn {
+	e.t.Helper()
+	tx := e.begin(opts)
+	if _, err := tx.ExecContext(ctx, e.rebind("UPDATE "+s.Table()+" SET fingerprint = fingerprint WHERE scope = ? AND idem_key = ?"), scope, key); err != nil {
+		e.t.Fatalf("lock the record of %s in %s: %v", key, scope, err)
+	}
+	return tx
+}
+
 // Purge deletes what is past retention, in batches, and nothing else: not
 // a record within retention, not a live claim.
 func TestPurge(t *testing.T) {
@@ -170,10 +181,7 @@ func TestPurgeBatchesRunTogether(t *testing.T) {
 		s := e.store(idem.WithRetention(retention))
 		keys := []string{"old-1", "old-2", "old-3", "old-4"}
 		e.staggered(s, retention, keys...)
-		hold := e.begin(nil)
-		if _, err := hold.ExecContext(ctx, e.rebind("UPDATE "+s.Table()+" SET fingerprint = fingerprint WHERE scope = ? AND idem_key = ?"), "tenant-1", "old-1"); err != nil {
-			t.Fatalf("lock old-1: %v", err)
-		}
+		hold := e.holdRecord(s, nil, "tenant-1", "old-1")
 		type result struct {
 			n   int64
 			err error
@@ -251,10 +259,7 @@ func TestPurgeBatchDoesNotBlockClaims(t *testing.T) {
 		s := e.store(idem.WithRetention(time.Hour))
 		e.seed(s, scopeExpired, rows, 2*time.Hour, -2*time.Hour, "completed")
 		e.seed(s, "ahead", 1, -24*time.Hour, 48*time.Hour, "processing")
-		hold := e.begin(&sql.TxOptions{Isolation: sql.LevelReadCommitted})
-		if _, err := hold.ExecContext(ctx, e.rebind("UPDATE "+s.Table()+" SET fingerprint = fingerprint WHERE scope = ? AND idem_key = ?"), "ahead", "k-0"); err != nil {
-			t.Fatalf("lock the claim ahead of the clock: %v", err)
-		}
+		hold := e.holdRecord(s, &sql.TxOptions{Isolation: sql.LevelReadCommitted}, "ahead", "k-0")
 
 		var (
 			n        int64
