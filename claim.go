@@ -105,13 +105,19 @@ func (c *Claim) extend(ctx context.Context, db conn, d time.Duration) (err error
 
 // Complete stores resp as the final result of the claim, through tx: the
 // transaction that writes the operation's business rows, so that both
-// commit or neither does (a *sql.DB works when there are none). It
-// succeeds while no other request has taken the key, even after the lease
-// ran out. Once one has, it changes nothing and returns an error wrapping
-// [ErrLeaseLost]: the caller must roll back tx, which discards its business
-// rows, since the new owner runs the operation.
+// commit or neither does. tx must be an open transaction, even where the
+// operation writes no rows of its own: a pool or a connection is refused
+// before any statement, as Do refuses it (see [DBTX]). It succeeds while
+// no other request has taken the key, even after the lease ran out. Once
+// one has, it changes nothing and returns an error wrapping
+// [ErrLeaseLost]: the caller must roll back tx, which discards its
+// business rows, since the new owner runs the operation.
 func (c *Claim) Complete(ctx context.Context, tx DBTX, resp Response) error {
-	if err := c.check(tx, "Complete"); err != nil {
+	if c == nil || c.s == nil {
+		return c.check(tx, "Complete")
+	}
+	tx, err := txOf(tx, "Complete")
+	if err != nil {
 		return err
 	}
 	return c.complete(ctx, sqlConn{tx, c.s.dialect}, resp)

@@ -208,12 +208,23 @@ func (postgres) inserted(n int64, err error) (bool, error) { return n == 1, err 
 // (*pgconn.PgError).
 type sqlState interface{ SQLState() string }
 
+// errorFields is implemented by the errors of bun's pgdriver
+// (pgdriver.Error) and go-pg: the fields of PostgreSQL's ErrorResponse,
+// by their protocol codes ('C' is the SQLSTATE).
+type errorFields interface{ Field(code byte) string }
+
+// sqlStateOf is the SQLSTATE of the first error in err's tree that carries
+// one, by either interface, without importing a driver.
 func sqlStateOf(err error) string {
 	var e sqlState
-	if !errors.As(err, &e) {
-		return ""
+	if errors.As(err, &e) {
+		return e.SQLState()
 	}
-	return e.SQLState()
+	var f errorFields
+	if errors.As(err, &f) {
+		return f.Field('C')
+	}
+	return ""
 }
 
 func (postgres) retryable(err error) bool {

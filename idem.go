@@ -73,8 +73,10 @@ func (s *Store) Migrate(ctx context.Context, db DBTX) error {
 }
 
 // Do runs fn at most once per (Scope, Key) among all transactions that
-// commit. tx must be an open transaction (*sql.Tx or *sqlx.Tx): the record is
-// written through it, so it commits or rolls back with the caller's own rows.
+// commit. tx must be an open transaction (see [DBTX] for which handles are
+// one; a pool or a connection is refused before any statement): the
+// record is written through it, so it commits or rolls back with the
+// caller's own rows.
 //
 // When fn runs and returns a [Response], the [Response] is stored in tx and
 // returned with Replayed false. When an earlier execution completed, its
@@ -90,7 +92,8 @@ func (s *Store) Migrate(ctx context.Context, db DBTX) error {
 // then, and Do returns an error that says so, wraps fn's error if any, and
 // for which [IsRetryable] is true: roll back and retry.
 func (s *Store) Do(ctx context.Context, tx DBTX, req Request, fn func(ctx context.Context) (Response, error)) (Result, error) {
-	if err := checkTx(tx); err != nil {
+	tx, err := txOf(tx, "Do")
+	if err != nil {
 		return Result{}, err
 	}
 	return s.do(ctx, sqlConn{tx, s.dialect}, req, fn)

@@ -1,12 +1,9 @@
 package idem
 
 import (
-	"context"
 	"crypto/sha256"
-	"database/sql"
 	"encoding/binary"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"net/http"
 	"unicode/utf8"
@@ -52,20 +49,6 @@ func Fingerprint(parts ...[]byte) string {
 		h.Write(p)
 	}
 	return hex.EncodeToString(h.Sum(nil))
-}
-
-// checkTx refuses handles that are not a transaction: anything that can
-// begin one (*sql.DB, *sql.Conn, *sqlx.DB) runs each statement on its own.
-func checkTx(tx DBTX) error {
-	if tx == nil {
-		return errors.New("idem: Do needs an open transaction, got nil")
-	}
-	if _, ok := tx.(interface {
-		BeginTx(context.Context, *sql.TxOptions) (*sql.Tx, error)
-	}); ok {
-		return fmt.Errorf("idem: Do needs an open transaction (*sql.Tx or *sqlx.Tx), got %T: its statements would commit one by one", tx)
-	}
-	return nil
 }
 
 func (r Request) validate() error {

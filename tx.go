@@ -4,11 +4,25 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
+	"reflect"
 
 	"github.com/idemkit/idem/internal/driver"
 )
 
-// DBTX runs statements: *sql.Tx, *sqlx.Tx, *sql.Conn and *sql.DB satisfy it.
+// DBTX runs statements. Do and [Claim.Complete] write through it inside the
+// caller's transaction, so there it must be one: a *sql.Tx, a *sqlx.Tx
+// (which embeds one), GORM's transaction (tx.Statement.ConnPool inside
+// db.Transaction: a *sql.Tx, or a *gorm.PreparedStmtTX with PrepareStmt),
+// a bun.Tx (whose *sql.Tx idem uses: bun rewrites statements itself), or a
+// type of the caller's with Commit and Rollback methods that wraps one.
+// Do and Complete refuse, before any statement, every handle that is not
+// inside a transaction: *sql.DB and *sql.Conn satisfy DBTX but run each
+// statement on its own and commit it at once, and so do sqlx's, GORM's,
+// bun's and ent's pools and connections, and any handle without Commit
+// and Rollback. Migrate, [Claim.Extend], [Claim.Release], Inspect and
+// Stats take any DBTX, a *sql.DB included. docs/orm.md shows each ORM's
+// line.
 type DBTX interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
@@ -20,6 +34,50 @@ var (
 	_ DBTX = (*sql.Tx)(nil)
 	_ DBTX = (*sql.Conn)(nil)
 )
+
+// txOf returns the handle that method (Do, Complete) runs its statements
+// through inside the caller's transaction tx: tx itself, or the *sql.Tx
+// of a handle that rewrites statements and drops their arguments (bun.Tx
+// formats a statement itself and passes the driver no arguments, which
+// PostgreSQL's $1 cannot do without). It refuses, before any statement, a
+// tx that is not a transaction (driver.NotTx).
+func txOf(tx DBTX, method string) (DBTX, error) {
+	if sqlTx, ok := tx.(*sql.Tx); ok {
+		return sqlTx, nil
+	}
+	if tx == nil {
+		return nil, fmt.Errorf("idem: %s needs an open transaction, got nil", method)
+	}
+	if sqlTx, ok := rewriterTx(tx); ok {
+		return sqlTx, nil
+	}
+	if why := driver.NotTx(tx); why != "" {
+		return nil, fmt.Errorf("idem: %s needs an open transaction, %s", method, why)
+	}
+	return tx, nil
+}
+
+// rewriterTx returns the *sql.Tx that a bun.Tx holds: bun formats a
+// statement itself, argument values written into its text, and passes
+// the driver none. idem reads bun's type by its package and name, without
+// importing bun.
+func rewriterTx(tx DBTX) (*sql.Tx, bool) {
+	v := reflect.ValueOf(tx)
+	if v.Kind() == reflect.Pointer {
+		if v.IsNil() {
+			return nil, false
+		}
+		v = v.Elem()
+	}
+	if t := v.Type(); v.Kind() != reflect.Struct || t.Name() != "Tx" || t.PkgPath() != "github.com/uptrace/bun" {
+		return nil, false
+	}
+	f := v.FieldByName("Tx")
+	if !f.IsValid() || f.Type() != reflect.TypeFor[*sql.Tx]() || f.IsNil() {
+		return nil, false
+	}
+	return f.Interface().(*sql.Tx), true
+}
 
 // IsRetryable reports whether err means the whole transaction should be
 // retried: a serialization failure, a deadlock or a lock wait timeout, from
@@ -46,15 +104,38 @@ var dialects = []Dialect{Postgres, MySQL, MariaDB, TiDB, SQLite}
 
 // RunTx runs fn in a transaction on db and commits it. When fn, the begin or
 // the commit fails with an error for which [IsRetryable] is true, the
-// transaction is rolled back and run again, up to 10 attempts in all, after
-// a jittered exponential backoff (5ms doubling to at most 500ms). It gives
-// up with the last error, and at once when ctx ends. fn must not commit or
-// roll back tx itself. A panic in fn rolls back and is passed on.
+// transaction is rolled back and run again, as [Retry] runs it: up to 10
+// attempts in all, after a jittered exponential backoff (5ms doubling to
+// at most 500ms), giving up with the last error, and at once when ctx
+// ends. fn must not commit or roll back tx itself. A panic in fn rolls
+// back and is passed on.
 func RunTx(ctx context.Context, db *sql.DB, opts *sql.TxOptions, fn func(tx *sql.Tx) error) error {
 	if db == nil || fn == nil {
 		return errors.New("idem: RunTx needs a *sql.DB and a function")
 	}
-	return driver.Retry(ctx, IsRetryable, func() error { return runTxOnce(ctx, db, opts, fn) })
+	return Retry(ctx, func() error { return runTxOnce(ctx, db, opts, fn) })
+}
+
+// Retry is RunTx's retry loop around any function that runs one whole
+// transaction, such as an ORM's transaction helper:
+//
+//	err := idem.Retry(ctx, func() error {
+//		return db.Transaction(func(tx *gorm.DB) error { ... }) // GORM
+//	})
+//
+// fn runs again when it fails with an error for which [IsRetryable] is
+// true (the duplicate that lost a race then replays the winner's result),
+// up to 10 attempts in all, after a jittered exponential backoff (5ms
+// doubling to at most 500ms). Retry returns nil, fn's first error that is
+// not retryable, or, after the last attempt, an error that wraps the last
+// one; at once when ctx ends, the last error joined with ctx's. fn must
+// begin, commit and roll back its transaction itself, as the helpers of
+// GORM (db.Transaction), bun (db.RunInTx) and ent do.
+func Retry(ctx context.Context, fn func() error) error {
+	if fn == nil {
+		return errors.New("idem: Retry needs a function")
+	}
+	return driver.Retry(ctx, IsRetryable, fn)
 }
 
 func runTxOnce(ctx context.Context, db *sql.DB, opts *sql.TxOptions, fn func(tx *sql.Tx) error) (err error) {

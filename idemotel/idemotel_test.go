@@ -226,12 +226,15 @@ func TestOutcomesOnSQLite(t *testing.T) {
 		t.Fatalf("Do beside a live claim: %v, want ErrInFlight", err)
 	}
 	must(t, first.Release(ctx, db))
-	if err := first.Complete(ctx, db, idem.Response{StatusCode: 201}); !errors.Is(err, idem.ErrLeaseLost) {
+	err = idem.RunTx(ctx, db, nil, func(tx *sql.Tx) error { return first.Complete(ctx, tx, idem.Response{StatusCode: 201}) })
+	if !errors.Is(err, idem.ErrLeaseLost) {
 		t.Fatalf("Complete after Release: %v, want ErrLeaseLost", err)
 	}
 	second, _, err := s.Begin(ctx, db, req("b"))
 	must(t, err)
-	must(t, second.Complete(ctx, db, idem.Response{StatusCode: 201, Body: []byte(secretBody)}))
+	must(t, idem.RunTx(ctx, db, nil, func(tx *sql.Tx) error {
+		return second.Complete(ctx, tx, idem.Response{StatusCode: 201, Body: []byte(secretBody)})
+	}))
 
 	if _, err := doTx(ctx, t, db, s, req("c"), func() (idem.Response, error) {
 		return idem.Response{}, fmt.Errorf("charge %s: %w", secretKey, &declinedError{card: secretBody})

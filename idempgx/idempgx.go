@@ -153,10 +153,15 @@ func (c *Claim) Extend(ctx context.Context, db DBTX, d time.Duration) error {
 }
 
 // Complete is [idem.Claim.Complete] in tx, the transaction that writes
-// the operation's business rows.
+// the operation's business rows: a pgx.Tx. A *pgxpool.Pool, *pgxpool.Conn
+// or *pgx.Conn is refused before any statement, since each statement
+// through it would commit on its own.
 func (c *Claim) Complete(ctx context.Context, tx DBTX, resp idem.Response) error {
 	if err := c.check(tx, "Complete"); err != nil {
 		return err
+	}
+	if why := driver.NotTx(tx); why != "" {
+		return fmt.Errorf("idempgx: Complete needs an open transaction, %s", why)
 	}
 	return eng.Complete(ctx, c.c, conn{tx}, resp)
 }

@@ -683,29 +683,37 @@ func TestPostgresReplayWritesNothing(t *testing.T) {
 	})
 }
 
-// Do refuses handles that are not a transaction, and a nil fn or tx, before
-// any statement: a *sql.DB would commit the claim on its own. (idempgx's
-// Do takes a pgx.Tx: a pool or a connection does not compile.) A
-// transaction that has ended is refused by its driver: the claim is never
-// committed on its own.
-func TestDoNeedsATransaction(t *testing.T) {
+// Do and Claim.Complete take only a handle inside a transaction: every
+// pool and connection of the target's driver (and a wrapper of one) is
+// refused before any statement, with a message that says what to pass
+// instead, since its statements would commit one by one and the record
+// would commit apart from the business rows. Two of them were accepted
+// before, and autocommitted the claim: a wrapper shaped like GORM's
+// prepared pool (*gorm.PreparedStmtDB embeds the pool, and its BeginTx
+// returns an interface, not a *sql.Tx) and one that forwards DBTX's three
+// methods to a pool. (idempgx's Do takes a pgx.Tx: a pool does not
+// compile there.) contrib/idemgorm and contrib/idembun refuse the ORMs'
+// own pools.
+func TestOnlyTransactionsAccepted(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
 		s := e.store()
 		req := charge("not-a-tx", "1")
-		if !e.native {
-			db := e.sqlDB()
-			conn, err := db.Conn(ctx)
-			must(t, err)
-			defer conn.Close()
-			for name, h := range map[string]idem.DBTX{
-				"*sql.DB":   db,
-				"*sql.Conn": conn,
-				"*sqlx.DB":  sqlx.NewDb(db, e.driver),
-			} {
-				if _, err := s.idem.Do(ctx, h, req, ok); err == nil || !strings.Contains(err.Error(), "open transaction") {
-					t.Errorf("Do on a %s: err = %v, want a refusal that asks for an open transaction", name, err)
+		c := mustClaim(t, s, e.db, req)
+		for name, h := range e.db.outside(t) {
+			if h, isSQL := h.(idem.DBTX); isSQL {
+				if _, err := s.idem.Do(ctx, h, charge("do-outside", "1"), ok); err == nil || !strings.Contains(err.Error(), "needs an open transaction") || !strings.Contains(err.Error(), "pass ") {
+					t.Errorf("Do on %s: err = %v, want a refusal that asks for an open transaction and says what to pass", name, err)
 				}
 			}
+			if err := c.completeOn(h); err == nil || !strings.Contains(err.Error(), "needs an open transaction") || !strings.Contains(err.Error(), "pass ") {
+				t.Errorf("Complete on %s: err = %v, want a refusal that asks for an open transaction and says what to pass", name, err)
+			}
+		}
+		if n := e.records(s, "do-outside"); n != 0 {
+			t.Errorf("%d records after refused calls to Do, want 0", n)
+		}
+		if rec, err := s.Inspect(ctx, e.db, req.Scope, req.Key); err != nil || rec == nil || rec.Status != idem.StatusProcessing {
+			t.Errorf("after refused calls to Complete: record %+v (%v), want the claim still processing", rec, err)
 		}
 		if _, err := s.Do(ctx, nil, req, ok); err == nil {
 			t.Errorf("Do with a nil tx: no error")
@@ -715,11 +723,11 @@ func TestDoNeedsATransaction(t *testing.T) {
 			t.Errorf("Do with a nil fn: err = %v after %d statements", err, n.Load())
 		}
 		must(t, tx.Commit())
-		if _, err := s.Do(ctx, tx, req, ok); err == nil {
+		if _, err := s.Do(ctx, tx, charge("committed", "1"), ok); err == nil {
 			t.Errorf("Do on a committed transaction: no error")
 		}
-		if n := e.records(s, req.Key); n != 0 {
-			t.Fatalf("%d records after refused calls, want 0", n)
+		if n := e.records(s, "committed"); n != 0 {
+			t.Errorf("%d records after Do on a committed transaction, want 0", n)
 		}
 	})
 }

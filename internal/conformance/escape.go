@@ -309,7 +309,9 @@ func TestBeginLeaseCountsFromGrant(t *testing.T) {
 		}
 		_, _, err = s.Begin(ctx, e.db, req)
 		wantInFlight(t, err, time.Second, time.Second)
-		must(t, first.c.Complete(ctx, e.db, idem.Response{StatusCode: 201}))
+		must(t, runTx(ctx, e.db, nil, func(tx txn) error {
+			return first.c.Complete(ctx, tx, idem.Response{StatusCode: 201})
+		}))
 	})
 }
 

@@ -4,10 +4,12 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"testing"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jmoiron/sqlx"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idempgx"
@@ -50,6 +52,10 @@ type pool interface {
 	// runTx is idem.RunTx on a database/sql pool, idempgx.RunTx on a
 	// native one: see the package function runTx.
 	runTx(ctx context.Context, opts *sql.TxOptions, fn func(tx txn) error) error
+	// outside returns the driver's handles that are not inside a
+	// transaction, by name, as idem (or idempgx) takes them; they are
+	// closed when t ends.
+	outside(t *testing.T) map[string]any
 	close()
 }
 
@@ -90,13 +96,14 @@ func (s sqlStatements) QueryRow(query string, args ...any) row {
 	return s.db.QueryRowContext(ctx, query, args...)
 }
 
-// sqlPool is a database/sql target's pool.
+// sqlPool is a database/sql target's pool, opened with the named driver.
 type sqlPool struct {
 	sqlStatements
-	db *sql.DB
+	db     *sql.DB
+	driver string
 }
 
-func newSQLPool(db *sql.DB) *sqlPool { return &sqlPool{sqlStatements{db}, db} }
+func newSQLPool(db *sql.DB, driver string) *sqlPool { return &sqlPool{sqlStatements{db}, db, driver} }
 
 func (p *sqlPool) Query(query string, args ...any) (rowSet, error) {
 	rows, err := p.db.QueryContext(ctx, query, args...)
@@ -119,6 +126,48 @@ func (p *sqlPool) runTx(ctx context.Context, opts *sql.TxOptions, fn func(tx txn
 }
 
 func (p *sqlPool) close() { _ = p.db.Close() }
+
+func (p *sqlPool) outside(t *testing.T) map[string]any {
+	conn, err := p.db.Conn(ctx)
+	must(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	xdb := sqlx.NewDb(p.db, p.driver)
+	xconn, err := xdb.Connx(ctx)
+	must(t, err)
+	t.Cleanup(func() { _ = xconn.Close() })
+	return map[string]any{
+		"*sql.DB":                      p.db,
+		"*sql.Conn":                    conn,
+		"*sqlx.DB":                     xdb,
+		"*sqlx.Conn":                   xconn,
+		"a struct embedding *sql.DB":   struct{ *sql.DB }{p.db},
+		"a prepared pool":              preparedPool{p.db},
+		"a DBTX forwarding to *sql.DB": forwarding{p.db},
+	}
+}
+
+// preparedPool has the shape of GORM's *gorm.PreparedStmtDB: it embeds
+// the pool, and its BeginTx returns an interface, not a *sql.Tx.
+type preparedPool struct{ idem.DBTX }
+
+func (p preparedPool) BeginTx(ctx context.Context, opts *sql.TxOptions) (idem.DBTX, error) {
+	return p.DBTX.(*sql.DB).BeginTx(ctx, opts)
+}
+
+// forwarding forwards DBTX's methods, and nothing else, to a pool.
+type forwarding struct{ db idem.DBTX }
+
+func (f forwarding) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	return f.db.ExecContext(ctx, query, args...)
+}
+
+func (f forwarding) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	return f.db.QueryContext(ctx, query, args...)
+}
+
+func (f forwarding) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
+	return f.db.QueryRowContext(ctx, query, args...)
+}
 
 // sqlEnder is a database/sql transaction: a *sql.Tx, a *sqlx.Tx, or one a
 // test began by hand (connTx).
@@ -143,28 +192,30 @@ func (t sqlTx) Commit() error   { return t.end.Commit() }
 func (t sqlTx) Rollback() error { return t.end.Rollback() }
 
 func (t sqlTx) watched(before func(string)) txn {
-	return sqlTx{sqlStatements{sqlWatched{t.db, before}}, t.end}
+	return sqlTx{sqlStatements{sqlWatched{t.db.(sqlEnder), before}}, t.end}
 }
 
-// sqlWatched calls before ahead of each statement it runs through DBTX.
+// sqlWatched calls before ahead of each statement it runs through the
+// transaction it wraps, and ends that transaction: a transaction of the
+// caller's own type, as idem accepts one.
 type sqlWatched struct {
-	idem.DBTX
+	sqlEnder
 	before func(query string)
 }
 
 func (w sqlWatched) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
 	w.before(query)
-	return w.DBTX.ExecContext(ctx, query, args...)
+	return w.sqlEnder.ExecContext(ctx, query, args...)
 }
 
 func (w sqlWatched) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
 	w.before(query)
-	return w.DBTX.QueryContext(ctx, query, args...)
+	return w.sqlEnder.QueryContext(ctx, query, args...)
 }
 
 func (w sqlWatched) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
 	w.before(query)
-	return w.DBTX.QueryRowContext(ctx, query, args...)
+	return w.sqlEnder.QueryRowContext(ctx, query, args...)
 }
 
 // pgxStatements runs statements through a pgx handle, which is what
@@ -237,6 +288,17 @@ func (p *pgxPool) runTx(ctx context.Context, opts *sql.TxOptions, fn func(tx txn
 }
 
 func (p *pgxPool) close() { p.db.Close() }
+
+func (p *pgxPool) outside(t *testing.T) map[string]any {
+	conn, err := p.db.Acquire(ctx)
+	must(t, err)
+	t.Cleanup(conn.Release)
+	return map[string]any{
+		"*pgxpool.Pool": p.db,
+		"*pgxpool.Conn": conn,
+		"*pgx.Conn":     conn.Conn(),
+	}
+}
 
 // pgxOptions are database/sql's transaction options in pgx's terms.
 func pgxOptions(opts *sql.TxOptions) pgx.TxOptions {

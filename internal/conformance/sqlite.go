@@ -39,7 +39,7 @@ func TestSQLiteBusyIsRetryable(t *testing.T) {
 		done := make(chan error, 1)
 		var res idem.Result
 		go func() {
-			done <- runTx(ctx, newSQLPool(impatient), nil, func(tx txn) error {
+			done <- runTx(ctx, newSQLPool(impatient, e.driver), nil, func(tx txn) error {
 				var err error
 				res, err = s.Do(ctx, tx, req, o.fn(tx, req.Key))
 				return err

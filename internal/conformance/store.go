@@ -125,6 +125,16 @@ func (c *claim) Complete(ctx context.Context, tx handle, resp idem.Response) err
 	return c.idem.Complete(ctx, sqlOf(tx), resp)
 }
 
+// completeOn is Complete on h, a handle of any type the driver's Complete
+// takes.
+func (c *claim) completeOn(h any) error {
+	resp := idem.Response{StatusCode: 201}
+	if c.pgx != nil {
+		return c.pgx.Complete(ctx, h.(idempgx.DBTX), resp)
+	}
+	return c.idem.Complete(ctx, h.(idem.DBTX), resp)
+}
+
 func (c *claim) Release(ctx context.Context, db handle) error {
 	if c.pgx != nil {
 		return c.pgx.Release(ctx, pgxOf(db))

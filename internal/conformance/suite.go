@@ -40,7 +40,7 @@ var suite = []struct {
 	{"TestMigrateLeavesNewerLayout", TestMigrateLeavesNewerLayout},
 	{"TestUpgradeUnderLoad", TestUpgradeUnderLoad},
 	{"TestPostgresReplayWritesNothing", TestPostgresReplayWritesNothing},
-	{"TestDoNeedsATransaction", TestDoNeedsATransaction},
+	{"TestOnlyTransactionsAccepted", TestOnlyTransactionsAccepted},
 	{"TestErrorsSayWhatToDo", TestErrorsSayWhatToDo},
 	{"TestDeadlockInFn", TestDeadlockInFn},
 	{"TestInterruptInFn", TestInterruptInFn},

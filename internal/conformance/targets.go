@@ -228,7 +228,7 @@ func (tg target) connect(dsn string, conns int) (pool, error) {
 	}
 	db.SetMaxOpenConns(conns)
 	db.SetMaxIdleConns(conns)
-	return newSQLPool(db), nil
+	return newSQLPool(db, tg.driver), nil
 }
 
 // mysqlFamily reports a target that speaks MySQL's SQL: MySQL, MariaDB

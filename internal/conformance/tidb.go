@@ -67,7 +67,7 @@ func TestTiDBRefusesUnsafeSessions(t *testing.T) {
 			t.Run(c.name, func(t *testing.T) {
 				e := e.in(t)
 				s, o := e.store(), e.op()
-				db := newSQLPool(e.session(c.sets...))
+				db := newSQLPool(e.session(c.sets...), e.driver)
 				req := charge("refused", "100")
 				tx, err := db.BeginTx(ctx, nil)
 				must(t, err)
@@ -100,7 +100,7 @@ func TestTiDBRefusesSerializable(t *testing.T) {
 			t.Fatalf("BEGIN at SERIALIZABLE: %v; want error 8048, not retryable", err)
 		}
 
-		db := newSQLPool(e.session("tidb_skip_isolation_level_check = ON"))
+		db := newSQLPool(e.session("tidb_skip_isolation_level_check = ON"), e.driver)
 		tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelSerializable})
 		must(t, err)
 		_, err = s.Do(ctx, tx, req, o.fn(tx, req.Key))

@@ -1,0 +1,81 @@
+package driver
+
+import (
+	"database/sql"
+	"fmt"
+	"reflect"
+	"strings"
+	"sync"
+)
+
+// NotTx says why h, a handle given to run idem's statements inside the
+// caller's transaction (Do, Complete), is not one, or returns "" when it
+// may be. A transaction can end itself: its type has Commit and Rollback
+// methods (*sql.Tx, *sqlx.Tx, pgx.Tx, GORM's *gorm.PreparedStmtTX, a type
+// of the caller's that embeds one). Anything else runs each statement on
+// its own and commits it at once: a pool, a connection, an ORM's DB or
+// prepared pool, and any type idem does not know that lacks them, so the
+// next ORM's pool is refused too, not only the ones named here. The reason
+// names the type, what it is, and what to pass instead. The verdict
+// depends only on h's type and is worked out once per type.
+func NotTx(h any) string {
+	if _, ok := h.(*sql.Tx); ok {
+		return ""
+	}
+	t := reflect.TypeOf(h)
+	if why, ok := verdicts.Load(t); ok {
+		return why.(string)
+	}
+	why := notTx(t)
+	verdicts.Store(t, why)
+	return why
+}
+
+// verdicts caches NotTx's answer per dynamic type.
+var verdicts sync.Map // reflect.Type -> string
+
+func notTx(t reflect.Type) string {
+	_, commits := t.MethodByName("Commit")
+	_, rollsBack := t.MethodByName("Rollback")
+	if commits && rollsBack {
+		return ""
+	}
+	what := "it has no Commit and Rollback methods, so it is not a transaction and each statement through it would commit on its own"
+	for _, m := range beginners {
+		if _, ok := t.MethodByName(m); ok {
+			what = fmt.Sprintf("it can begin transactions (it has %s) rather than being one, so each statement through it would commit on its own", m)
+			break
+		}
+	}
+	return fmt.Sprintf("got %v: %s; %s", t, what, instead(t))
+}
+
+// beginners are the names of the methods that begin a transaction or take
+// a connection, in the pools and connections of database/sql, sqlx, pgx,
+// GORM, bun and ent.
+var beginners = []string{"BeginTx", "Begin", "Beginx", "BeginTxx", "RunInTx", "Transaction", "Tx", "Conn", "Acquire"}
+
+// instead says what to pass in place of a handle of type t, by the
+// package t comes from.
+func instead(t reflect.Type) string {
+	pkg := t.PkgPath()
+	if t.Kind() == reflect.Pointer {
+		pkg = t.Elem().PkgPath()
+	}
+	for _, h := range hints {
+		if pkg == h.pkg || strings.HasPrefix(pkg, h.pkg+"/") {
+			return h.instead
+		}
+	}
+	return "pass the transaction itself: a *sql.Tx (idem.RunTx begins and retries one), a *sqlx.Tx, or your ORM's transaction (docs/orm.md); a type of your own that wraps one needs its Commit and Rollback methods (embedding *sql.Tx gives it them)"
+}
+
+// hints are what to pass instead of a pool or connection, by its package.
+var hints = []struct{ pkg, instead string }{
+	{"database/sql", "pass the *sql.Tx that db.BeginTx returns, or run Do inside idem.RunTx, which begins, commits and retries it"},
+	{"github.com/jmoiron/sqlx", "pass the *sqlx.Tx that db.Beginx returns, or the *sql.Tx of idem.RunTx"},
+	{"gorm.io/gorm", "inside db.Transaction(func(tx *gorm.DB) error { ... }), pass tx.Statement.ConnPool (docs/orm.md)"},
+	{"github.com/uptrace/bun", "inside db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error { ... }), pass tx (docs/orm.md)"},
+	{"entgo.io/ent", "pass ent's *Tx through package idement (docs/orm.md)"},
+	{"github.com/jackc/pgx", "pass a pgx.Tx, from pool.Begin or idempgx.RunTx"},
+}
