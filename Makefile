@@ -1,23 +1,29 @@
-# The test command: the whole suite, with the race detector, against the
-# PostgreSQL, MariaDB and TiDB servers of a development machine (see
-# DEVELOPERS.md; scripts/tidb.sh start builds and starts TiDB). Point the
-# DSNs elsewhere by setting them in the environment; unset the first two
-# on a machine with Docker to let the suite start those servers itself.
-IDEM_TEST_POSTGRES_DSN ?= postgres://postgres@127.0.0.1:5432/test?sslmode=disable
-IDEM_TEST_MYSQL_DSN ?= root@tcp(127.0.0.1:3306)/test
-IDEM_TEST_MARIADB_DSN ?= root@tcp(127.0.0.1:3306)/test
-IDEM_TEST_TIDB_DSN ?= root@tcp(127.0.0.1:4000)/test
-export IDEM_TEST_POSTGRES_DSN IDEM_TEST_MYSQL_DSN IDEM_TEST_MARIADB_DSN IDEM_TEST_TIDB_DSN
+# The test command: the tests of every module of the repository (the root
+# module and each one under contrib/), with the race detector, against the
+# database servers package internal/testdb finds: the DSNs set in
+# IDEM_TEST_POSTGRES_DSN, IDEM_TEST_MYSQL_DSN, IDEM_TEST_MARIADB_DSN and
+# IDEM_TEST_TIDB_DSN, else a development machine's servers at their usual
+# addresses (DEVELOPERS.md), else containers where Docker runs. A server
+# that is missing skips its tests with a message, or fails them under
+# IDEM_TEST_REQUIRE=1 (as in CI).
+MODULES := . $(patsubst %/go.mod,%,$(sort $(wildcard contrib/*/go.mod)))
+export GOWORK := off
 
 .PHONY: test check
 
 # TestIdemAllocs skips under -race (the race detector changes allocation
 # counts), so it runs a second time without.
 test:
-	go test -race -count=1 -timeout 20m ./...
+	@for m in $(MODULES); do \
+		echo "== $$m"; \
+		(cd $$m && go test -race -count=1 -timeout 20m ./...) || exit 1; \
+	done
 	go test -count=1 -run TestIdemAllocs ./internal/bench
 
-# Formatting and vet, as CI runs them.
+# Formatting, vet and tidy go.mod files, in every module, as CI runs them.
 check:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
-	go vet ./...
+	@for m in $(MODULES); do \
+		echo "== $$m"; \
+		(cd $$m && go vet ./... && go mod tidy -diff) || exit 1; \
+	done

@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idempgx"
+	"github.com/idemkit/idem/internal/testdb"
 )
 
 var (
@@ -23,20 +23,16 @@ var (
 	_ idempgx.TxBeginner = (*pgxpool.Pool)(nil)
 )
 
+// TestMain points the runnable examples at the server the tests run on.
+func TestMain(m *testing.M) { testdb.Main(m, testdb.Postgres) }
+
 // The whole conformance suite runs on native pgx (target postgres-pgxnative
 // in internal/conformance); these tests cover what is this package's own:
 // its checks, its transactions and its claims' wrappers.
 
 func pool(t *testing.T) *pgxpool.Pool {
 	t.Helper()
-	dsn := os.Getenv("IDEM_TEST_POSTGRES_DSN")
-	if dsn == "" {
-		if os.Getenv("IDEM_TEST_REQUIRE") == "1" {
-			t.Fatal("IDEM_TEST_REQUIRE=1 and IDEM_TEST_POSTGRES_DSN is unset")
-		}
-		t.Skip("IDEM_TEST_POSTGRES_DSN is unset")
-	}
-	p, err := pgxpool.New(context.Background(), dsn)
+	p, err := pgxpool.New(context.Background(), testdb.Postgres.DSN(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/testdb"
 )
 
 // bin is the idem binary, built once by TestMain.
@@ -67,38 +68,26 @@ func idemCmd(t *testing.T, args ...string) result {
 }
 
 // databases are the DSNs, in the command's own format, of every database
-// the tests run on: SQLite always, the servers when configured.
+// the tests run on: SQLite always, and each server package testdb finds
+// (a missing one fails the test under IDEM_TEST_REQUIRE=1).
 func databases(t *testing.T) map[string]string {
 	dbs := map[string]string{"sqlite": "sqlite:" + filepath.Join(t.TempDir(), "idem.db")}
-	require := os.Getenv("IDEM_TEST_REQUIRE") == "1"
-	if dsn := os.Getenv("IDEM_TEST_POSTGRES_DSN"); dsn != "" {
-		dbs["postgres"] = dsn
-	} else if require {
-		t.Errorf("IDEM_TEST_REQUIRE=1 and IDEM_TEST_POSTGRES_DSN is unset")
-	} else {
-		t.Logf("IDEM_TEST_POSTGRES_DSN is unset: not running on Postgres")
-	}
-	if dsn := os.Getenv("IDEM_TEST_MYSQL_DSN"); dsn != "" {
-		cfg, err := mysql.ParseDSN(dsn)
-		if err != nil {
-			t.Fatalf("IDEM_TEST_MYSQL_DSN: %v", err)
+	for name, s := range map[string]*testdb.Server{"postgres": testdb.Postgres, "mysql": testdb.MySQL, "tidb": testdb.TiDB} {
+		dsn, why := s.Find()
+		switch {
+		case dsn != "" && s.Driver == "mysql":
+			cfg, err := mysql.ParseDSN(dsn)
+			if err != nil {
+				t.Fatalf("%s: %v", s.Env, err)
+			}
+			dbs[name] = fmt.Sprintf("%s://%s:%s@%s/%s", name, cfg.User, cfg.Passwd, cfg.Addr, cfg.DBName)
+		case dsn != "":
+			dbs[name] = dsn
+		case testdb.Required:
+			t.Errorf("IDEM_TEST_REQUIRE=1 and %s", why)
+		default:
+			t.Logf("not running on %s: %s", s.Name, why)
 		}
-		dbs["mysql"] = fmt.Sprintf("mysql://%s:%s@%s/%s", cfg.User, cfg.Passwd, cfg.Addr, cfg.DBName)
-	} else if require {
-		t.Errorf("IDEM_TEST_REQUIRE=1 and IDEM_TEST_MYSQL_DSN is unset")
-	} else {
-		t.Logf("IDEM_TEST_MYSQL_DSN is unset: not running on MySQL")
-	}
-	if dsn := os.Getenv("IDEM_TEST_TIDB_DSN"); dsn != "" {
-		cfg, err := mysql.ParseDSN(dsn)
-		if err != nil {
-			t.Fatalf("IDEM_TEST_TIDB_DSN: %v", err)
-		}
-		dbs["tidb"] = fmt.Sprintf("tidb://%s:%s@%s/%s", cfg.User, cfg.Passwd, cfg.Addr, cfg.DBName)
-	} else if require {
-		t.Errorf("IDEM_TEST_REQUIRE=1 and IDEM_TEST_TIDB_DSN is unset")
-	} else {
-		t.Logf("IDEM_TEST_TIDB_DSN is unset: not running on TiDB")
 	}
 	return dbs
 }
@@ -304,7 +293,7 @@ func TestBadInput(t *testing.T) {
 		"inspect without key": {"inspect", "--dsn", "sqlite:" + missing},
 		"stray argument":      {"stats", "extra"},
 	}
-	if dsn := os.Getenv("IDEM_TEST_MYSQL_DSN"); dsn != "" {
+	if dsn, _ := testdb.MySQL.Find(); dsn != "" {
 		cfg, err := mysql.ParseDSN(dsn)
 		if err != nil {
 			t.Fatal(err)

@@ -13,7 +13,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -25,31 +24,26 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/testdb"
 )
 
-// dsn returns the service's DSN for a database: a fresh SQLite file, or the
-// server the conformance suite's variable names (skipping the test when it
-// is unset, failing it when IDEM_TEST_REQUIRE=1).
+// dsn returns the service's DSN for a database: a fresh SQLite file, or
+// the server package testdb finds (skipping the test when there is none,
+// failing it when IDEM_TEST_REQUIRE=1).
 func dsn(t *testing.T, name string) string {
-	env := map[string]string{"postgres": "IDEM_TEST_POSTGRES_DSN", "mysql": "IDEM_TEST_MYSQL_DSN"}[name]
-	v := os.Getenv(env)
-	switch {
-	case name == "sqlite":
+	switch name {
+	case "sqlite":
 		return "sqlite:" + filepath.Join(t.TempDir(), "payments.db")
-	case v == "" && os.Getenv("IDEM_TEST_REQUIRE") == "1":
-		t.Fatalf("IDEM_TEST_REQUIRE=1 and %s is unset", env)
-	case v == "":
-		t.Skipf("%s is unset; set it to a DSN to run the service against %s", env, name)
-	case name == "mysql":
-		// The suite's variable is in the driver's format; the service takes
+	case "mysql":
+		// The suite's DSN is in the driver's format; the service takes
 		// the idem command's mysql://user:pass@host:port/db.
-		cfg, err := mysql.ParseDSN(v)
+		cfg, err := mysql.ParseDSN(testdb.MySQL.DSN(t))
 		if err != nil {
-			t.Fatalf("%s: %v", env, err)
+			t.Fatalf("%s: %v", testdb.MySQL.Env, err)
 		}
 		return "mysql://" + url.UserPassword(cfg.User, cfg.Passwd).String() + "@" + cfg.Addr + "/" + cfg.DBName
 	}
-	return v
+	return testdb.Postgres.DSN(t)
 }
 
 // service is the service running for a test.

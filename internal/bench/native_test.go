@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"os"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -111,7 +110,7 @@ func BenchmarkNativePgx(b *testing.B) {
 	ctx := context.Background()
 	tg := targets[0] // pgx's database/sql driver
 	e := seeded(b, tg.open(b), tg.dialect, 16)
-	cfg, err := pgxpool.ParseConfig(withParams(os.Getenv(tg.env)))
+	cfg, err := pgxpool.ParseConfig(withParams(tg.server.DSN(b)))
 	if err != nil {
 		b.Fatal(err)
 	}

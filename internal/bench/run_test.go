@@ -16,35 +16,30 @@ import (
 	_ "modernc.org/sqlite"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/testdb"
 )
 
-// target is a driver on a server named by an environment variable.
+// target is a driver on a server.
 type target struct {
 	driver  string
 	dialect idem.Dialect
-	env     string
+	server  *testdb.Server
 }
 
 var targets = []target{
-	{"pgx", idem.Postgres, "IDEM_TEST_POSTGRES_DSN"},
-	{"postgres", idem.Postgres, "IDEM_TEST_POSTGRES_DSN"},
-	{"mysql", idem.MariaDB, "IDEM_TEST_MARIADB_DSN"},
+	{"pgx", idem.Postgres, testdb.Postgres},
+	{"postgres", idem.Postgres, testdb.Postgres},
+	{"mysql", idem.MariaDB, testdb.MariaDB},
 }
 
-// open opens tg's server with the harness's pool size, skipping when its
-// DSN is unset (failing instead under IDEM_TEST_REQUIRE=1, as in CI). IDEM_BENCH_DSN_PARAMS is appended to the DSN (e.g.
+// open opens tg's server with the harness's pool size, skipping when
+// there is none (failing instead under IDEM_TEST_REQUIRE=1, as in CI:
+// package testdb). IDEM_BENCH_DSN_PARAMS is appended to the DSN (e.g.
 // "binary_parameters=yes" or "interpolateParams=true"), for measuring
 // driver settings.
 func (tg target) open(tb testing.TB) *sql.DB {
 	tb.Helper()
-	dsn := os.Getenv(tg.env)
-	if dsn == "" {
-		if os.Getenv("IDEM_TEST_REQUIRE") == "1" {
-			tb.Fatalf("IDEM_TEST_REQUIRE=1 and %s is unset", tg.env)
-		}
-		tb.Skipf("%s is unset", tg.env)
-	}
-	db, err := sql.Open(tg.driver, withParams(dsn))
+	db, err := sql.Open(tg.driver, withParams(tg.server.DSN(tb)))
 	if err != nil {
 		tb.Fatal(err)
 	}

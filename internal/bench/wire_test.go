@@ -8,7 +8,6 @@ import (
 	"io"
 	"net"
 	"net/url"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -159,10 +158,7 @@ func (w *wire) mysqlPackets(b []byte) []byte {
 // through opens tg's server through a counting proxy, on one connection.
 func (tg target) through(t *testing.T, w *wire) *sql.DB {
 	t.Helper()
-	dsn := os.Getenv(tg.env)
-	if dsn == "" {
-		t.Skipf("%s is unset", tg.env)
-	}
+	dsn := tg.server.DSN(t)
 	if tg.driver == "mysql" {
 		cfg, err := mysql.ParseDSN(dsn)
 		if err != nil {

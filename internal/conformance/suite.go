@@ -3,6 +3,8 @@ package conformance
 import (
 	"os"
 	"testing"
+
+	"github.com/idemkit/idem/internal/testdb"
 )
 
 // suite is every conformance test. Each runs on every target (or on the
@@ -101,7 +103,7 @@ func Run(t *testing.T) {
 	}
 	tempDir = dir
 	t.Cleanup(func() {
-		stopContainers()
+		testdb.StopContainers()
 		_ = os.RemoveAll(dir)
 	})
 	for _, s := range suite {

@@ -11,16 +11,16 @@
 //   - tidb: TiDB through go-sql-driver/mysql;
 //   - sqlite: SQLite through modernc.org/sqlite, in a temporary file.
 //
-// Targets find their databases through IDEM_TEST_POSTGRES_DSN,
-// IDEM_TEST_MYSQL_DSN, IDEM_TEST_MARIADB_DSN (the same MariaDB server as
-// the one before it, or another) and IDEM_TEST_TIDB_DSN (scripts/tidb.sh
-// starts a TiDB); the SQLite target needs no server and always runs, on
-// a database file in a temporary directory. When a DSN is unset and a
-// Docker daemon answers, the suite starts a container for it. Otherwise its
-// targets are skipped with a message, unless IDEM_TEST_REQUIRE=1, which
-// makes a missing database a failure. TiDB has no container here: its
-// server is built and started by scripts/tidb.sh. A DSN that is set but does not
-// answer is always a failure.
+// Targets find their servers through package testdb: the DSN in
+// IDEM_TEST_POSTGRES_DSN, IDEM_TEST_MYSQL_DSN, IDEM_TEST_MARIADB_DSN (the
+// same MariaDB server as the one before it, or another) or
+// IDEM_TEST_TIDB_DSN; when that is unset, the server of a development
+// machine at its usual address; when nothing answers there, a container
+// where Docker runs (TiDB has none: scripts/tidb.sh builds and starts
+// it). A target whose server is missing is skipped with a message, or
+// fails under IDEM_TEST_REQUIRE=1; a DSN that is set but does not answer
+// always fails. The SQLite target needs no server and always runs, on a
+// database file in a temporary directory.
 //
 // [Run] is its one entry point: the module's integration_test package
 // calls it, and every dialect and driver is a target it runs on.
@@ -32,7 +32,6 @@ import (
 	"database/sql"
 	"encoding/hex"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -47,15 +46,16 @@ import (
 	_ "modernc.org/sqlite"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/testdb"
 )
 
 // target is one dialect through one driver.
 type target struct {
 	name    string
 	dialect idem.Dialect
-	driver  string // database/sql driver name, unless native
-	native  bool   // idem through idempgx on a *pgxpool.Pool, not database/sql
-	server  string // key into servers
+	driver  string         // database/sql driver name, unless native
+	native  bool           // idem through idempgx on a *pgxpool.Pool, not database/sql
+	server  *testdb.Server // nil: an embedded database in a temporary directory (SQLite)
 }
 
 // targets is every dialect and driver the suite runs against.
@@ -69,40 +69,21 @@ type target struct {
 //     a *sqlx.Tx is a database/sql transaction, and idemhttp runs on
 //     database/sql (its Config.DB is a *sql.DB, its TxFrom returns a
 //     *sql.Tx);
-//   - TestDoNeedsATransaction skips its refusal of a *sql.DB, *sql.Conn
-//     and *sqlx.DB there: idempgx's Do takes a pgx.Tx, so a pool or a
-//     connection does not compile; the rest of it runs;
+//   - TestOnlyTransactionsAccepted tries idempgx's Complete, not its Do,
+//     on a pool and a connection there: Do takes a pgx.Tx, so a pool does
+//     not compile;
 //   - TestTableGrowth and TestIndexCost, measurements run on request,
 //     measure a server once, through postgres-pgx;
 //   - the tests of other dialects (TestSQLite*, TestInterruptInFn,
 //     TestTiDB*) run on their dialect's targets only.
 var targets = []target{
-	{name: "postgres-libpq", dialect: idem.Postgres, driver: "postgres", server: "postgres"},
-	{name: "postgres-pgx", dialect: idem.Postgres, driver: "pgx", server: "postgres"},
-	{name: "postgres-pgxnative", dialect: idem.Postgres, native: true, server: "postgres"},
-	{name: "mysql", dialect: idem.MySQL, driver: "mysql", server: "mysql"},
-	{name: "mariadb", dialect: idem.MariaDB, driver: "mysql", server: "mariadb"},
-	{name: "tidb", dialect: idem.TiDB, driver: "mysql", server: "tidb"},
-	{name: "sqlite", dialect: idem.SQLite, driver: "sqlite", server: "sqlite"},
-}
-
-// server is how a test reaches one database server.
-type server struct {
-	env    string // the variable that names its DSN
-	image  string // the Docker image started when env is unset
-	how    string // how to get a server, where there is no image
-	local  bool   // an embedded database in a temporary directory
-	dsn    string
-	reason string // why there is no DSN
-	once   sync.Once
-}
-
-var servers = map[string]*server{
-	"postgres": {env: "IDEM_TEST_POSTGRES_DSN", image: "postgres:16"},
-	"mysql":    {env: "IDEM_TEST_MYSQL_DSN", image: "mysql:8.4"},
-	"mariadb":  {env: "IDEM_TEST_MARIADB_DSN", image: "mariadb:10.11"},
-	"tidb":     {env: "IDEM_TEST_TIDB_DSN", how: "run scripts/tidb.sh start and set IDEM_TEST_TIDB_DSN='root@tcp(127.0.0.1:4000)/test'"},
-	"sqlite":   {local: true},
+	{name: "postgres-libpq", dialect: idem.Postgres, driver: "postgres", server: testdb.Postgres},
+	{name: "postgres-pgx", dialect: idem.Postgres, driver: "pgx", server: testdb.Postgres},
+	{name: "postgres-pgxnative", dialect: idem.Postgres, native: true, server: testdb.Postgres},
+	{name: "mysql", dialect: idem.MySQL, driver: "mysql", server: testdb.MySQL},
+	{name: "mariadb", dialect: idem.MariaDB, driver: "mysql", server: testdb.MariaDB},
+	{name: "tidb", dialect: idem.TiDB, driver: "mysql", server: testdb.TiDB},
+	{name: "sqlite", dialect: idem.SQLite, driver: "sqlite"},
 }
 
 // sqliteParams are the DSN parameters the SQLite dialect documents: write
@@ -114,29 +95,14 @@ const sqliteParams = "?_txlock=immediate&_pragma=busy_timeout(30000)&_pragma=jou
 // tempDir holds the embedded databases; Run makes it and removes it.
 var tempDir string
 
-var require = os.Getenv("IDEM_TEST_REQUIRE") == "1"
-
-// resolve finds the server's DSN: the environment, else a container.
-func (s *server) resolve(name string) {
-	s.once.Do(func() {
-		if s.local {
-			s.dsn = "file:" + filepath.Join(tempDir, name+".db") + sqliteParams
-			return
-		}
-		if s.dsn = os.Getenv(s.env); s.dsn != "" {
-			return
-		}
-		if s.image == "" {
-			s.reason = fmt.Sprintf("%s is unset; %s", s.env, s.how)
-			return
-		}
-		dsn, err := startContainer(name, s.image)
-		if err != nil {
-			s.reason = fmt.Sprintf("%s is unset and no container could be started (%v); set %s to a DSN to run these tests", s.env, err, s.env)
-			return
-		}
-		s.dsn = dsn
-	})
+// dsn is the target's DSN, or ends t as testdb says when its server is
+// missing.
+func (tg target) dsn(t *testing.T) string {
+	t.Helper()
+	if tg.server == nil {
+		return "file:" + filepath.Join(tempDir, tg.name+".db") + sqliteParams
+	}
+	return tg.server.DSN(t)
 }
 
 // env is a target opened for one test.
@@ -168,25 +134,17 @@ var (
 )
 
 // open returns the target's shared pool, skipping or failing the test when
-// its server is missing. A DSN that is set but does not answer fails the
-// test whatever IDEM_TEST_REQUIRE says: a mistyped DSN must not pass for a
-// server that is not there.
+// its server is missing (package testdb). A DSN that does not answer fails
+// the test: testdb found it answering, or the user set it.
 func (tg target) open(t *testing.T) *env {
 	t.Helper()
-	s := servers[tg.server]
-	s.resolve(tg.server)
-	if s.dsn == "" {
-		if require {
-			t.Fatalf("IDEM_TEST_REQUIRE=1 and %s has no database: %s", tg.name, s.reason)
-		}
-		t.Skipf("%s: %s", tg.name, s.reason)
-	}
+	dsn := tg.dsn(t)
 	poolsMu.Lock()
 	p, ok := pools[tg.name]
 	if !ok {
-		p.db, p.err = tg.connect(s.dsn, 40)
+		p.db, p.err = tg.connect(dsn, 40)
 		if p.err != nil {
-			p.err = fmt.Errorf("%s: cannot reach the database at %s=%q: %w", tg.name, s.env, s.dsn, p.err)
+			p.err = fmt.Errorf("%s: cannot reach the database at %q: %w", tg.name, dsn, p.err)
 		}
 		pools[tg.name] = p
 	}
@@ -194,7 +152,7 @@ func (tg target) open(t *testing.T) *env {
 	if p.err != nil {
 		t.Fatal(p.err)
 	}
-	return &env{target: tg, t: t, db: p.db, dsn: s.dsn}
+	return &env{target: tg, t: t, db: p.db, dsn: dsn}
 }
 
 // connect opens a pool of at most conns connections on dsn with the
@@ -252,7 +210,7 @@ func (e *env) settingsCheck() int64 {
 
 // embedded reports an in-process database (SQLite): there is no network
 // connection to cut and no server session to kill.
-func (e *env) embedded() bool { return servers[e.server].local }
+func (e *env) embedded() bool { return e.server == nil }
 
 // needServer skips a fault test on an embedded target, saying why: the
 // fault it injects does not exist there. (A process that crashes with a

@@ -1,4 +1,4 @@
-package conformance
+package testdb
 
 import (
 	"database/sql"
@@ -17,9 +17,9 @@ var (
 	docker     *dockertest.Pool
 )
 
-// startContainer starts a throwaway server for a suite run on a machine
-// with Docker and no DSN configured, and returns its DSN.
-func startContainer(kind, image string) (string, error) {
+// startContainer starts a throwaway server from s's image, for a machine
+// with Docker and no server of its own, and returns its DSN.
+func startContainer(s *Server) (string, error) {
 	dockerMu.Lock()
 	defer dockerMu.Unlock()
 	if docker == nil {
@@ -33,29 +33,27 @@ func startContainer(kind, image string) (string, error) {
 		p.MaxWait = 2 * time.Minute
 		docker = p
 	}
-	repo, tag, _ := strings.Cut(image, ":")
+	repo, tag, _ := strings.Cut(s.Image, ":")
 	var (
-		envs   []string
-		cmd    []string
-		port   string
-		driver string
-		dsn    func(hostPort string) string
+		envs []string
+		cmd  []string
+		port string
+		dsn  func(hostPort string) string
 	)
-	switch kind {
-	case "postgres":
+	switch s.Driver {
+	case "pgx":
 		envs = []string{"POSTGRES_PASSWORD=idem", "POSTGRES_DB=test"}
-		// The suite's three Postgres pools alone may hold 120
-		// connections, as .ci/run says; the image's default allows 100
-		// in all.
+		// The suite's Postgres pools alone may hold 120 connections, as
+		// .ci/run says; the image's default allows 100 in all.
 		cmd = []string{"postgres", "-c", "max_connections=300"}
-		port, driver = "5432/tcp", "pgx"
+		port = "5432/tcp"
 		dsn = func(hp string) string { return "postgres://postgres:idem@" + hp + "/test?sslmode=disable" }
-	case "mysql", "mariadb":
+	case "mysql":
 		envs = []string{"MYSQL_ROOT_PASSWORD=idem", "MYSQL_DATABASE=test"}
-		port, driver = "3306/tcp", "mysql"
+		port = "3306/tcp"
 		dsn = func(hp string) string { return "root:idem@tcp(" + hp + ")/test" }
 	default:
-		return "", errors.New("no container for " + kind)
+		return "", errors.New("no container for " + s.Name)
 	}
 	res, err := docker.RunWithOptions(&dockertest.RunOptions{Repository: repo, Tag: tag, Env: envs, Cmd: cmd})
 	if err != nil {
@@ -65,7 +63,7 @@ func startContainer(kind, image string) (string, error) {
 	_ = res.Expire(1800)
 	d := dsn(res.GetHostPort(port))
 	err = docker.Retry(func() error {
-		db, err := sql.Open(driver, d)
+		db, err := sql.Open(s.Driver, d)
 		if err != nil {
 			return err
 		}
@@ -75,10 +73,12 @@ func startContainer(kind, image string) (string, error) {
 	return d, err
 }
 
-func stopContainers() {
+// StopContainers removes the containers this process started.
+func StopContainers() {
 	dockerMu.Lock()
 	defer dockerMu.Unlock()
 	for _, c := range containers {
 		_ = docker.Purge(c)
 	}
+	containers = nil
 }

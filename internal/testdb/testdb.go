@@ -1,0 +1,158 @@
+// Package testdb finds the database servers idem's tests run on, the same
+// way for every package and module of the repository: the conformance
+// suite, the command's and examples' tests, the benchmarks and the
+// integrations under contrib/.
+//
+// A server's DSN comes from its environment variable (IDEM_TEST_POSTGRES_DSN,
+// ...). When that is unset, the server of a development machine
+// (DEVELOPERS.md) is tried at its usual address; when nothing answers
+// there and a Docker daemon does, a container is started (where the
+// server has an image). Otherwise the tests that need the server are
+// skipped with a message that says how to get one, or fail when
+// IDEM_TEST_REQUIRE=1, as in CI. A DSN set in the environment that does
+// not answer always fails: a mistyped DSN must not pass for a server that
+// is not there.
+package testdb
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	_ "github.com/go-sql-driver/mysql" // the MySQL family's driver
+	_ "github.com/jackc/pgx/v5/stdlib" // PostgreSQL's
+)
+
+// Server is a database server the tests reach.
+type Server struct {
+	// Name is how messages call it.
+	Name string
+	// Env is the variable that names its DSN.
+	Env string
+	// Local is its DSN on a development machine, tried when Env is unset.
+	Local string
+	// Driver is the database/sql driver that pings it.
+	Driver string
+	// Image is the Docker image started when Env is unset and nothing
+	// answers at Local; "" when it has none.
+	Image string
+	// How says how to get the server, for the message of a test that
+	// skips for want of it.
+	How string
+
+	once   sync.Once
+	dsn    string
+	reason string // why there is no DSN
+}
+
+// The servers of the suite. MySQL and MariaDB are one server on a
+// development machine (MariaDB), set apart so that CI can point each at
+// its own.
+var (
+	Postgres = &Server{Name: "PostgreSQL", Env: "IDEM_TEST_POSTGRES_DSN", Driver: "pgx",
+		Local: "postgres://postgres@127.0.0.1:5432/test?sslmode=disable", Image: "postgres:16",
+		How: "start PostgreSQL (DEVELOPERS.md)"}
+	MySQL = &Server{Name: "MySQL", Env: "IDEM_TEST_MYSQL_DSN", Driver: "mysql",
+		Local: "root@tcp(127.0.0.1:3306)/test", Image: "mysql:8.4",
+		How: "start MySQL or MariaDB (DEVELOPERS.md)"}
+	MariaDB = &Server{Name: "MariaDB", Env: "IDEM_TEST_MARIADB_DSN", Driver: "mysql",
+		Local: "root@tcp(127.0.0.1:3306)/test", Image: "mariadb:10.11",
+		How: "start MariaDB (DEVELOPERS.md)"}
+	TiDB = &Server{Name: "TiDB", Env: "IDEM_TEST_TIDB_DSN", Driver: "mysql",
+		Local: "root@tcp(127.0.0.1:4000)/test",
+		How:   "run scripts/tidb.sh start (it builds TiDB once, about 12 minutes)"}
+)
+
+// Required reports IDEM_TEST_REQUIRE=1: a missing server fails the tests
+// that need it instead of skipping them.
+var Required = os.Getenv("IDEM_TEST_REQUIRE") == "1"
+
+// DSN returns the server's DSN, or ends t: skipped when there is no
+// server, failed under IDEM_TEST_REQUIRE=1 or when the DSN set in Env
+// does not answer.
+func (s *Server) DSN(t testing.TB) string {
+	t.Helper()
+	dsn, why := s.Find()
+	if dsn == "" {
+		if Required {
+			t.Fatalf("IDEM_TEST_REQUIRE=1 and %s", why)
+		}
+		t.Skip(why)
+	}
+	return dsn
+}
+
+// Find returns the server's DSN, or "" and why there is none, for a test
+// that runs on each server it finds (and fails under IDEM_TEST_REQUIRE=1
+// for one it does not).
+func (s *Server) Find() (dsn, why string) {
+	s.resolve()
+	if s.dsn == "" {
+		return "", fmt.Sprintf("there is no %s: %s", s.Name, s.reason)
+	}
+	return s.dsn, ""
+}
+
+// resolve finds the DSN once per process: Env, else Local if it answers,
+// else a container.
+func (s *Server) resolve() {
+	s.once.Do(func() {
+		if s.dsn = os.Getenv(s.Env); s.dsn != "" {
+			return // whether it answers is the test's to find out
+		}
+		err := ping(s.Driver, s.Local)
+		if err == nil {
+			s.dsn = s.Local
+			return
+		}
+		s.reason = fmt.Sprintf("%s is unset and nothing answers at %s (%v); %s, or set %s to its DSN", s.Env, s.Local, err, s.How, s.Env)
+		if s.Image == "" {
+			return
+		}
+		dsn, cerr := startContainer(s)
+		if cerr != nil {
+			s.reason += fmt.Sprintf("; no container either: %v", cerr)
+			return
+		}
+		s.dsn = dsn
+	})
+}
+
+// ping reports whether a server answers at dsn, within a few seconds.
+func ping(driver, dsn string) error {
+	db, err := sql.Open(driver, dsn)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	return db.PingContext(ctx)
+}
+
+// Main runs a package's tests, from its TestMain, and then stops the
+// containers they started. A package whose runnable examples need a
+// server, and have no *testing.T to skip with, names it in needs: Main
+// sets the server's variable (Env) to its DSN, for the examples to read,
+// or, when there is none, runs nothing and says why (and fails under
+// IDEM_TEST_REQUIRE=1).
+func Main(m *testing.M, needs ...*Server) {
+	for _, s := range needs {
+		dsn, why := s.Find()
+		if dsn == "" {
+			fmt.Println("testdb: not running these tests:", why)
+			if Required {
+				os.Exit(1)
+			}
+			os.Exit(0)
+		}
+		_ = os.Setenv(s.Env, dsn)
+	}
+	code := m.Run()
+	StopContainers()
+	os.Exit(code)
+}
