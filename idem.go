@@ -58,6 +58,13 @@ func (s *Store) Dialect() Dialect { return s.dialect }
 // Lease returns how long a PROCESSING claim is honoured ([WithLease]).
 func (s *Store) Lease() time.Duration { return s.lease }
 
+// LockTimeout returns the bound of [WithLockTimeout] on how long Do and
+// Begin wait for another open transaction that holds the key, and whether
+// the Store has one. A layer that makes duplicates wait in memory before
+// they reach the database (idemhttp, idemgrpc) bounds that wait by it too,
+// so that a duplicate gets the same answer whichever instance it reaches.
+func (s *Store) LockTimeout() (time.Duration, bool) { return s.lockWait, s.hasLockWait }
+
 // Migrate creates the table if it is absent, and brings a table made by an
 // earlier release of idem to the newest layout this release knows, with
 // the migrations of package schema for the [Store]'s dialect and table
