@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/idemkit/idem/internal/driver"
 )
 
 // maxContention bounds how often acquire looks again after losing a race
@@ -29,31 +31,44 @@ func (rec record) matches(req Request) bool {
 	return rec.operation == req.Operation && rec.fingerprint == req.Fingerprint
 }
 
-// claim is acquire, once the dialect has checked the transaction's
+// caller is which of the Store's calls a claim is made for.
+type caller bool
+
+const (
+	// forDo: the claim commits or rolls back with the caller's
+	// transaction.
+	forDo caller = false
+	// forBegin: the claim outlives its short transaction, so it must not
+	// be committed with its lease already run out (restamp).
+	forBegin caller = true
+)
+
+// acquire claims (Scope, Key) in c for by, or returns the stored result
+// to replay (take), once the dialect has checked the transaction's
 // settings (checkSession), with its lock waits bounded when the Store has
 // WithLockTimeout: a wait that runs out is an *InFlightError, and c is
 // left as it was before. A statement of the bound that fails is reported
-// like one of acquire's.
-func (s *Store) claim(ctx context.Context, c conn, req Request, begin bool) (*Result, int64, error) {
+// like one of take's.
+func (s *Store) acquire(ctx context.Context, c driver.Conn, req Request, by caller) (*Result, int64, error) {
 	if err := s.dialect.checkSession(ctx, c); err != nil {
 		return nil, 0, err
 	}
 	if !s.hasLockWait {
-		return s.acquire(ctx, c, req, begin)
+		return s.take(ctx, c, req, by)
 	}
 	var (
-		replay     *Result
-		token      int64
-		acquireErr error
+		replay  *Result
+		token   int64
+		takeErr error
 	)
 	timedOut, err := s.dialect.boundLockWait(ctx, c, s.lockWait, func() error {
-		replay, token, acquireErr = s.acquire(ctx, c, req, begin)
-		return acquireErr
+		replay, token, takeErr = s.take(ctx, c, req, by)
+		return takeErr
 	})
 	switch {
 	case timedOut:
 		return nil, 0, inFlight(s.lockWait)
-	case err != nil && err != acquireErr:
+	case err != nil && err != takeErr:
 		return nil, 0, stmtErr("claim", req, err)
 	}
 	return replay, token, err
@@ -65,7 +80,7 @@ func (s *Store) claim(ctx context.Context, c conn, req Request, begin bool) (*Re
 // the lease's end to a full lease from now.
 const restampAfter = 10 * time.Millisecond
 
-// acquire claims (Scope, Key) inside c and returns the claim's token, or
+// take claims (Scope, Key) inside c and returns the claim's token, or
 // returns the stored result to replay. c is the caller's transaction in Do
 // and a short transaction of its own in Begin. The insert waits on the row
 // lock of any other open transaction that holds the key, so of concurrent
@@ -75,11 +90,11 @@ const restampAfter = 10 * time.Millisecond
 // free, so two takeovers of one record have one winner, and a claim
 // completed or extended since the read is not taken.
 //
-// The token fences every later statement on the claim. For Begin (begin
-// true), whose claim outlives c, a claim statement that waited longer than
-// restampAfter for the key has its lease counted again from now, so that a
-// claim is never committed with its lease already run out.
-func (s *Store) acquire(ctx context.Context, c conn, req Request, begin bool) (replay *Result, token int64, err error) {
+// The token fences every later statement on the claim. For Begin (by is
+// forBegin), whose claim outlives c, a claim statement that waited longer
+// than restampAfter for the key has its lease counted again from now, so
+// that a claim is never committed with its lease already run out.
+func (s *Store) take(ctx context.Context, c driver.Conn, req Request, by caller) (replay *Result, token int64, err error) {
 	lease, start := micros(s.lease), startWatch()
 	if s.completed.has(req) {
 		rec, found, err := s.read(ctx, c, req)
@@ -91,12 +106,12 @@ func (s *Store) acquire(ctx context.Context, c conn, req Request, begin bool) (r
 		}
 	}
 	for range maxContention {
-		ok, token, waited, err := s.claimRow(ctx, c, req, s.st.insert(req, lease), true, begin)
+		ok, token, waited, err := s.claimRow(ctx, c, req, s.st.insert(req, lease), byInsert, by)
 		if err != nil {
 			return nil, 0, stmtErr("claim", req, err)
 		}
 		if ok {
-			return nil, token, s.restamp(ctx, c, req, begin, token, waited)
+			return nil, token, s.restamp(ctx, c, req, by, token, waited)
 		}
 		rec, found, err := s.read(ctx, c, req)
 		if err != nil {
@@ -115,13 +130,13 @@ func (s *Store) acquire(ctx context.Context, c conn, req Request, begin bool) (r
 				return nil, 0, inFlight(rec.leaseLeft)
 			}
 		}
-		ok, token, waited, err = s.claimRow(ctx, c, req, s.st.takeover(req, rec.token, lease, micros(s.retention)), false, begin)
+		ok, token, waited, err = s.claimRow(ctx, c, req, s.st.takeover(req, rec.token, lease, micros(s.retention)), byTakeover, by)
 		if err != nil {
 			return nil, 0, stmtErr("take over", req, err)
 		}
 		if ok {
 			s.observe(ctx, Event{Kind: EventTakeover, Scope: req.Scope, Key: req.Key, Operation: req.Operation, Duration: start.elapsed(), Token: rec.token})
-			return nil, token, s.restamp(ctx, c, req, begin, token, waited)
+			return nil, token, s.restamp(ctx, c, req, by, token, waited)
 		}
 		// Another request took the record over, or its owner completed or
 		// extended it, since the read: look again.
@@ -140,35 +155,42 @@ func (s *Store) replayed(req Request, rec record) (*Result, int64, error) {
 	return &Result{Response: rec.resp, Replayed: true}, 0, nil
 }
 
-// claimRow runs q, the insert (insert true) or the takeover, and reports
-// whether it claimed the record, the claim's token and, for Begin (begin
-// true), how long after the statement's start the claim was granted: from
-// q itself where the dialect's statement returns them, else by reading
-// them in c.
-func (s *Store) claimRow(ctx context.Context, c conn, req Request, q query, insert, begin bool) (ok bool, token int64, waited time.Duration, err error) {
+// claimStatement is which statement claims a record.
+type claimStatement bool
+
+const (
+	byInsert   claimStatement = true  // a new record
+	byTakeover claimStatement = false // a record that is free again
+)
+
+// claimRow runs q, the claim statement stmt, and reports whether it
+// claimed the record, the claim's token and, for Begin, how long after
+// the statement's start the claim was granted: from q itself where the
+// dialect's statement returns them, else by reading them in c.
+func (s *Store) claimRow(ctx context.Context, c driver.Conn, req Request, q query, stmt claimStatement, by caller) (ok bool, token int64, waited time.Duration, err error) {
 	var lag int64
-	returnsToken, returnsLag := s.st.returns(insert)
+	returnsToken, returnsLag := s.st.returns(stmt)
 	n := int64(1) // rows claimed; a row returned is one
 	if returnsToken {
 		dest := []any{&token, &lag}
 		if !returnsLag {
 			dest = dest[:1]
 		}
-		if err = c.queryRow(ctx, q, dest...); errors.Is(err, sql.ErrNoRows) {
+		if err = c.QueryRow(ctx, q, dest...); errors.Is(err, sql.ErrNoRows) {
 			n, err = 0, nil
 		}
 	} else {
-		n, err = c.exec(ctx, q)
+		n, err = c.Exec(ctx, q)
 	}
 	ok = err == nil && n == 1
-	if insert {
+	if stmt == byInsert {
 		ok, err = s.dialect.inserted(n, err)
 	}
 	if err != nil || !ok {
 		return false, 0, 0, err
 	}
-	if !returnsToken || begin && !returnsLag {
-		if err := c.queryRow(ctx, s.st.claimed(req), &token, &lag); err != nil {
+	if !returnsToken || by == forBegin && !returnsLag {
+		if err := c.QueryRow(ctx, s.st.claimed(req), &token, &lag); err != nil {
 			return false, 0, 0, err
 		}
 	}
@@ -177,11 +199,11 @@ func (s *Store) claimRow(ctx context.Context, c conn, req Request, q query, inse
 
 // restamp moves the lease of Begin's claim to a full lease from now when
 // its statement waited longer than restampAfter, fenced on its token.
-func (s *Store) restamp(ctx context.Context, c conn, req Request, begin bool, token int64, waited time.Duration) error {
-	if !begin || waited <= restampAfter {
+func (s *Store) restamp(ctx context.Context, c driver.Conn, req Request, by caller, token int64, waited time.Duration) error {
+	if by != forBegin || waited <= restampAfter {
 		return nil
 	}
-	n, err := c.exec(ctx, s.st.extend(req, token, micros(s.lease)))
+	n, err := c.Exec(ctx, s.st.extend(req, token, micros(s.lease)))
 	if err == nil && n != 1 {
 		err = fmt.Errorf("%d records changed, want 1", n)
 	}
@@ -192,13 +214,13 @@ func (s *Store) restamp(ctx context.Context, c conn, req Request, begin bool, to
 }
 
 // read reads the record of (Scope, Key); found is false when there is none.
-func (s *Store) read(ctx context.Context, c conn, req Request) (rec record, found bool, err error) {
+func (s *Store) read(ctx context.Context, c driver.Conn, req Request) (rec record, found bool, err error) {
 	var (
 		leaseLeft int64
 		status    sql.NullInt64
 		header    []byte
 	)
-	err = c.queryRow(ctx, s.st.read(req, micros(s.retention)),
+	err = c.QueryRow(ctx, s.st.read(req, micros(s.retention)),
 		&rec.operation, &rec.fingerprint, &rec.status, &rec.token, &rec.forgotten, &leaseLeft,
 		&status, &header, &rec.resp.Body)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -217,13 +239,13 @@ func (s *Store) read(ctx context.Context, c conn, req Request) (rec record, foun
 
 // store stores resp as the final result of Do's claim, fenced on its
 // token. A claim that is gone means the database ended the transaction.
-func (s *Store) store(ctx context.Context, c conn, req Request, token int64, resp Response) error {
-	n, err := c.exec(ctx, s.st.complete(req, token, resp, encodeHeader(resp.Header)))
+func (s *Store) store(ctx context.Context, c driver.Conn, req Request, token int64, resp Response) error {
+	n, err := c.Exec(ctx, s.st.complete(req, token, resp, encodeHeader(resp.Header)))
 	switch {
 	case err != nil:
 		return stmtErr("store the response", req, err)
 	case n != 1:
-		return txEnded("store the response", req, nil)
+		return txEnded("store the response", req, token, nil)
 	}
 	s.completed.add(req)
 	return nil
@@ -234,9 +256,9 @@ func (s *Store) store(ctx context.Context, c conn, req Request, token int64, res
 // caller commits anyway, the key stays free. A statement that fails means
 // the transaction is unusable and must be rolled back, which cause says;
 // a claim that is gone means the database ended the transaction.
-func (s *Store) unclaim(ctx context.Context, c conn, req Request, token int64, cause error) error {
-	if n, err := c.exec(ctx, s.st.remove(req, token)); err == nil && n == 0 {
-		return txEnded("remove the claim", req, cause)
+func (s *Store) unclaim(ctx context.Context, c driver.Conn, req Request, token int64, cause error) error {
+	if n, err := c.Exec(ctx, s.st.remove(req, token)); err == nil && n == 0 {
+		return txEnded("remove the claim", req, token, cause)
 	}
 	return cause
 }
@@ -258,7 +280,7 @@ func stmtErr(what string, req Request, err error) error {
 // *sql.Tx stays open: the statement then ran on its own and, fenced on the
 // token, changed nothing. A retry of the whole transaction replays the
 // result of whoever holds the key now, or runs again.
-func txEnded(what string, req Request, cause error) error {
+func txEnded(what string, req Request, _ int64, cause error) error {
 	const why = "the claim this transaction made is gone: the database ended the transaction " +
 		"(a deadlock or an interrupted statement does so on MySQL and SQLite while the *sql.Tx stays open), " +
 		"or a statement in it deleted or changed the claim"

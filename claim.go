@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/idemkit/idem/internal/driver"
 )
 
 // Claim is the right to run one operation, committed by Begin as a
@@ -45,15 +47,15 @@ func (s *Store) Begin(ctx context.Context, db *sql.DB, req Request) (claim *Clai
 }
 
 // begin is Begin with its transactions run by inTx, whatever its driver.
-func (s *Store) begin(ctx context.Context, inTx txRunner, req Request) (claim *Claim, replay *Result, err error) {
+func (s *Store) begin(ctx context.Context, inTx driver.TxRunner, req Request) (claim *Claim, replay *Result, err error) {
 	defer s.observeBegin(ctx, req, startWatch(), &claim, &replay, &err)
 	if err := req.validate(); err != nil {
 		return nil, nil, err
 	}
 	var token int64
-	err = inTx(ctx, sql.LevelDefault, func(c conn) error {
+	err = inTx(ctx, sql.LevelDefault, func(c driver.Conn) error {
 		var err error
-		replay, token, err = s.claim(ctx, c, req, true)
+		replay, token, err = s.acquire(ctx, c, req, forBegin)
 		return err
 	})
 	switch {
@@ -95,7 +97,7 @@ func (c *Claim) Extend(ctx context.Context, db DBTX, d time.Duration) error {
 	return c.extend(ctx, sqlConn{db, c.s.dialect}, d)
 }
 
-func (c *Claim) extend(ctx context.Context, db conn, d time.Duration) (err error) {
+func (c *Claim) extend(ctx context.Context, db driver.Conn, d time.Duration) (err error) {
 	defer c.observeClaim(ctx, 0, startWatch(), &err)
 	if err := checkDuration("Extend's duration", d); err != nil {
 		return err
@@ -123,7 +125,7 @@ func (c *Claim) Complete(ctx context.Context, tx DBTX, resp Response) error {
 	return c.complete(ctx, sqlConn{tx, c.s.dialect}, resp)
 }
 
-func (c *Claim) complete(ctx context.Context, tx conn, resp Response) (err error) {
+func (c *Claim) complete(ctx context.Context, tx driver.Conn, resp Response) (err error) {
 	defer c.observeClaim(ctx, EventExecuted, startWatch(), &err)
 	if err := resp.validate(); err != nil {
 		return err
@@ -147,7 +149,7 @@ func (c *Claim) Release(ctx context.Context, db DBTX) error {
 	return c.release(ctx, sqlConn{db, c.s.dialect})
 }
 
-func (c *Claim) release(ctx context.Context, db conn) (err error) {
+func (c *Claim) release(ctx context.Context, db driver.Conn) (err error) {
 	defer c.observeClaim(ctx, EventReleased, startWatch(), &err)
 	return c.fenced(ctx, db, c.s.st.release(c.req, c.token), "release", "the key is no longer this claim's to release")
 }
@@ -165,8 +167,8 @@ func (c *Claim) check(db DBTX, method string) error {
 
 // fenced runs a statement fenced on the claim's token. When it changes
 // nothing, fenced reads the record to say why.
-func (c *Claim) fenced(ctx context.Context, sc conn, q query, what, advice string) error {
-	n, err := sc.exec(ctx, q)
+func (c *Claim) fenced(ctx context.Context, sc driver.Conn, q query, what, advice string) error {
+	n, err := sc.Exec(ctx, q)
 	if err != nil {
 		return fmt.Errorf("idem: %s key %q (token %d): %w", what, c.req.Key, c.token, err)
 	}
@@ -177,7 +179,7 @@ func (c *Claim) fenced(ctx context.Context, sc conn, q query, what, advice strin
 		status Status
 		token  int64
 	)
-	err = sc.queryRow(ctx, c.s.st.state(c.req), &status, &token)
+	err = sc.QueryRow(ctx, c.s.st.state(c.req), &status, &token)
 	var why string
 	switch {
 	case errors.Is(err, sql.ErrNoRows):

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/idemkit/idem/internal/driver"
 	"github.com/idemkit/idem/schema"
 )
 
@@ -57,7 +58,7 @@ type Dialect interface {
 	// d, and leaves the session's own bound as it found it. timedOut
 	// reports that fn failed because a wait ran out; c is then usable,
 	// with nothing fn did in it.
-	boundLockWait(ctx context.Context, c conn, d time.Duration, fn func() error) (timedOut bool, err error)
+	boundLockWait(ctx context.Context, c driver.Conn, d time.Duration, fn func() error) (timedOut bool, err error)
 	// inline returns q as the driver should be sent it: with its arguments
 	// written into its text where that saves the driver a round trip
 	// (MySQL), else unchanged.
@@ -67,7 +68,7 @@ type Dialect interface {
 	// transactions), with an error that names the setting and how to
 	// change it. Where no mode is unsafe it runs no statement and returns
 	// nil.
-	checkSession(ctx context.Context, c conn) error
+	checkSession(ctx context.Context, c driver.Conn) error
 }
 
 // statements are a dialect's statements for one table. Each method returns
@@ -99,12 +100,12 @@ type statements interface {
 	// statement sees it: a Complete or Extend that committed between
 	// acquire's read and this write wins. What it returns, returns says.
 	takeover(r Request, token, lease, retention int64) query
-	// returns reports what insert (insert true) or takeover returns when
-	// it claims: token, the claim's token; and lag, after the token, how
+	// returns reports what the claim statement stmt (insert or
+	// takeover) returns when it claims: token, the claim's token; and lag, after the token, how
 	// long after the statement's start the claim was granted, in µs.
 	// What they do not return (MySQL: neither; MariaDB's insert: the
 	// lag), claimed reads where it is needed.
-	returns(insert bool) (token, lag bool)
+	returns(stmt claimStatement) (token, lag bool)
 	// claimed reads the token of the claim the transaction has just made,
 	// and how long ago, in µs, its claim statement started.
 	claimed(r Request) query

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/idemkit/idem/internal/driver"
 	"github.com/idemkit/idem/schema"
 )
 
@@ -110,8 +111,8 @@ func (s *myStatements) takeover(r Request, token, lease, retention int64) query 
 // returns is what MariaDB's insert returns, the token; nothing else
 // returns anything: MySQL has no RETURNING, MariaDB none on UPDATE, and
 // LAST_INSERT_ID() must stay the caller's.
-func (s *myStatements) returns(insert bool) (token, lag bool) {
-	return insert && s.insertReturnsToken, false
+func (s *myStatements) returns(stmt claimStatement) (token, lag bool) {
+	return stmt == byInsert && s.insertReturnsToken, false
 }
 
 // The claim's created_at is its statement's start; claimed runs right
@@ -246,19 +247,19 @@ func (mysqlDialect) lockWaits() bool { return true }
 // transaction: then the error is passed on as it is, and IsRetryable
 // reports it), and idem writes nothing before its last statement, so the
 // transaction is left as it was before fn.
-func (mysqlDialect) boundLockWait(ctx context.Context, c conn, d time.Duration, fn func() error) (bool, error) {
+func (mysqlDialect) boundLockWait(ctx context.Context, c driver.Conn, d time.Duration, fn func() error) (bool, error) {
 	var (
 		old             int64
 		rollbackWholeTx bool
 	)
-	if err := c.queryRow(ctx, query{SQL: `SELECT @@SESSION.innodb_lock_wait_timeout, @@GLOBAL.innodb_rollback_on_timeout`}, &old, &rollbackWholeTx); err != nil {
+	if err := c.QueryRow(ctx, query{SQL: `SELECT @@SESSION.innodb_lock_wait_timeout, @@GLOBAL.innodb_rollback_on_timeout`}, &old, &rollbackWholeTx); err != nil {
 		return false, err
 	}
-	if _, err := c.exec(ctx, query{SQL: `SET SESSION innodb_lock_wait_timeout = ?`, Args: []any{int64((d + time.Second - 1) / time.Second)}}); err != nil {
+	if _, err := c.Exec(ctx, query{SQL: `SET SESSION innodb_lock_wait_timeout = ?`, Args: []any{int64((d + time.Second - 1) / time.Second)}}); err != nil {
 		return false, err
 	}
 	err := fn()
-	if _, rerr := c.exec(ctx, query{SQL: `SET SESSION innodb_lock_wait_timeout = ?`, Args: []any{old}}); rerr != nil {
+	if _, rerr := c.Exec(ctx, query{SQL: `SET SESSION innodb_lock_wait_timeout = ?`, Args: []any{old}}); rerr != nil {
 		return false, errors.Join(err, rerr)
 	}
 	n, ok := mysqlErrno(err)
@@ -350,7 +351,7 @@ const maxInline = 64 << 10
 // one.
 // checkSession runs nothing: every InnoDB transaction makes a duplicate
 // wait for the claim.
-func (mysqlDialect) checkSession(context.Context, conn) error { return nil }
+func (mysqlDialect) checkSession(context.Context, driver.Conn) error { return nil }
 
 func (mysqlDialect) inline(q query) query {
 	size := len(q.SQL)

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/idemkit/idem/internal/driver"
 	"github.com/idemkit/idem/schema"
 )
 
@@ -23,13 +24,13 @@ import (
 // statement arrived, the same for every use within one statement. A token
 // is that clock in microseconds since the Unix epoch, or one more than the
 // token before it.
-var Postgres Dialect = postgres{}
+var Postgres Dialect = postgresDialect{}
 
-type postgres struct{}
+type postgresDialect struct{}
 
-func (postgres) Name() string { return "postgres" }
+func (postgresDialect) Name() string { return "postgres" }
 
-func (postgres) statements(parts []string) statements {
+func (postgresDialect) statements(parts []string) statements {
 	quoted := `"` + strings.Join(parts, `"."`) + `"`
 	base := parts[len(parts)-1]
 	r := func(sql string) string { return render(sql, quoted, base) }
@@ -67,7 +68,7 @@ func (s *pgStatements) version() query {
 	return query{SQL: `SELECT to_regclass($1) IS NOT NULL, COALESCE(obj_description(to_regclass($1), 'pg_class'), '')`, Args: []any{s.quoted}}
 }
 
-func (*pgStatements) returns(bool) (token, lag bool) { return true, true }
+func (*pgStatements) returns(claimStatement) (token, lag bool) { return true, true }
 
 // RETURNING runs once the row is written, after any wait for another
 // transaction that held the key; created_at is the statement's start.
@@ -202,7 +203,7 @@ func (s *pgStatements) size() query {
 	return query{SQL: `SELECT pg_table_size($1::regclass), pg_indexes_size($1::regclass)`, Args: []any{s.quoted}}
 }
 
-func (postgres) inserted(n int64, err error) (bool, error) { return n == 1, err }
+func (postgresDialect) inserted(n int64, err error) (bool, error) { return n == 1, err }
 
 // sqlState is implemented by the errors of lib/pq (*pq.Error) and pgx
 // (*pgconn.PgError).
@@ -227,7 +228,7 @@ func sqlStateOf(err error) string {
 	return ""
 }
 
-func (postgres) retryable(err error) bool {
+func (postgresDialect) retryable(err error) bool {
 	switch sqlStateOf(err) {
 	case "40001", // serialization_failure
 		"40P01", // deadlock_detected
@@ -237,7 +238,7 @@ func (postgres) retryable(err error) bool {
 	return false
 }
 
-func (postgres) lockWaits() bool { return true }
+func (postgresDialect) lockWaits() bool { return true }
 
 // boundLockWait runs fn inside a savepoint with lock_timeout set to d for
 // the transaction. On success lock_timeout is set back and the savepoint
@@ -247,33 +248,33 @@ func (postgres) lockWaits() bool { return true }
 // is SET LOCAL: it lasts to the end of the transaction, or until the
 // savepoint is rolled back to; its SELECT evaluates the columns left to
 // right, so it returns the bound in force before it.
-func (postgres) boundLockWait(ctx context.Context, c conn, d time.Duration, fn func() error) (bool, error) {
-	if _, err := c.exec(ctx, query{SQL: `SAVEPOINT idem_lock_wait`}); err != nil {
+func (postgresDialect) boundLockWait(ctx context.Context, c driver.Conn, d time.Duration, fn func() error) (bool, error) {
+	if _, err := c.Exec(ctx, query{SQL: `SAVEPOINT idem_lock_wait`}); err != nil {
 		return false, err
 	}
 	var old, set string
 	bound := fmt.Sprintf("%dms", (d+time.Millisecond-1)/time.Millisecond)
-	if err := c.queryRow(ctx, query{SQL: `SELECT current_setting('lock_timeout'), set_config('lock_timeout', $1, true)`, Args: []any{bound}}, &old, &set); err != nil {
+	if err := c.QueryRow(ctx, query{SQL: `SELECT current_setting('lock_timeout'), set_config('lock_timeout', $1, true)`, Args: []any{bound}}, &old, &set); err != nil {
 		return false, err
 	}
 	if err := fn(); err != nil {
 		timedOut := sqlStateOf(err) == "55P03"
 		for _, stmt := range []string{`ROLLBACK TO SAVEPOINT idem_lock_wait`, `RELEASE SAVEPOINT idem_lock_wait`} {
-			if _, uerr := c.exec(ctx, query{SQL: stmt}); uerr != nil {
+			if _, uerr := c.Exec(ctx, query{SQL: stmt}); uerr != nil {
 				return false, errors.Join(err, uerr)
 			}
 		}
 		return timedOut, err
 	}
-	if err := c.queryRow(ctx, query{SQL: `SELECT set_config('lock_timeout', $1, true)`, Args: []any{old}}, &set); err != nil {
+	if err := c.QueryRow(ctx, query{SQL: `SELECT set_config('lock_timeout', $1, true)`, Args: []any{old}}, &set); err != nil {
 		return false, err
 	}
-	_, err := c.exec(ctx, query{SQL: `RELEASE SAVEPOINT idem_lock_wait`})
+	_, err := c.Exec(ctx, query{SQL: `RELEASE SAVEPOINT idem_lock_wait`})
 	return false, err
 }
 
-func (postgres) inline(q query) query { return q }
+func (postgresDialect) inline(q query) query { return q }
 
 // checkSession runs nothing: every PostgreSQL transaction makes a
 // duplicate wait for the claim.
-func (postgres) checkSession(context.Context, conn) error { return nil }
+func (postgresDialect) checkSession(context.Context, driver.Conn) error { return nil }

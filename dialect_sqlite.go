@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/idemkit/idem/internal/driver"
 	"github.com/idemkit/idem/schema"
 )
 
@@ -99,7 +100,7 @@ func (s *sqStatements) version() query {
 	return query{SQL: `SELECT COUNT(*) > 0, '' FROM pragma_table_list WHERE schema = ? AND name = ? COLLATE NOCASE`, Args: []any{s.schemaName, s.base}}
 }
 
-func (*sqStatements) returns(bool) (token, lag bool) { return true, true }
+func (*sqStatements) returns(claimStatement) (token, lag bool) { return true, true }
 
 // sqNow is the database clock in microseconds since the Unix epoch. SQLite's
 // 'now' has millisecond resolution and is the same for every use within one
@@ -240,14 +241,14 @@ func (sqliteDialect) inserted(n int64, err error) (bool, error) { return n == 1,
 // runs, and busy_timeout bounds that wait.
 func (sqliteDialect) lockWaits() bool { return false }
 
-func (sqliteDialect) boundLockWait(context.Context, conn, time.Duration, func() error) (bool, error) {
+func (sqliteDialect) boundLockWait(context.Context, driver.Conn, time.Duration, func() error) (bool, error) {
 	return false, errors.New("idem: WithLockTimeout is not supported by the sqlite dialect")
 }
 
 func (sqliteDialect) inline(q query) query { return q }
 
 // checkSession runs nothing: SQLite has one writer at a time.
-func (sqliteDialect) checkSession(context.Context, conn) error { return nil }
+func (sqliteDialect) checkSession(context.Context, driver.Conn) error { return nil }
 
 // SQLite's primary result codes that mean "retry the transaction"; an
 // extended code carries one of them in its low byte.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/idemkit/idem/internal/driver"
 	"github.com/idemkit/idem/schema"
 )
 
@@ -86,12 +87,12 @@ const (
 
 // checkSession refuses a transaction whose settings would let a duplicate
 // through: see [TiDB]. Each error names the setting and how to change it.
-func (tidbDialect) checkSession(ctx context.Context, c conn) error {
+func (tidbDialect) checkSession(ctx context.Context, c driver.Conn) error {
 	var (
 		mode, isolation, first string
 		inPlace, skipCheck     bool
 	)
-	if err := c.queryRow(ctx, query{SQL: tidbSettings}, &mode, &inPlace, &isolation, &skipCheck, &first); err != nil {
+	if err := c.QueryRow(ctx, query{SQL: tidbSettings}, &mode, &inPlace, &isolation, &skipCheck, &first); err != nil {
 		return fmt.Errorf("idem: read the TiDB transaction's settings: %w; roll back the transaction", err)
 	}
 	const refused = "idem: refused before running anything: "

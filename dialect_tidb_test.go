@@ -65,11 +65,11 @@ type countingConn struct{ n int }
 
 var errCounted = errors.New("counted, not run")
 
-func (c *countingConn) exec(context.Context, query) (int64, error) { c.n++; return 0, errCounted }
+func (c *countingConn) Exec(context.Context, query) (int64, error) { c.n++; return 0, errCounted }
 
-func (c *countingConn) queryRow(context.Context, query, ...any) error { c.n++; return errCounted }
+func (c *countingConn) QueryRow(context.Context, query, ...any) error { c.n++; return errCounted }
 
-func (c *countingConn) queryRows(context.Context, query, func(func(...any) error) error) error {
+func (c *countingConn) QueryRows(context.Context, query, func(func(...any) error) error) error {
 	c.n++
 	return errCounted
 }

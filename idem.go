@@ -2,10 +2,70 @@ package idem
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"net/http"
+	"sync/atomic"
 	"time"
+
+	"github.com/idemkit/idem/internal/driver"
 )
+
+// Request identifies one idempotent operation.
+type Request struct {
+	Scope       string // who owns the key (user, tenant, API client); keys never collide across scopes
+	Key         string // the client's Idempotency-Key: 1..255 bytes, visible ASCII (0x21..0x7E)
+	Operation   string // what the key is bound to, e.g. "POST /v1/charges"
+	Fingerprint string // digest of the request payload, e.g. from Fingerprint
+}
+
+// Response is the final result of an operation, stored and replayed.
+type Response struct {
+	StatusCode int
+	Header     http.Header // may be nil
+	Body       []byte      // any bytes; replayed byte for byte
+}
+
+// Result is what Do returns.
+type Result struct {
+	Response
+	Replayed bool // the response comes from an earlier execution; fn did not run
+}
+
+// Fingerprint is the hex SHA-256 of the parts, each length-prefixed, so that
+// ("ab","c") and ("a","bc") differ.
+func Fingerprint(parts ...[]byte) string {
+	h := sha256.New()
+	var n [8]byte
+	for _, p := range parts {
+		binary.BigEndian.PutUint64(n[:], uint64(len(p)))
+		h.Write(n[:])
+		h.Write(p)
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// Store records idempotency keys in one table through one [Dialect].
+// It holds no connections and is safe for concurrent use.
+type Store struct {
+	dialect   Dialect
+	table     string
+	lease     time.Duration
+	retention time.Duration
+	lockWait  time.Duration // with hasLockWait: the bound of WithLockTimeout
+	st        statements    // the dialect's statements for the table
+	observer  Observer
+	// completed holds the keys this Store has served (completed.go).
+	completed *completed
+	// purgeFrom is where the next purge batch starts: a created_at in µs
+	// since the Unix epoch, 0 for the beginning (purge.go).
+	purgeFrom atomic.Int64
+	// hasLockWait reports that WithLockTimeout was given.
+	hasLockWait bool
+}
 
 // New returns a [Store] for the dialect, or an error that names the bad
 // option (a table name that is not an identifier, a lease, retention or
@@ -107,7 +167,7 @@ func (s *Store) Do(ctx context.Context, tx DBTX, req Request, fn func(ctx contex
 }
 
 // do is Do in the transaction c, whatever its driver.
-func (s *Store) do(ctx context.Context, c conn, req Request, fn func(ctx context.Context) (Response, error)) (res Result, err error) {
+func (s *Store) do(ctx context.Context, c driver.Conn, req Request, fn func(ctx context.Context) (Response, error)) (res Result, err error) {
 	start := startWatch()
 	if fn == nil {
 		return Result{}, errors.New("idem: Do needs a function to run, got nil")
@@ -116,7 +176,7 @@ func (s *Store) do(ctx context.Context, c conn, req Request, fn func(ctx context
 	if err := req.validate(); err != nil {
 		return Result{}, err
 	}
-	replay, token, err := s.claim(ctx, c, req, false)
+	replay, token, err := s.acquire(ctx, c, req, forDo)
 	if err != nil {
 		return Result{}, err
 	}

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/idemkit/idem/internal/driver"
 )
 
 // Record is a stored idempotency record, as Inspect reads it for a person
@@ -39,7 +41,7 @@ func (s *Store) Inspect(ctx context.Context, db DBTX, scope, key string) (*Recor
 	return s.inspect(ctx, sqlConn{db, s.dialect}, scope, key)
 }
 
-func (s *Store) inspect(ctx context.Context, c conn, scope, key string) (*Record, error) {
+func (s *Store) inspect(ctx context.Context, c driver.Conn, scope, key string) (*Record, error) {
 	if err := (Request{Scope: scope, Key: key}).validate(); err != nil {
 		return nil, err
 	}
@@ -49,7 +51,7 @@ func (s *Store) inspect(ctx context.Context, c conn, scope, key string) (*Record
 		completed, status   sql.NullInt64
 		header, body        []byte
 	)
-	err := c.queryRow(ctx, s.st.inspect(scope, key, micros(s.retention)),
+	err := c.QueryRow(ctx, s.st.inspect(scope, key, micros(s.retention)),
 		&rec.Operation, &rec.Fingerprint, &rec.Status, &rec.Token, &lease, &created, &completed, &now,
 		&rec.Forgotten, &status, &header, &body)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -102,9 +104,9 @@ func (s *Store) Stats(ctx context.Context, db DBTX) (Stats, error) {
 	return s.stats(ctx, sqlConn{db, s.dialect})
 }
 
-func (s *Store) stats(ctx context.Context, c conn) (Stats, error) {
+func (s *Store) stats(ctx context.Context, c driver.Conn) (Stats, error) {
 	st := Stats{ByStatus: map[Status]int64{}, TableBytes: -1, IndexBytes: -1}
-	err := c.queryRows(ctx, s.st.stats(micros(s.retention)), func(scan func(...any) error) error {
+	err := c.QueryRows(ctx, s.st.stats(micros(s.retention)), func(scan func(...any) error) error {
 		var (
 			status              Status
 			n, oldest, exp, now int64
@@ -125,7 +127,7 @@ func (s *Store) stats(ctx context.Context, c conn) (Stats, error) {
 		return Stats{}, fmt.Errorf("idem: stats of %s: %w", s.table, err)
 	}
 	var table, index sql.NullInt64
-	if err := c.queryRow(ctx, s.st.size(), &table, &index); err != nil && !errors.Is(err, sql.ErrNoRows) {
+	if err := c.QueryRow(ctx, s.st.size(), &table, &index); err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return Stats{}, fmt.Errorf("idem: size of %s: %w", s.table, err)
 	}
 	if table.Valid {

@@ -155,7 +155,7 @@ func TestStatementsAreWhole(t *testing.T) {
 			"stats":       st.stats(1),
 			"size":        st.size(),
 		}
-		if token, lag := st.returns(false); !token || !lag {
+		if token, lag := st.returns(byTakeover); !token || !lag {
 			qs["claimed"] = st.claimed(r)
 		}
 		for name, q := range qs {

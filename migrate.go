@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"regexp"
 	"strconv"
+
+	"github.com/idemkit/idem/internal/driver"
 )
 
 // versionComment is how migrations from version 2 on record the table's
@@ -18,7 +20,7 @@ var versionComment = regexp.MustCompile(`\bidem schema ([0-9]+)\b`)
 // newer version than this release knows is left as it is: each version's
 // statements keep working on the tables of later versions, so that an
 // older release can still run beside a newer one, or be rolled back to.
-func (s *Store) migrate(ctx context.Context, c conn) error {
+func (s *Store) migrate(ctx context.Context, c driver.Conn) error {
 	steps := s.st.migrations()
 	v, err := s.schemaVersion(ctx, c)
 	if err != nil {
@@ -40,9 +42,9 @@ func (s *Store) migrate(ctx context.Context, c conn) error {
 }
 
 // migrateStep runs the statements of one migration in order.
-func (s *Store) migrateStep(ctx context.Context, c conn, stmts []string) error {
+func (s *Store) migrateStep(ctx context.Context, c driver.Conn, stmts []string) error {
 	for _, stmt := range stmts {
-		if _, err := c.exec(ctx, query{SQL: stmt}); err != nil {
+		if _, err := c.Exec(ctx, query{SQL: stmt}); err != nil {
 			return err
 		}
 	}
@@ -52,12 +54,12 @@ func (s *Store) migrateStep(ctx context.Context, c conn, stmts []string) error {
 // schemaVersion reads the table's schema version: 0 when it is absent,
 // the version its comment records, or 1 (a table of a release before
 // versions were recorded, or of a dialect with one version so far).
-func (s *Store) schemaVersion(ctx context.Context, c conn) (int, error) {
+func (s *Store) schemaVersion(ctx context.Context, c driver.Conn) (int, error) {
 	var (
 		exists  bool
 		comment string
 	)
-	if err := c.queryRow(ctx, s.st.version(), &exists, &comment); err != nil {
+	if err := c.QueryRow(ctx, s.st.version(), &exists, &comment); err != nil {
 		return 0, err
 	}
 	if !exists {

@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+
+	"github.com/idemkit/idem/internal/driver"
 )
 
 // Purge deletes the records past retention: completed ones whose response
@@ -36,7 +38,7 @@ func (s *Store) Purge(ctx context.Context, db *sql.DB, batch int) (int64, error)
 }
 
 // purge is Purge with its transactions run by inTx, whatever its driver.
-func (s *Store) purge(ctx context.Context, inTx txRunner, batch int) (int64, error) {
+func (s *Store) purge(ctx context.Context, inTx driver.TxRunner, batch int) (int64, error) {
 	if batch <= 0 {
 		return 0, fmt.Errorf("idem: Purge batch must be positive, got %d", batch)
 	}
@@ -66,7 +68,7 @@ func (s *Store) PurgeBatch(ctx context.Context, db *sql.DB, limit int) (int64, e
 
 // purgeOne is PurgeBatch with its transaction run by inTx, whatever its
 // driver.
-func (s *Store) purgeOne(ctx context.Context, inTx txRunner, limit int) (int64, error) {
+func (s *Store) purgeOne(ctx context.Context, inTx driver.TxRunner, limit int) (int64, error) {
 	if limit <= 0 {
 		return 0, fmt.Errorf("idem: PurgeBatch limit must be positive, got %d", limit)
 	}
@@ -81,7 +83,7 @@ func (s *Store) purgeOne(ctx context.Context, inTx txRunner, limit int) (int64, 
 // isolation level, retried as RunTx retries (a deadlock on MySQL, a busy
 // database on SQLite: the batch is safe to run again), and reports it to
 // the Observer.
-func (s *Store) purgeBatch(ctx context.Context, inTx txRunner, limit int) (n int64, err error) {
+func (s *Store) purgeBatch(ctx context.Context, inTx driver.TxRunner, limit int) (n int64, err error) {
 	start := startWatch()
 	defer func() { s.observe(ctx, Event{Kind: EventPurgeBatch, Duration: start.elapsed(), Rows: n, Err: err}) }()
 	retention := micros(s.retention)
@@ -89,8 +91,8 @@ func (s *Store) purgeBatch(ctx context.Context, inTx txRunner, limit int) (n int
 	if err != nil || !found {
 		return 0, err
 	}
-	err = inTx(ctx, s.st.purgeIsolation(), func(c conn) (err error) {
-		n, err = c.exec(ctx, s.st.purge(from, retention, limit))
+	err = inTx(ctx, s.st.purgeIsolation(), func(c driver.Conn) (err error) {
+		n, err = c.Exec(ctx, s.st.purge(from, retention, limit))
 		return err
 	})
 	if err != nil {
@@ -119,12 +121,12 @@ func (s *Store) purgeBatch(ctx context.Context, inTx txRunner, limit int) (n int
 // that batch left it). So batches that run at once, from several
 // goroutines, delete consecutive windows instead of waiting for each
 // other's rows.
-func (s *Store) purgeWindow(ctx context.Context, inTx txRunner, retention int64, limit int) (from, to int64, found bool, err error) {
+func (s *Store) purgeWindow(ctx context.Context, inTx driver.TxRunner, retention int64, limit int) (from, to int64, found bool, err error) {
 	for {
 		from = s.purgeFrom.Load()
 		var n int64
-		err = inTx(ctx, s.st.purgeIsolation(), func(c conn) error {
-			return c.queryRow(ctx, s.st.purgeWindow(from, retention, limit), &n, &to)
+		err = inTx(ctx, s.st.purgeIsolation(), func(c driver.Conn) error {
+			return c.QueryRow(ctx, s.st.purgeWindow(from, retention, limit), &n, &to)
 		})
 		if err != nil {
 			return 0, 0, false, err

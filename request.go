@@ -1,11 +1,7 @@
 package idem
 
 import (
-	"crypto/sha256"
-	"encoding/binary"
-	"encoding/hex"
 	"fmt"
-	"net/http"
 	"unicode/utf8"
 )
 
@@ -16,40 +12,6 @@ const (
 	MaxOperationLen   = 255 // bytes in Request.Operation
 	MaxFingerprintLen = 128 // bytes in Request.Fingerprint
 )
-
-// Request identifies one idempotent operation.
-type Request struct {
-	Scope       string // who owns the key (user, tenant, API client); keys never collide across scopes
-	Key         string // the client's Idempotency-Key: 1..255 bytes, visible ASCII (0x21..0x7E)
-	Operation   string // what the key is bound to, e.g. "POST /v1/charges"
-	Fingerprint string // digest of the request payload, e.g. from Fingerprint
-}
-
-// Response is the final result of an operation, stored and replayed.
-type Response struct {
-	StatusCode int
-	Header     http.Header // may be nil
-	Body       []byte      // any bytes; replayed byte for byte
-}
-
-// Result is what Do returns.
-type Result struct {
-	Response
-	Replayed bool // the response comes from an earlier execution; fn did not run
-}
-
-// Fingerprint is the hex SHA-256 of the parts, each length-prefixed, so that
-// ("ab","c") and ("a","bc") differ.
-func Fingerprint(parts ...[]byte) string {
-	h := sha256.New()
-	var n [8]byte
-	for _, p := range parts {
-		binary.BigEndian.PutUint64(n[:], uint64(len(p)))
-		h.Write(n[:])
-		h.Write(p)
-	}
-	return hex.EncodeToString(h.Sum(nil))
-}
 
 func (r Request) validate() error {
 	if err := ValidateKey(r.Key); err != nil {

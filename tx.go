@@ -5,7 +5,9 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"reflect"
+	"time"
 
 	"github.com/idemkit/idem/internal/driver"
 )
@@ -113,8 +115,17 @@ func RunTx(ctx context.Context, db *sql.DB, opts *sql.TxOptions, fn func(tx *sql
 	if db == nil || fn == nil {
 		return errors.New("idem: RunTx needs a *sql.DB and a function")
 	}
-	return Retry(ctx, func() error { return runTxOnce(ctx, db, opts, fn) })
+	return Retry(ctx, func() error {
+		tx, err := db.BeginTx(ctx, opts)
+		return driver.Attempt(ctx, sqlEnder{tx}, err, func(e sqlEnder) error { return fn(e.Tx) })
+	})
 }
+
+// sqlEnder is a *sql.Tx as a driver.Ender.
+type sqlEnder struct{ *sql.Tx }
+
+func (e sqlEnder) Commit(context.Context) error   { return e.Tx.Commit() }
+func (e sqlEnder) Rollback(context.Context) error { return e.Tx.Rollback() }
 
 // Retry is RunTx's retry loop around any function that runs one whole
 // transaction, such as an ORM's transaction helper:
@@ -127,81 +138,42 @@ func RunTx(ctx context.Context, db *sql.DB, opts *sql.TxOptions, fn func(tx *sql
 // true (the duplicate that lost a race then replays the winner's result),
 // up to 10 attempts in all, after a jittered exponential backoff (5ms
 // doubling to at most 500ms). Retry returns nil, fn's first error that is
-// not retryable, or, after the last attempt, an error that wraps the last
-// one; at once when ctx ends, the last error joined with ctx's. fn must
-// begin, commit and roll back its transaction itself, as the helpers of
-// GORM (db.Transaction), bun (db.RunInTx) and ent do.
+// not retryable, or, after the last attempt, an error that says it gave
+// up and wraps the last one; at once when ctx ends, the last error joined
+// with ctx's. fn must begin, commit and roll back its transaction itself,
+// as the helpers of GORM (db.Transaction), bun (db.RunInTx) and ent do.
 func Retry(ctx context.Context, fn func() error) error {
 	if fn == nil {
 		return errors.New("idem: Retry needs a function")
 	}
-	return driver.Retry(ctx, IsRetryable, fn)
-}
-
-func runTxOnce(ctx context.Context, db *sql.DB, opts *sql.TxOptions, fn func(tx *sql.Tx) error) (err error) {
-	tx, err := db.BeginTx(ctx, opts)
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if p := recover(); p != nil {
-			_ = tx.Rollback()
-			panic(p)
+	backoff := baseBackoff
+	for attempt := 1; ; attempt++ {
+		err := fn()
+		if err == nil || !IsRetryable(err) {
+			return err
 		}
-		if err != nil {
-			_ = tx.Rollback()
+		if attempt == maxAttempts {
+			return gaveUp(attempt, err)
 		}
-	}()
-	if err = fn(tx); err != nil {
-		return err
+		t := time.NewTimer(backoff/2 + rand.N(backoff/2+1))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return errors.Join(err, ctx.Err())
+		case <-t.C:
+		}
+		backoff = min(2*backoff, maxBackoff)
 	}
-	return tx.Commit()
 }
 
-// sqlConn runs statements through a database/sql handle, each as its
-// dialect has it sent (inline).
-type sqlConn struct {
-	db DBTX
-	d  Dialect
-}
+// The bounds of Retry.
+const (
+	maxAttempts = 10
+	baseBackoff = 5 * time.Millisecond
+	maxBackoff  = 500 * time.Millisecond
+)
 
-func (c sqlConn) exec(ctx context.Context, q query) (int64, error) {
-	q = c.d.inline(q)
-	res, err := c.db.ExecContext(ctx, q.SQL, q.Args...)
-	if err != nil {
-		return 0, err
-	}
-	return res.RowsAffected()
-}
-
-func (c sqlConn) queryRow(ctx context.Context, q query, dest ...any) error {
-	q = c.d.inline(q)
-	return c.db.QueryRowContext(ctx, q.SQL, q.Args...).Scan(dest...)
-}
-
-func (c sqlConn) queryRows(ctx context.Context, q query, each func(scan func(dest ...any) error) error) error {
-	q = c.d.inline(q)
-	rows, err := c.db.QueryContext(ctx, q.SQL, q.Args...)
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	return driver.EachRow(rows, each)
-}
-
-var _ conn = sqlConn{}
-
-// txRunner runs fn in a short transaction of its own at isolation level
-// iso (sql.LevelDefault: the server's), commits it, and retries it as
-// RunTx does. Begin and Purge run their transactions through one, whatever
-// the driver.
-type txRunner func(ctx context.Context, iso sql.IsolationLevel, fn func(c conn) error) error
-
-// sqlTx runs transactions on a database/sql pool with RunTx.
-func sqlTx(db *sql.DB, d Dialect) txRunner {
-	return func(ctx context.Context, iso sql.IsolationLevel, fn func(c conn) error) error {
-		return RunTx(ctx, db, &sql.TxOptions{Isolation: iso}, func(tx *sql.Tx) error {
-			return fn(sqlConn{tx, d})
-		})
-	}
+// gaveUp is Retry's error after its last attempt failed with err.
+func gaveUp(attempts int, err error) error {
+	return fmt.Errorf("idem: giving up after %d attempts: %w", attempts, err)
 }

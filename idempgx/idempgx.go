@@ -11,6 +11,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/driver"
+	"github.com/idemkit/idem/internal/engine"
 )
 
 // DBTX runs statements: pgx.Tx, *pgx.Conn and *pgxpool.Pool satisfy it, as
@@ -26,22 +27,9 @@ type TxBeginner interface {
 	BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error)
 }
 
-// engine is the part of package idem's engine this package runs (see
-// driver.Engine).
-type engine interface {
-	Do(ctx context.Context, s *idem.Store, tx driver.Conn, req idem.Request, fn func(ctx context.Context) (idem.Response, error)) (idem.Result, error)
-	Begin(ctx context.Context, s *idem.Store, inTx driver.TxRunner, req idem.Request) (*idem.Claim, *idem.Result, error)
-	Extend(ctx context.Context, c *idem.Claim, db driver.Conn, d time.Duration) error
-	Complete(ctx context.Context, c *idem.Claim, tx driver.Conn, resp idem.Response) error
-	Release(ctx context.Context, c *idem.Claim, db driver.Conn) error
-	Migrate(ctx context.Context, s *idem.Store, db driver.Conn) error
-	Purge(ctx context.Context, s *idem.Store, inTx driver.TxRunner, batch int) (int64, error)
-	PurgeBatch(ctx context.Context, s *idem.Store, inTx driver.TxRunner, limit int) (int64, error)
-	Inspect(ctx context.Context, s *idem.Store, db driver.Conn, scope, key string) (*idem.Record, error)
-	Stats(ctx context.Context, s *idem.Store, db driver.Conn) (idem.Stats, error)
-}
-
-var eng = driver.Engine.(engine)
+// eng is package idem's engine, which runs every operation over pgx's
+// handles (conn, txRunner).
+var eng = engine.E
 
 // Store is an [*idem.Store] run over pgx. It holds no connections and is
 // safe for concurrent use.

@@ -22,27 +22,10 @@ func RunTx(ctx context.Context, db TxBeginner, opts pgx.TxOptions, fn func(tx pg
 	if db == nil || fn == nil {
 		return errors.New("idempgx: RunTx needs a *pgxpool.Pool or *pgx.Conn and a function")
 	}
-	return driver.Retry(ctx, idem.IsRetryable, func() error { return runTxOnce(ctx, db, opts, fn) })
-}
-
-func runTxOnce(ctx context.Context, db TxBeginner, opts pgx.TxOptions, fn func(tx pgx.Tx) error) (err error) {
-	tx, err := db.BeginTx(ctx, opts)
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if p := recover(); p != nil {
-			_ = tx.Rollback(context.WithoutCancel(ctx))
-			panic(p)
-		}
-		if err != nil {
-			_ = tx.Rollback(context.WithoutCancel(ctx))
-		}
-	}()
-	if err = fn(tx); err != nil {
-		return err
-	}
-	return tx.Commit(ctx)
+	return idem.Retry(ctx, func() error {
+		tx, err := db.BeginTx(ctx, opts)
+		return driver.Attempt(ctx, tx, err, fn)
+	})
 }
 
 // txRunner runs the engine's own short transactions (Begin's, Purge's)

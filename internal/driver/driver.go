@@ -1,17 +1,15 @@
 // Package driver is the seam between idem's engine (the claim algorithm and
-// its statements, in package idem) and the database drivers it runs on.
-// Package idem adapts database/sql to [Conn] itself; a native driver's
-// package in this module (idempgx) adapts its own connections and
-// transactions the same way, and reaches the engine through [Engine].
+// its statements, in package idem) and the database drivers it runs on:
+// the engine runs every statement through a [Conn] and its own short
+// transactions through a [TxRunner]. Package idem adapts database/sql to
+// them (its sqlconn.go); a native driver's package (idempgx) adapts its
+// own connections and transactions the same way, and runs the engine
+// through package internal/engine.
 package driver
 
 import (
 	"context"
 	"database/sql"
-	"errors"
-	"fmt"
-	"math/rand/v2"
-	"time"
 )
 
 // Query is one statement, whole, with its arguments in order.
@@ -57,43 +55,43 @@ func EachRow(rows Rows, each func(scan func(dest ...any) error) error) error {
 // idem.IsRetryable is true, as idem.RunTx does.
 type TxRunner func(ctx context.Context, iso sql.IsolationLevel, fn func(c Conn) error) error
 
-// Engine is package idem's engine: its init sets it to a value whose
-// methods run each operation of a Store or Claim over a Conn or TxRunner
-// (Do, Begin, Extend, Complete, Release, Migrate, Purge, PurgeBatch,
-// Inspect, Stats; see package idem's native.go). A driver package asserts
-// it to an interface of the methods it calls, once, when it starts: it
-// imports package idem, so idem's init has run by then.
+// Engine is package idem's engine, set by its init: package
+// internal/engine asserts it to the interface engine.Engine, the one
+// declaration of what a driver package can run. (It is held here, as an
+// any, because package idem cannot import internal/engine, which imports
+// idem.)
 var Engine any
 
-// The bounds of Retry.
-const (
-	maxAttempts = 10
-	baseBackoff = 5 * time.Millisecond
-	maxBackoff  = 500 * time.Millisecond
-)
+// Ender ends a transaction: a pgx.Tx is one, and package idem adapts a
+// *sql.Tx to it.
+type Ender interface {
+	Commit(ctx context.Context) error
+	Rollback(ctx context.Context) error
+}
 
-// Retry calls once until it returns nil or an error for which retryable is
-// false, up to 10 attempts in all, after a jittered exponential backoff
-// (5ms doubling to at most 500ms) between attempts. It gives up with the
-// last error, and at once when ctx ends. idem.RunTx and idempgx.RunTx
-// retry their transactions with it.
-func Retry(ctx context.Context, retryable func(error) bool, once func() error) error {
-	backoff := baseBackoff
-	for attempt := 1; ; attempt++ {
-		err := once()
-		if err == nil || !retryable(err) {
-			return err
-		}
-		if attempt == maxAttempts {
-			return fmt.Errorf("idem: giving up after %d attempts: %w", attempt, err)
-		}
-		t := time.NewTimer(backoff/2 + rand.N(backoff/2+1))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return errors.Join(err, ctx.Err())
-		case <-t.C:
-		}
-		backoff = min(2*backoff, maxBackoff)
+// Attempt is one attempt of a transaction that the caller has begun (tx,
+// or beginErr when the begin failed): it runs fn in tx and commits it.
+// Unless the commit succeeds, tx is rolled back (on a context that ctx's
+// end does not cancel, so that the rollback is sent): when fn or the
+// commit fails, and when fn panics or its goroutine exits (a test's
+// t.Fatal), whose panic goes on. idem.RunTx and idempgx.RunTx run each
+// attempt through it, and idem.Retry the attempts.
+func Attempt[T Ender](ctx context.Context, tx T, beginErr error, fn func(tx T) error) error {
+	if beginErr != nil {
+		return beginErr
 	}
+	committed := false
+	defer func() {
+		if !committed {
+			_ = tx.Rollback(context.WithoutCancel(ctx))
+		}
+	}()
+	if err := fn(tx); err != nil {
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return err
+	}
+	committed = true
+	return nil
 }

@@ -1,0 +1,56 @@
+package idem
+
+import (
+	"context"
+	"database/sql"
+
+	"github.com/idemkit/idem/internal/driver"
+)
+
+// query is one statement, whole, with its arguments in order.
+type query = driver.Query
+
+// sqlConn is database/sql's [driver.Conn]: it runs the engine's statements
+// through a DBTX, each as its dialect has it sent (inline). A native
+// driver's package adapts its own handles to driver.Conn the same way
+// (idempgx), and reaches the engine through native.go.
+type sqlConn struct {
+	db DBTX
+	d  Dialect
+}
+
+var _ driver.Conn = sqlConn{}
+
+func (c sqlConn) Exec(ctx context.Context, q query) (int64, error) {
+	q = c.d.inline(q)
+	res, err := c.db.ExecContext(ctx, q.SQL, q.Args...)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+func (c sqlConn) QueryRow(ctx context.Context, q query, dest ...any) error {
+	q = c.d.inline(q)
+	return c.db.QueryRowContext(ctx, q.SQL, q.Args...).Scan(dest...)
+}
+
+func (c sqlConn) QueryRows(ctx context.Context, q query, each func(scan func(dest ...any) error) error) error {
+	q = c.d.inline(q)
+	rows, err := c.db.QueryContext(ctx, q.SQL, q.Args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	return driver.EachRow(rows, each)
+}
+
+// sqlTx is database/sql's [driver.TxRunner]: Begin and Purge run their own
+// short transactions on db with RunTx.
+func sqlTx(db *sql.DB, d Dialect) driver.TxRunner {
+	return func(ctx context.Context, iso sql.IsolationLevel, fn func(c driver.Conn) error) error {
+		return RunTx(ctx, db, &sql.TxOptions{Isolation: iso}, func(tx *sql.Tx) error {
+			return fn(sqlConn{tx, d})
+		})
+	}
+}
