@@ -232,7 +232,9 @@ func (s *Store) read(ctx context.Context, c driver.Conn, req Request) (rec recor
 	rec.leaseLeft = time.Duration(leaseLeft) * time.Microsecond
 	rec.resp.StatusCode = int(status.Int64)
 	if rec.resp.Header, err = decodeHeader(header); err != nil {
-		return record{}, false, fmt.Errorf("idem: read the record for key %q in scope %q: %w (not written by idem?); delete the record by hand (docs/operations.md) or wait for it to pass retention", req.Key, req.Scope, err)
+		return record{}, false, &Error{Op: "read the record", Scope: req.Scope, Key: req.Key,
+			Err:  fmt.Errorf("%w (not written by idem?)", err),
+			Next: "delete the record by hand (docs/operations.md) or wait for it to pass retention"}
 	}
 	return rec, true, nil
 }
@@ -266,11 +268,11 @@ func (s *Store) unclaim(ctx context.Context, c driver.Conn, req Request, token i
 // stmtErr reports that one of idem's statements failed: what idem was
 // doing, for which key, the database's error, and what to do next.
 func stmtErr(what string, req Request, err error) error {
-	next := "roll back the transaction"
+	next := nextRollBack
 	if IsRetryable(err) {
-		next = "roll back and run the whole transaction again (RunTx does this)"
+		next = nextRetry
 	}
-	return fmt.Errorf("idem: %s for key %q in scope %q: %w; %s", what, req.Key, req.Scope, err, next)
+	return &Error{Op: what, Scope: req.Scope, Key: req.Key, Err: err, Next: next}
 }
 
 // txEnded reports that Do's statement after fn (what) found no claim of
@@ -280,21 +282,25 @@ func stmtErr(what string, req Request, err error) error {
 // *sql.Tx stays open: the statement then ran on its own and, fenced on the
 // token, changed nothing. A retry of the whole transaction replays the
 // result of whoever holds the key now, or runs again.
-func txEnded(what string, req Request, _ int64, cause error) error {
-	const why = "the claim this transaction made is gone: the database ended the transaction " +
+func txEnded(what string, req Request, token int64, cause error) error {
+	const why = "it changed nothing: the claim this transaction made is gone: the database ended the transaction " +
 		"(a deadlock or an interrupted statement does so on MySQL and SQLite while the *sql.Tx stays open), " +
 		"or a statement in it deleted or changed the claim"
-	const next = "roll back and retry (RunTx does this): the retry replays the result of whoever holds the key now, or runs again"
+	err := fmt.Errorf("%w: %s", errTxEnded, why)
 	if cause != nil {
-		return fmt.Errorf("%w: %s for key %q in scope %q changed nothing; %s; fn's error: %w; %s", errTxEnded, what, req.Key, req.Scope, why, cause, next)
+		err = fmt.Errorf("%w: %s; fn's error: %w", errTxEnded, why, cause)
 	}
-	return fmt.Errorf("%w: %s for key %q in scope %q changed nothing; %s; %s", errTxEnded, what, req.Key, req.Scope, why, next)
+	return &Error{Op: what, Scope: req.Scope, Key: req.Key, Token: token, Err: err,
+		Next: "roll back and retry (RunTx and Retry do so): the retry replays the result of whoever holds the key now, or runs again"}
 }
 
+// mismatch reports that req's key has a record of another request.
 func mismatch(req Request, rec record) error {
 	what := "payload (Fingerprint)"
 	if rec.operation != req.Operation {
 		what = fmt.Sprintf("operation %q", rec.operation)
 	}
-	return fmt.Errorf("%w: key %q in scope %q was first used with another %s; use a new key for a new request", ErrMismatch, req.Key, req.Scope, what)
+	return &Error{Op: "claim", Scope: req.Scope, Key: req.Key,
+		Err:  fmt.Errorf("%w: the key was first used with another %s", ErrMismatch, what),
+		Next: "use a new key for a new request"}
 }

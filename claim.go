@@ -168,9 +168,16 @@ func (c *Claim) check(db DBTX, method string) error {
 // fenced runs a statement fenced on the claim's token. When it changes
 // nothing, fenced reads the record to say why.
 func (c *Claim) fenced(ctx context.Context, sc driver.Conn, q query, what, advice string) error {
+	fail := func(err error, next string) error {
+		return &Error{Op: what, Scope: c.req.Scope, Key: c.req.Key, Token: c.token, Err: err, Next: next}
+	}
 	n, err := sc.Exec(ctx, q)
 	if err != nil {
-		return fmt.Errorf("idem: %s key %q (token %d): %w", what, c.req.Key, c.token, err)
+		next := nextRollBack
+		if IsRetryable(err) {
+			next = nextRetry
+		}
+		return fail(err, next)
 	}
 	if n == 1 {
 		return nil
@@ -185,8 +192,7 @@ func (c *Claim) fenced(ctx context.Context, sc driver.Conn, q query, what, advic
 	case errors.Is(err, sql.ErrNoRows):
 		why = "no longer exists (purged)"
 	case err != nil:
-		return fmt.Errorf("%w: %s key %q (your token %d) changed nothing, and reading the key failed: %v; %s",
-			ErrLeaseLost, what, c.req.Key, c.token, err, advice)
+		return fail(fmt.Errorf("%w: it changed nothing, and reading the key failed: %v", ErrLeaseLost, err), advice)
 	case token != c.token:
 		why = fmt.Sprintf("was taken over by another request, whose token is %d", token)
 	case status == StatusCompleted:
@@ -196,7 +202,7 @@ func (c *Claim) fenced(ctx context.Context, sc driver.Conn, q query, what, advic
 	default:
 		why = fmt.Sprintf("is %s and did not change", status)
 	}
-	return fmt.Errorf("%w: key %q %s (your token %d); %s", ErrLeaseLost, c.req.Key, why, c.token, advice)
+	return fail(fmt.Errorf("%w: the key %s", ErrLeaseLost, why), advice)
 }
 
 // observeBegin reports the outcome of a Begin that began at start. It is

@@ -3,6 +3,7 @@ package idem
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -60,3 +61,53 @@ var errTxEnded = errors.New("idem: the transaction was rolled back by the databa
 // IsRetryable reports true for it: a retry of the transaction will see the
 // winner's result.
 var errContended = errors.New("idem: the key changed hands repeatedly while being claimed; retry the transaction")
+
+// Error is the error of one of idem's calls about one key, once the
+// request was valid: what idem was doing, for which request and claim, why
+// it failed, and what to do about it. errors.Is and errors.As see through
+// it to Err, so a caller branches as before ([ErrMismatch], [ErrLeaseLost],
+// [IsRetryable], the driver's own error) and logs the fields without
+// parsing the message. An [*InFlightError] is returned as it is, and
+// errors of the Store's configuration or of a request refused before any
+// statement ([ErrInvalidKey], [ErrInvalidRequest]) are not Errors: they
+// concern no record.
+type Error struct {
+	// Op is what idem was doing: "claim", "store the response",
+	// "complete", "extend the lease", "release", ...
+	Op string
+	// Scope and Key are the request's.
+	Scope, Key string
+	// Token is the fencing token of the claim the call was about; 0 for
+	// a call that failed before it had one.
+	Token int64
+	// Err is why: a database error, ErrMismatch, ErrLeaseLost, or idem's
+	// report that the database ended the transaction.
+	Err error
+	// Next is what to do about it, as the message ends.
+	Next string
+}
+
+// Error reads "idem: Op for key K in scope S (token T): Err; Next".
+func (e *Error) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "idem: %s for key %q in scope %q", e.Op, e.Key, e.Scope)
+	if e.Token != 0 {
+		fmt.Fprintf(&b, " (token %d)", e.Token)
+	}
+	b.WriteString(": ")
+	b.WriteString(strings.TrimPrefix(e.Err.Error(), "idem: "))
+	if e.Next != "" {
+		b.WriteString("; ")
+		b.WriteString(e.Next)
+	}
+	return b.String()
+}
+
+// Unwrap returns Err.
+func (e *Error) Unwrap() error { return e.Err }
+
+// What to do next, as Errors end.
+const (
+	nextRollBack = "roll back the transaction"
+	nextRetry    = "roll back and run the whole transaction again (RunTx and Retry do so)"
+)

@@ -173,7 +173,14 @@ const (
 	maxBackoff  = 500 * time.Millisecond
 )
 
-// gaveUp is Retry's error after its last attempt failed with err.
+// gaveUp is Retry's error after its last attempt failed with err. An
+// [*Error] loses its advice to retry, which has been followed.
 func gaveUp(attempts int, err error) error {
-	return fmt.Errorf("idem: giving up after %d attempts: %w", attempts, err)
+	if e, ok := err.(*Error); ok && e.Next != "" {
+		c := *e
+		c.Next = ""
+		err = &c
+	}
+	return fmt.Errorf("idem: gave up after %d attempts, each rolled back for an error that a retry may cure (IsRetryable): "+
+		"the key stayed contended, or something else kept failing the transaction; the last: %w", attempts, err)
 }
