@@ -13,16 +13,18 @@ import (
 // DBTX runs statements. Do and [Claim.Complete] write through it inside the
 // caller's transaction, so there it must be one: a *sql.Tx, a *sqlx.Tx
 // (which embeds one), GORM's transaction (tx.Statement.ConnPool inside
-// db.Transaction: a *sql.Tx, or a *gorm.PreparedStmtTX with PrepareStmt),
-// a bun.Tx (whose *sql.Tx idem uses: bun rewrites statements itself), or a
-// type of the caller's with Commit and Rollback methods that wraps one.
-// Do and Complete refuse, before any statement, every handle that is not
-// inside a transaction: *sql.DB and *sql.Conn satisfy DBTX but run each
-// statement on its own and commit it at once, and so do sqlx's, GORM's,
-// bun's and ent's pools and connections, and any handle without Commit
-// and Rollback. Migrate, [Claim.Extend], [Claim.Release], Inspect and
-// Stats take any DBTX, a *sql.DB included. docs/orm.md shows each ORM's
-// line.
+// db.Transaction: a *sql.Tx, or with PrepareStmt a *gorm.PreparedStmtTX,
+// whose *sql.Tx idem uses, unprepared), a bun.Tx (whose *sql.Tx idem
+// uses: bun rewrites statements itself), sqlc's DBTX holding one of
+// these, or a type of the caller's with Commit and Rollback methods that
+// wraps one. ent's *Tx is no DBTX (it has no QueryRowContext): package
+// contrib/idement runs Do in it. Do and Complete refuse, before any
+// statement, every handle that is not inside a transaction: *sql.DB and
+// *sql.Conn satisfy DBTX but run each statement on its own and commit it
+// at once, and so do sqlx's, GORM's and bun's pools and connections, and
+// any handle without Commit and Rollback. Migrate, [Claim.Extend],
+// [Claim.Release], Inspect and Stats take any DBTX, a *sql.DB included.
+// docs/orm.md shows each ORM's line.
 type DBTX interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)

@@ -39,7 +39,7 @@
 // ent's client runs each statement on its own and is refused at compile
 // time: it is neither an idem.DBTX nor a [Tx]. On MySQL, idem's statements
 // through ent's Tx are sent with their arguments, so go-sql-driver/mysql
-// prepares each one (two round trips more) unless the DSN sets
+// prepares each one (a round trip and a close more) unless the DSN sets
 // interpolateParams=true; through the *sql.Tx of the other way, idem
 // sends them in one. docs/orm.md shows the same for the other ORMs and
 // query builders.
