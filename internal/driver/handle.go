@@ -76,6 +76,6 @@ var hints = []struct{ pkg, instead string }{
 	{"github.com/jmoiron/sqlx", "pass the *sqlx.Tx that db.Beginx returns, or the *sql.Tx of idem.RunTx"},
 	{"gorm.io/gorm", "inside db.Transaction(func(tx *gorm.DB) error { ... }), pass tx.Statement.ConnPool (docs/orm.md)"},
 	{"github.com/uptrace/bun", "inside db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error { ... }), pass tx (docs/orm.md)"},
-	{"entgo.io/ent", "pass ent's *Tx through package idement (docs/orm.md)"},
+	{"entgo.io/ent", "pass ent's *Tx to idement.Do, or build ent's client on the *sql.Tx of idem.RunTx and pass that (docs/orm.md)"},
 	{"github.com/jackc/pgx", "pass a pgx.Tx, from pool.Begin or idempgx.RunTx"},
 }
