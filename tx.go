@@ -63,10 +63,10 @@ func txOf(tx DBTX, method string) (DBTX, error) {
 // field Tx) idem uses instead. A bun.Tx formats a statement itself,
 // argument values written into its text, and passes the driver none,
 // which PostgreSQL's $1 cannot do without. GORM's *gorm.PreparedStmtTX
-// (PrepareStmt) prepares each statement text it runs and caches it for a
-// day, without a bound: a prepare more per statement, and on MySQL, whose
-// dialect writes the arguments into the text, statements more in the
-// cache for every key.
+// (PrepareStmt) prepares each statement text it runs and caches it (by
+// default for a day, without a bound): a prepare more per statement,
+// and on MySQL, whose dialect writes the arguments into the text,
+// statements more in the cache for every key.
 var rewriters = map[[2]string]bool{
 	{"github.com/uptrace/bun", "Tx"}:   true,
 	{"gorm.io/gorm", "PreparedStmtTX"}: true,

@@ -96,7 +96,7 @@ func TestOnlyTransactionsAccepted(t *testing.T) {
 func ok(context.Context) (idem.Response, error) { return idem.Response{StatusCode: 201}, nil }
 
 // With PrepareStmt, GORM prepares and caches every statement text run
-// through its *gorm.PreparedStmtTX, for a day and without a bound; idem's
+// through its *gorm.PreparedStmtTX (by default for a day, without a bound); idem's
 // statements through it would add the MySQL dialect's texts (their
 // arguments written in) for every key, and cost a prepare each on either
 // server. Do runs them on the transaction's *sql.Tx instead, so GORM's
