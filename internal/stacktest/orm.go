@@ -217,9 +217,10 @@ type ORMDatabase struct {
 	Dialect idem.Dialect
 	// Name is the schema's or database's name.
 	Name string
-	// DSN reaches it in the Go drivers' format: a PostgreSQL URL whose
-	// search_path is the schema (pgx, lib/pq and bun's pgdriver take it),
-	// or a go-sql-driver/mysql DSN whose database it is.
+	// DSN reaches it in the Go drivers' format: a PostgreSQL DSN whose
+	// search_path is the schema (pgx, lib/pq and, from a URL, bun's
+	// pgdriver take it), or a go-sql-driver/mysql DSN whose database it
+	// is.
 	DSN string
 }
 
@@ -230,8 +231,11 @@ func ORMPostgres(t *testing.T) ORMDatabase {
 	dsn := testdb.Postgres.DSN(t)
 	name := ormName()
 	ormCreate(t, "pgx", dsn, "CREATE SCHEMA "+name, "DROP SCHEMA "+name+" CASCADE")
-	sep := "?"
-	if strings.Contains(dsn, "?") {
+	sep := "?" // a URL's first parameter
+	switch {
+	case !strings.Contains(dsn, "://"):
+		sep = " " // a key=value DSN
+	case strings.Contains(dsn, "?"):
 		sep = "&"
 	}
 	return ORMDatabase{Server: "PostgreSQL", Dialect: idem.Postgres, Name: name, DSN: dsn + sep + "search_path=" + name}
