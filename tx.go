@@ -15,16 +15,18 @@ import (
 // DBTX runs statements. Do and [Claim.Complete] write through it inside the
 // caller's transaction, so there it must be one: a *sql.Tx, a *sqlx.Tx
 // (which embeds one), GORM's transaction (tx.Statement.ConnPool inside
-// db.Transaction: a *sql.Tx, or a *gorm.PreparedStmtTX with PrepareStmt),
-// a bun.Tx (whose *sql.Tx idem uses: bun rewrites statements itself), or a
-// type of the caller's with Commit and Rollback methods that wraps one.
-// Do and Complete refuse, before any statement, every handle that is not
-// inside a transaction: *sql.DB and *sql.Conn satisfy DBTX but run each
-// statement on its own and commit it at once, and so do sqlx's, GORM's,
-// bun's and ent's pools and connections, and any handle without Commit
-// and Rollback. Migrate, [Claim.Extend], [Claim.Release], Inspect and
-// Stats take any DBTX, a *sql.DB included. docs/orm.md shows each ORM's
-// line.
+// db.Transaction: a *sql.Tx, or with PrepareStmt a *gorm.PreparedStmtTX,
+// whose *sql.Tx idem uses, unprepared), a bun.Tx (whose *sql.Tx idem
+// uses: bun rewrites statements itself), sqlc's DBTX holding one of
+// these, or a type of the caller's with Commit and Rollback methods that
+// wraps one. ent's *Tx is no DBTX (it has no QueryRowContext): package
+// contrib/idement runs Do in it. Do and Complete refuse, before any
+// statement, every handle that is not inside a transaction: *sql.DB and
+// *sql.Conn satisfy DBTX but run each statement on its own and commit it
+// at once, and so do sqlx's, GORM's and bun's pools and connections, and
+// any handle without Commit and Rollback. Migrate, [Claim.Extend],
+// [Claim.Release], Inspect and Stats take any DBTX, a *sql.DB included.
+// docs/orm.md shows each ORM's line.
 type DBTX interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
@@ -39,10 +41,9 @@ var (
 
 // txOf returns the handle that method (Do, Complete) runs its statements
 // through inside the caller's transaction tx: tx itself, or the *sql.Tx
-// of a handle that rewrites statements and drops their arguments (bun.Tx
-// formats a statement itself and passes the driver no arguments, which
-// PostgreSQL's $1 cannot do without). It refuses, before any statement, a
-// tx that is not a transaction (driver.NotTx).
+// inside a handle that would not run them as sent (rewriterTx). It
+// refuses, before any statement, a tx that is not a transaction
+// (driver.NotTx).
 func txOf(tx DBTX, method string) (DBTX, error) {
 	if sqlTx, ok := tx.(*sql.Tx); ok {
 		return sqlTx, nil
@@ -59,10 +60,22 @@ func txOf(tx DBTX, method string) (DBTX, error) {
 	return tx, nil
 }
 
-// rewriterTx returns the *sql.Tx that a bun.Tx holds: bun formats a
-// statement itself, argument values written into its text, and passes
-// the driver none. idem reads bun's type by its package and name, without
-// importing bun.
+// rewriters are the transactions, by package and type name, that would
+// not run idem's statements as idem sends them, and whose *sql.Tx (their
+// field Tx) idem uses instead. A bun.Tx formats a statement itself,
+// argument values written into its text, and passes the driver none,
+// which PostgreSQL's $1 cannot do without. GORM's *gorm.PreparedStmtTX
+// (PrepareStmt) prepares each statement text it runs and caches it (by
+// default for a day, without a bound): a prepare more per statement,
+// and on MySQL, whose dialect writes the arguments into the text,
+// statements more in the cache for every key.
+var rewriters = map[[2]string]bool{
+	{"github.com/uptrace/bun", "Tx"}:   true,
+	{"gorm.io/gorm", "PreparedStmtTX"}: true,
+}
+
+// rewriterTx returns the *sql.Tx of a handle of one of the rewriters,
+// read by reflection, without importing bun or GORM.
 func rewriterTx(tx DBTX) (*sql.Tx, bool) {
 	v := reflect.ValueOf(tx)
 	if v.Kind() == reflect.Pointer {
@@ -71,10 +84,13 @@ func rewriterTx(tx DBTX) (*sql.Tx, bool) {
 		}
 		v = v.Elem()
 	}
-	if t := v.Type(); v.Kind() != reflect.Struct || t.Name() != "Tx" || t.PkgPath() != "github.com/uptrace/bun" {
+	if t := v.Type(); v.Kind() != reflect.Struct || !rewriters[[2]string{t.PkgPath(), t.Name()}] {
 		return nil, false
 	}
 	f := v.FieldByName("Tx")
+	if f.Kind() == reflect.Interface {
+		f = f.Elem() // GORM's Tx is an interface, holding the *sql.Tx
+	}
 	if !f.IsValid() || f.Type() != reflect.TypeFor[*sql.Tx]() || f.IsNil() {
 		return nil, false
 	}

@@ -72,10 +72,10 @@ func instead(t reflect.Type) string {
 
 // hints are what to pass instead of a pool or connection, by its package.
 var hints = []struct{ pkg, instead string }{
-	{"database/sql", "pass the *sql.Tx that db.BeginTx returns, or run Do inside idem.RunTx, which begins, commits and retries it"},
+	{"database/sql", "pass the *sql.Tx that db.BeginTx returns, or run Do inside idem.RunTx, which begins, commits and retries it; from an ORM or query builder, its transaction's (docs/orm.md)"},
 	{"github.com/jmoiron/sqlx", "pass the *sqlx.Tx that db.Beginx returns, or the *sql.Tx of idem.RunTx"},
 	{"gorm.io/gorm", "inside db.Transaction(func(tx *gorm.DB) error { ... }), pass tx.Statement.ConnPool (docs/orm.md)"},
 	{"github.com/uptrace/bun", "inside db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error { ... }), pass tx (docs/orm.md)"},
-	{"entgo.io/ent", "pass ent's *Tx through package idement (docs/orm.md)"},
+	{"entgo.io/ent", "pass ent's *Tx to idement.Do, or build ent's client on the *sql.Tx of idem.RunTx and pass that (docs/orm.md)"},
 	{"github.com/jackc/pgx", "pass a pgx.Tx, from pool.Begin or idempgx.RunTx"},
 }

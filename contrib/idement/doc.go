@@ -1,0 +1,46 @@
+// Package idement runs idem inside ent's transactions.
+//
+// ent's *Tx has no QueryRowContext, so it is no [idem.DBTX]; generated
+// with the sql/execquery feature, it has ExecContext and QueryContext,
+// and [Do] and [Complete] run idem through them, inside the transaction
+// that writes ent's rows. [RunTx] begins ent's transaction with
+// client.BeginTx, commits it, and runs it again when the database aborts
+// a duplicate (a serialization failure, a deadlock), which then replays:
+//
+//	err := idement.RunTx(ctx, client.BeginTx, nil, func(tx *ent.Tx) error {
+//		res, err = idement.Do(ctx, store, tx, req, func(ctx context.Context) (idem.Response, error) {
+//			c, err := tx.Charge.Create().SetAmount(amount).Save(ctx)
+//			if err != nil {
+//				return idem.Response{}, err
+//			}
+//			return idem.Response{StatusCode: 201, Body: body(c)}, nil
+//		})
+//		return err
+//	})
+//
+// Generate ent's code with the feature:
+//
+//	go run -mod=mod entgo.io/ent/cmd/ent generate --feature sql/execquery ./schema
+//
+// The other way needs no package of idem's: begin the transaction as a
+// *sql.Tx with [idem.RunTx], build an ent client on it, and hand the
+// *sql.Tx to [idem.Store.Do] (ent documents this for a transaction begun
+// outside it):
+//
+//	err := idem.RunTx(ctx, db, nil, func(tx *sql.Tx) error {
+//		client := ent.NewClient(ent.Driver(entsql.NewDriver(dialect.Postgres, entsql.Conn{ExecQuerier: tx})))
+//		res, err = store.Do(ctx, tx, req, func(ctx context.Context) (idem.Response, error) { ... })
+//		return err
+//	})
+//
+// A handler behind idemhttp's middleware, whose transaction the middleware
+// owns, builds its client the same way on idemhttp.TxFrom(r.Context()).
+//
+// ent's client runs each statement on its own and is refused at compile
+// time: it is neither an idem.DBTX nor a [Tx]. On MySQL, idem's statements
+// through ent's Tx are sent with their arguments, so go-sql-driver/mysql
+// prepares each one (a round trip and a close more) unless the DSN sets
+// interpolateParams=true; through the *sql.Tx of the other way, idem
+// sends them in one. docs/orm.md shows the same for the other ORMs and
+// query builders.
+package idement

@@ -1,0 +1,5 @@
+CREATE TABLE charges (
+  id     BIGINT AUTO_INCREMENT PRIMARY KEY,
+  ref    VARCHAR(255) NOT NULL,
+  amount BIGINT NOT NULL
+);
