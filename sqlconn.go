@@ -11,12 +11,19 @@ import (
 type query = driver.Query
 
 // sqlConn is database/sql's [driver.Conn]: it runs the engine's statements
-// through a DBTX, each as its dialect has it sent (inline). A native
-// driver's package adapts its own handles to driver.Conn the same way
-// (idempgx), and reaches the engine through native.go.
+// through a DBTX, or a handle with only its ExecContext and QueryContext
+// (ent's Tx, through contrib/idement), each as its dialect has it sent
+// (inline). A native driver's package adapts its own handles to
+// driver.Conn the same way (idempgx), and reaches the engine through
+// native.go.
 type sqlConn struct {
-	db DBTX
+	db driver.ExecQuerier
 	d  Dialect
+}
+
+// rowQuerier is what a DBTX has beside a driver.ExecQuerier.
+type rowQuerier interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
 var _ driver.Conn = sqlConn{}
@@ -32,7 +39,24 @@ func (c sqlConn) Exec(ctx context.Context, q query) (int64, error) {
 
 func (c sqlConn) QueryRow(ctx context.Context, q query, dest ...any) error {
 	q = c.d.inline(q)
-	return c.db.QueryRowContext(ctx, q.SQL, q.Args...).Scan(dest...)
+	if r, ok := c.db.(rowQuerier); ok {
+		return r.QueryRowContext(ctx, q.SQL, q.Args...).Scan(dest...)
+	}
+	rows, err := c.db.QueryContext(ctx, q.SQL, q.Args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	if !rows.Next() {
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		return sql.ErrNoRows
+	}
+	if err := rows.Scan(dest...); err != nil {
+		return err
+	}
+	return rows.Close()
 }
 
 func (c sqlConn) QueryRows(ctx context.Context, q query, each func(scan func(dest ...any) error) error) error {

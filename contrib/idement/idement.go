@@ -8,6 +8,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/driver"
+	"github.com/idemkit/idem/internal/engine"
 )
 
 // Tx is ent's transaction, the *ent.Tx that client.Tx and client.BeginTx
@@ -21,14 +22,10 @@ type Tx interface {
 	Rollback() error
 }
 
-// engine is the part of package idem's engine this package runs (see
-// driver.Engine).
-type engine interface {
-	Do(ctx context.Context, s *idem.Store, tx driver.Conn, req idem.Request, fn func(ctx context.Context) (idem.Response, error)) (idem.Result, error)
-	Complete(ctx context.Context, c *idem.Claim, tx driver.Conn, resp idem.Response) error
-}
-
-var eng = driver.Engine.(engine)
+// eng is package idem's engine: it runs Do and Complete through ent's
+// transaction as through any database/sql handle, with the statements
+// its dialect sends.
+var eng = engine.E
 
 // Do is [idem.Store.Do] inside ent's transaction tx: it runs fn at most
 // once per (Scope, Key) among all transactions that commit, and writes
@@ -42,7 +39,7 @@ func Do(ctx context.Context, s *idem.Store, tx Tx, req idem.Request, fn func(ctx
 	case isNil(tx):
 		return idem.Result{}, errors.New("idement: Do needs ent's open *Tx (client.Tx or client.BeginTx), got nil")
 	}
-	return eng.Do(ctx, s, conn{tx}, req, fn)
+	return eng.Do(ctx, s, eng.SQL(s, tx), req, fn)
 }
 
 // Complete is [idem.Claim.Complete] inside ent's transaction tx, the one
@@ -56,7 +53,7 @@ func Complete(ctx context.Context, c *idem.Claim, tx Tx, resp idem.Response) err
 	case isNil(tx):
 		return errors.New("idement: Complete needs ent's open *Tx (client.Tx or client.BeginTx), got nil")
 	}
-	return eng.Complete(ctx, c, conn{tx}, resp)
+	return eng.Complete(ctx, c, eng.ClaimSQL(c, tx), resp)
 }
 
 // RunTx runs fn in a transaction that begin (client.BeginTx) begins with
@@ -77,25 +74,16 @@ func RunTx[T Tx](ctx context.Context, begin func(ctx context.Context, opts *sql.
 	return idem.Retry(ctx, func() error { return runTxOnce(ctx, begin, opts, fn) })
 }
 
-func runTxOnce[T Tx](ctx context.Context, begin func(context.Context, *sql.TxOptions) (T, error), opts *sql.TxOptions, fn func(tx T) error) (err error) {
+func runTxOnce[T Tx](ctx context.Context, begin func(context.Context, *sql.TxOptions) (T, error), opts *sql.TxOptions, fn func(tx T) error) error {
 	tx, err := begin(ctx, opts)
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if p := recover(); p != nil {
-			_ = tx.Rollback()
-			panic(p)
-		}
-		if err != nil {
-			_ = tx.Rollback()
-		}
-	}()
-	if err = fn(tx); err != nil {
-		return err
-	}
-	return tx.Commit()
+	return driver.Attempt(ctx, entEnder[T]{tx}, err, func(e entEnder[T]) error { return fn(e.tx) })
 }
+
+// entEnder is ent's Tx as a driver.Ender.
+type entEnder[T Tx] struct{ tx T }
+
+func (e entEnder[T]) Commit(context.Context) error   { return e.tx.Commit() }
+func (e entEnder[T]) Rollback(context.Context) error { return e.tx.Rollback() }
 
 // isNil reports whether tx is nil, or a nil pointer in an interface.
 func isNil(tx Tx) bool {
@@ -105,44 +93,3 @@ func isNil(tx Tx) bool {
 	v := reflect.ValueOf(tx)
 	return v.Kind() == reflect.Pointer && v.IsNil()
 }
-
-// conn runs idem's statements through ent's transaction: single rows
-// through QueryContext, since ent's Tx has no QueryRowContext.
-type conn struct{ tx Tx }
-
-func (c conn) Exec(ctx context.Context, q driver.Query) (int64, error) {
-	res, err := c.tx.ExecContext(ctx, q.SQL, q.Args...)
-	if err != nil {
-		return 0, err
-	}
-	return res.RowsAffected()
-}
-
-func (c conn) QueryRow(ctx context.Context, q driver.Query, dest ...any) error {
-	rows, err := c.tx.QueryContext(ctx, q.SQL, q.Args...)
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	if !rows.Next() {
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		return sql.ErrNoRows
-	}
-	if err := rows.Scan(dest...); err != nil {
-		return err
-	}
-	return rows.Close()
-}
-
-func (c conn) QueryRows(ctx context.Context, q driver.Query, each func(scan func(dest ...any) error) error) error {
-	rows, err := c.tx.QueryContext(ctx, q.SQL, q.Args...)
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	return driver.EachRow(rows, each)
-}
-
-var _ driver.Conn = conn{}

@@ -30,6 +30,13 @@ type Conn interface {
 	QueryRows(ctx context.Context, q Query, each func(scan func(dest ...any) error) error) error
 }
 
+// ExecQuerier runs statements with database/sql's types: a *sql.Tx, any
+// idem.DBTX, ent's Tx (which has no QueryRowContext).
+type ExecQuerier interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
 // Rows is what the result sets of database/sql and pgx have in common.
 type Rows interface {
 	Next() bool

@@ -21,6 +21,13 @@ import (
 // Engine runs each operation of a Store or a Claim over a driver's
 // handles, as the method of the same name does over database/sql.
 type Engine interface {
+	// SQL is the Conn through which database/sql's methods run s's
+	// statements on db, as its dialect has them sent: for a driver
+	// package whose handle has database/sql's ExecContext and
+	// QueryContext but is no idem.DBTX (ent's Tx).
+	SQL(s *idem.Store, db driver.ExecQuerier) driver.Conn
+	// ClaimSQL is SQL for the Store of c.
+	ClaimSQL(c *idem.Claim, db driver.ExecQuerier) driver.Conn
 	Do(ctx context.Context, s *idem.Store, tx driver.Conn, req idem.Request, fn func(ctx context.Context) (idem.Response, error)) (idem.Result, error)
 	Begin(ctx context.Context, s *idem.Store, inTx driver.TxRunner, req idem.Request) (*idem.Claim, *idem.Result, error)
 	Extend(ctx context.Context, c *idem.Claim, db driver.Conn, d time.Duration) error
