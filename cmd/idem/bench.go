@@ -69,19 +69,19 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	case driver == "":
 	case driver != "pgx" && driver != "postgres":
 		return usageErr("bench: --driver %q: want pgx or postgres", driver)
-	case t.dialect != idem.Postgres:
+	case t.Dialect != idem.Postgres:
 		return usageErr("bench: --driver applies to postgres:// DSNs only")
 	default:
-		t.driver = driver
+		t.Driver = driver
 	}
-	db, err := connect(ctx, withWAL(t))
+	db, err := connect(ctx, t.WithWAL())
 	if err != nil {
 		return err
 	}
 	defer db.Close()
-	cfg.DB, cfg.Driver, cfg.Dialect = db, t.driver, t.dialect
+	cfg.DB, cfg.Driver, cfg.Dialect = db, t.Driver, t.Dialect
 	if _, err := bench.Run(ctx, cfg, stdout); err != nil {
-		return fmt.Errorf("bench on %s: %w", t.where, err)
+		return fmt.Errorf("bench on %s: %w", t.Where, err)
 	}
 	return nil
 }

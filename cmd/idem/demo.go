@@ -21,6 +21,7 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/dburl"
 )
 
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -55,7 +56,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
-	t = withWAL(t)
+	t = t.WithWAL()
 	db, err := connect(ctx, t)
 	if err != nil {
 		return err
@@ -66,7 +67,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	defer d.drop()
-	fmt.Fprintf(stdout, "idem demo on %s, tables %s*\n\n", t.where, d.prefix)
+	fmt.Fprintf(stdout, "idem demo on %s, tables %s*\n\n", t.Where, d.prefix)
 	return d.run(ctx, stdout)
 }
 
@@ -74,7 +75,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 // the naive design's cache and charges.
 type demo struct {
 	db     *sql.DB
-	t      target
+	t      dburl.Target
 	bind   int // sqlx bind type for the driver
 	burst  int
 	prefix string
@@ -86,20 +87,20 @@ type demo struct {
 	charges, naiveCache, naiveCharges, provider string
 }
 
-func newDemo(ctx context.Context, db *sql.DB, t target, burst int) (*demo, error) {
+func newDemo(ctx context.Context, db *sql.DB, t dburl.Target, burst int) (*demo, error) {
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)
 	p := "idem_demo_" + hex.EncodeToString(b) + "_"
-	store, err := idem.New(t.dialect, idem.WithTable(p+"keys"))
+	store, err := idem.New(t.Dialect, idem.WithTable(p+"keys"))
 	if err != nil {
 		return nil, err
 	}
-	claims, err := idem.New(t.dialect, idem.WithTable(p+"keys"), idem.WithLease(demoLease))
+	claims, err := idem.New(t.Dialect, idem.WithTable(p+"keys"), idem.WithLease(demoLease))
 	if err != nil {
 		return nil, err
 	}
 	d := &demo{
-		db: db, t: t, bind: sqlx.BindType(t.driver), burst: burst, prefix: p,
+		db: db, t: t, bind: sqlx.BindType(t.Driver), burst: burst, prefix: p,
 		store: store, claims: claims,
 		charges: p + "charges", naiveCache: p + "naive_cache", naiveCharges: p + "naive_charges",
 		provider: p + "provider",

@@ -171,7 +171,7 @@ func TestOperate(t *testing.T) {
 			defer db.Close()
 			defer db.Exec("DROP TABLE IF EXISTS " + table)
 
-			s, err := idem.New(tgt.dialect, idem.WithTable(table))
+			s, err := idem.New(tgt.Dialect, idem.WithTable(table))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -22,6 +22,6 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err := s.Migrate(ctx, db); err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "table %s is ready on %s (created if it was absent)\n", s.Table(), t.where)
+	fmt.Fprintf(stdout, "table %s is ready on %s (created if it was absent)\n", s.Table(), t.Where)
 	return nil
 }
