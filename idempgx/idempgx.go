@@ -38,6 +38,7 @@ type engine interface {
 	Purge(ctx context.Context, s *idem.Store, inTx driver.TxRunner, batch int) (int64, error)
 	PurgeBatch(ctx context.Context, s *idem.Store, inTx driver.TxRunner, limit int) (int64, error)
 	Inspect(ctx context.Context, s *idem.Store, db driver.Conn, scope, key string) (*idem.Record, error)
+	InspectKey(ctx context.Context, s *idem.Store, db driver.Conn, key string, limit int) ([]idem.Record, error)
 	Stats(ctx context.Context, s *idem.Store, db driver.Conn) (idem.Stats, error)
 }
 
@@ -121,6 +122,15 @@ func (s *Store) Inspect(ctx context.Context, db DBTX, scope, key string) (*idem.
 		return nil, errors.New("idempgx: Inspect needs a database handle, got nil")
 	}
 	return eng.Inspect(ctx, s.s, conn{db}, scope, key)
+}
+
+// InspectKey is [idem.Store.InspectKey] on db: the records of key in every
+// scope, at most limit, read with a scan of the whole table.
+func (s *Store) InspectKey(ctx context.Context, db DBTX, key string, limit int) ([]idem.Record, error) {
+	if db == nil {
+		return nil, errors.New("idempgx: InspectKey needs a database handle, got nil")
+	}
+	return eng.InspectKey(ctx, s.s, conn{db}, key, limit)
 }
 
 // Stats is [idem.Store.Stats] on db.
