@@ -64,8 +64,8 @@ type Dialect interface {
 	// (MySQL), else unchanged.
 	inline(q query) query
 	// schemaFault reads an error of the database as one about the table a
-	// statement named (it does not exist, it lacks a column of idem's
-	// table, its schema does not exist), or noSchemaFault.
+	// statement named (it does not exist, its columns are not those of
+	// idem's table, its schema does not exist), or noSchemaFault.
 	schemaFault(err error) schemaFault
 	// checkSession refuses, before the claim, a transaction in a mode
 	// where a duplicate would not wait for the claim (TiDB's optimistic
@@ -172,7 +172,7 @@ type schemaFault int
 const (
 	noSchemaFault schemaFault = iota // the error is not about the table
 	noTable                          // the table does not exist
-	notIdemTable                     // a column of idem's table is missing: the table is someone else's
+	notIdemTable                     // a column of idem's table is missing, or of another type: the table is someone else's
 	noSchema                         // the table's schema does not exist (MySQL: its database; SQLite: the attached database)
 )
 
@@ -184,7 +184,7 @@ func (s *Store) schemaAdvice(err error) string {
 	case noTable:
 		return fmt.Sprintf("table %s does not exist: create it with Store.Migrate or idem migrate --table %s, or name the table idem uses (WithTable, --table)", s.table, s.table)
 	case notIdemTable:
-		return fmt.Sprintf("table %s is not idem's: it lacks a column of idem's table; name the table idem uses (WithTable, --table): running this again will not help", s.table)
+		return fmt.Sprintf("table %s is not idem's: its columns are not those of idem's table; name the table idem uses (WithTable, --table): running this again will not help", s.table)
 	case noSchema:
 		return fmt.Sprintf("the schema of table %s does not exist: create it first (CREATE SCHEMA on PostgreSQL, CREATE DATABASE on MySQL, ATTACH DATABASE on SQLite), or name a table in a schema that exists", s.table)
 	}

@@ -256,7 +256,9 @@ func (postgres) schemaFault(err error) schemaFault {
 	switch sqlStateOf(err) {
 	case "42P01": // undefined_table
 		return noTable
-	case "42703": // undefined_column
+	case "42703", // undefined_column
+		"42883", // undefined_function: a column of idem's name and another type (created_at text >= timestamptz)
+		"42804": // datatype_mismatch
 		return notIdemTable
 	case "3F000": // invalid_schema_name
 		return noSchema
