@@ -15,6 +15,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/go-sql-driver/mysql"
 
@@ -102,7 +103,7 @@ func scenarioRows(t *testing.T, out string) []string {
 		t.Fatalf("no closing table in the demo's output:\n%s", out)
 	}
 	header, table, _ := strings.Cut(table, "\n")
-	for _, col := range []string{"WITH IDEM", "NAIVE RESPONSE CACHE", "IDEM OK"} {
+	for _, col := range []string{"WITH IDEM", "NAIVE CACHE", "IDEM OK"} {
 		if !strings.Contains(header, col) {
 			t.Errorf("table header %q lacks %q", header, col)
 		}
@@ -115,7 +116,8 @@ func scenarioRows(t *testing.T, out string) []string {
 var naiveCharges = regexp.MustCompile(` (\d+) charges +yes$`)
 
 // The newcomer's first command: exit code 0, and a table that shows one
-// charge with idem and more without, for every scenario.
+// charge with idem and more without, for every scenario; each scenario
+// says what in idem held; every line fits 80 columns.
 func TestDemo(t *testing.T) {
 	for name, dsn := range databases(t) {
 		t.Run(name, func(t *testing.T) {
@@ -123,32 +125,57 @@ func TestDemo(t *testing.T) {
 			if name != "sqlite" {
 				args = append(args, "--dsn", dsn)
 			}
-			r := idemCmd(t, args...)
-			if r.code != 0 || r.stderr != "" {
-				t.Fatalf("exit code %d, stderr %q; stdout:\n%s", r.code, r.stderr, r.stdout)
-			}
-			rows := scenarioRows(t, r.stdout)
-			if len(rows) != len((&demo{}).scenarios()) {
-				t.Fatalf("%d rows in the table, want one per scenario:\n%s", len(rows), r.stdout)
-			}
-			for _, row := range rows {
-				if !strings.HasSuffix(row, " yes") || strings.Count(row, "1 charge") < 1 {
-					t.Errorf("row %q: want one charge with idem and IDEM OK yes", row)
-				}
-				// The naive column is measured: expect duplicates (or the
-				// wrong receipt), not an exact number.
-				if m := naiveCharges.FindStringSubmatch(row); m != nil {
-					if n, _ := strconv.Atoi(m[1]); n < 2 {
-						t.Errorf("row %q: the naive cache charged %d times", row, n)
-					}
-				} else if !strings.Contains(row, "10.00 receipt") {
-					t.Errorf("row %q: no naive outcome", row)
-				}
-			}
-			if strings.Count(r.stdout, "] ") != len(rows) {
-				t.Errorf("want one progress line per scenario:\n%s", r.stdout)
-			}
+			testDemo(t, idemCmd(t, args...), 16)
 		})
+	}
+	t.Run("burst 2", func(t *testing.T) { testDemo(t, idemCmd(t, "demo", "--burst", "2"), 2) })
+}
+
+// testDemo checks the output of a demo of burst concurrent retries.
+func testDemo(t *testing.T, r result, burst int) {
+	t.Helper()
+	if r.code != 0 || r.stderr != "" {
+		t.Fatalf("exit code %d, stderr %q; stdout:\n%s", r.code, r.stderr, r.stdout)
+	}
+	rows := scenarioRows(t, r.stdout)
+	if len(rows) != len((&demo{}).scenarios()) {
+		t.Fatalf("%d rows in the table, want one per scenario:\n%s", len(rows), r.stdout)
+	}
+	for _, row := range rows {
+		if !strings.HasSuffix(row, " yes") || strings.Count(row, "1 charge") < 1 {
+			t.Errorf("row %q: want one charge with idem and IDEM OK yes", row)
+		}
+		// The naive column is measured: expect duplicates (or the
+		// wrong receipt), not an exact number.
+		if m := naiveCharges.FindStringSubmatch(row); m != nil {
+			if n, _ := strconv.Atoi(m[1]); n < 2 {
+				t.Errorf("row %q: the naive cache charged %d times", row, n)
+			}
+		} else if !strings.Contains(row, "wrong receipt") {
+			t.Errorf("row %q: no naive outcome", row)
+		}
+	}
+	if want := fmt.Sprintf("1 charge, %s ", plural(burst-1, "replay")); !strings.HasPrefix(rows[0], fmt.Sprintf("burst: %d concurrent retries", burst)) || !strings.Contains(rows[0], want) {
+		t.Errorf("burst row %q: want %q", rows[0], want)
+	}
+	lines := strings.Split(r.stdout, "\n")
+	progress := 0
+	for i, line := range lines {
+		if n := utf8.RuneCountInString(line); n > 80 {
+			t.Errorf("line %d is %d columns wide, more than 80: %q", i+1, n, line)
+		}
+		if strings.Contains(line, "] ") {
+			progress++
+			if i+1 >= len(lines) || !strings.HasPrefix(lines[i+1], "      held by ") {
+				t.Errorf("progress line %q is not followed by what held", line)
+			}
+		}
+		if regexp.MustCompile(`\b1 [a-z]+s\b`).MatchString(line) {
+			t.Errorf("line %q: a plural after 1", line)
+		}
+	}
+	if progress != len(rows) {
+		t.Errorf("want one progress line per scenario:\n%s", r.stdout)
 	}
 }
 
