@@ -23,8 +23,9 @@ import (
 //  1. schema/NAME/0001_create.up.sql: the table, with (scope, idem_key)
 //     as a unique key the database enforces, and binary comparison of
 //     scope and key; embed the directory in package schema.
-//  2. A type with Name, statements, inserted, retryable, lockWaits,
-//     boundLockWait and inline; an exported variable of the Dialect type.
+//  2. A type with Name, statements, inserted, retryable, schemaFault,
+//     lockWaits, boundLockWait, inline and checkSession; an exported
+//     variable of the Dialect type.
 //  3. Its statements: one method each of [statements], whole SQL in one
 //     raw string beside the arguments it takes, times from the database
 //     clock, durations in microseconds.
@@ -32,7 +33,9 @@ import (
 //     DO NOTHING's zero rows, or the duplicate-key error).
 //  5. retryable: the driver's serialization failure, deadlock and lock
 //     wait timeout, read without importing the driver (by an interface
-//     such as SQLState() or by reflection, as MySQL's and SQLite's are).
+//     such as SQLState() or by reflection, as MySQL's and SQLite's are);
+//     schemaFault: its errors for a missing table, a missing or mistyped
+//     column and a missing schema, read the same way.
 //  6. Add it to dialects (tx.go), so that [IsRetryable] asks it.
 //  7. A target in internal/conformance/targets.go: the whole
 //     conformance suite then runs on it, and a missing server fails CI.

@@ -2,7 +2,8 @@
 //
 //	idem demo                      act out the failures idem prevents (embedded SQLite, no server)
 //	idem migrate --dsn DSN         create the table, or upgrade it to the newest layout
-//	idem inspect --dsn DSN --key K [--scope S]   a key's records, in one scope or (a scan) in all
+//	idem inspect --dsn DSN --key K [--scope S]
+//	                               a key's record in scope S, or (a scan) in every scope
 //	idem stats   --dsn DSN         counts, oldest record, expired, size
 //	idem purge   --dsn DSN         delete records past retention
 //	idem bench   --dsn DSN         measure idem against a bare transaction
