@@ -3,6 +3,7 @@ package idem
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"regexp"
 	"strings"
 	"time"
@@ -23,8 +24,9 @@ import (
 //  1. schema/NAME/0001_create.up.sql: the table, with (scope, idem_key)
 //     as a unique key the database enforces, and binary comparison of
 //     scope and key; embed the directory in package schema.
-//  2. A type with Name, statements, inserted, retryable, lockWaits,
-//     boundLockWait and inline; an exported variable of the Dialect type.
+//  2. A type with Name, statements, inserted, retryable, schemaFault,
+//     lockWaits, boundLockWait, inline and checkSession; an exported
+//     variable of the Dialect type.
 //  3. Its statements: one method each of [statements], whole SQL in one
 //     raw string beside the arguments it takes, times from the database
 //     clock, durations in microseconds.
@@ -32,7 +34,9 @@ import (
 //     DO NOTHING's zero rows, or the duplicate-key error).
 //  5. retryable: the driver's serialization failure, deadlock and lock
 //     wait timeout, read without importing the driver (by an interface
-//     such as SQLState() or by reflection, as MySQL's and SQLite's are).
+//     such as SQLState() or by reflection, as MySQL's and SQLite's are);
+//     schemaFault: its errors for a missing table, a missing or mistyped
+//     column and a missing schema, read the same way.
 //  6. Add it to dialects (tx.go), so that [IsRetryable] asks it.
 //  7. A target in internal/conformance/targets.go: the whole
 //     conformance suite then runs on it, and a missing server fails CI.
@@ -63,6 +67,10 @@ type Dialect interface {
 	// written into its text where that saves the driver a round trip
 	// (MySQL), else unchanged.
 	inline(q query) query
+	// schemaFault reads an error of the database as one about the table a
+	// statement named (it does not exist, its columns are not those of
+	// idem's table, its schema does not exist), or noSchemaFault.
+	schemaFault(err error) schemaFault
 	// checkSession refuses, before the claim, a transaction in a mode
 	// where a duplicate would not wait for the claim (TiDB's optimistic
 	// transactions), with an error that names the setting and how to
@@ -143,6 +151,15 @@ type statements interface {
 	// epoch; completed_at may be NULL), the database clock (µs), forgotten,
 	// response status, header and body. A plain read that locks nothing.
 	inspect(scope, key string, retention int64) query
+	// inspectKey reads the records of key in every scope, in scope order,
+	// at most limit of them: scope, then what inspect reads. The table is
+	// indexed by (scope, key), so this reads all of it. A plain read that
+	// locks nothing.
+	inspectKey(key string, retention int64, limit int) query
+	// columns reads no row but names every column of idem's table, so that
+	// on a table that is not idem's it fails with an error schemaFault
+	// reads as notIdemTable.
+	columns() query
 	// stats counts the records per status: status, count, oldest
 	// created_at (µs since the Unix epoch), how many are past retention
 	// (what purge would delete), and the database clock (µs).
@@ -151,6 +168,37 @@ type statements interface {
 	// database cannot tell).
 	size() query
 }
+
+// schemaFault is what an error of the database says is wrong with the
+// table a statement named, as [Dialect]'s schemaFault reads it.
+type schemaFault int
+
+const (
+	noSchemaFault schemaFault = iota // the error is not about the table
+	noTable                          // the table does not exist
+	notIdemTable                     // a column of idem's table is missing, or of another type: the table is someone else's
+	noSchema                         // the table's schema does not exist (MySQL: its database; SQLite: the attached database)
+)
+
+// schemaAdvice says what to do about err, an error of a statement on the
+// Store's table, when the dialect reads it as one about the table itself;
+// "" when it does not.
+func (s *Store) schemaAdvice(err error) string {
+	switch s.dialect.schemaFault(err) {
+	case noTable:
+		return fmt.Sprintf("table %s does not exist: create it with Store.Migrate or idem migrate --table %s, or name the table idem uses (WithTable, --table)", s.table, s.table)
+	case notIdemTable:
+		return fmt.Sprintf("table %s is not idem's: its columns are not those of idem's table; name the table idem uses (WithTable, --table): running this again will not help", s.table)
+	case noSchema:
+		return fmt.Sprintf("the schema of table %s does not exist: create it first (CREATE SCHEMA on PostgreSQL, CREATE DATABASE on MySQL, ATTACH DATABASE on SQLite), or name a table in a schema that exists", s.table)
+	}
+	return ""
+}
+
+// columnsProbe is every dialect's columns statement: it names each column
+// of idem's table and reads no row.
+const columnsProbe = `SELECT scope, idem_key, operation, fingerprint, status, token, lease_until, created_at,
+  completed_at, response_status, response_headers, response_body FROM idempotency_keys WHERE 1 = 0`
 
 // templateTable is the table the statements and schema/*/*.sql are written
 // for; render puts the Store's own in its place.

@@ -60,6 +60,8 @@ func newMyStatements(parts []string, ddl []schema.Migration, insert, read, state
 		purgeSQL:       r(myPurge),
 		purgeWindowSQL: r(myPurgeWindow),
 		inspectSQL:     r(myInspect),
+		inspectKeySQL:  r(myInspectKey),
+		columnsSQL:     r(columnsProbe),
 		statsSQL:       r(myStats),
 	}
 }
@@ -70,7 +72,7 @@ type myStatements struct {
 	schemaName any // nil: the connection's database
 	base       string
 	insertSQL, takeoverSQL, claimedSQL, readSQL, stateSQL, completeSQL,
-	extendSQL, releaseSQL, removeSQL, purgeWindowSQL, purgeSQL, inspectSQL, statsSQL string
+	extendSQL, releaseSQL, removeSQL, purgeWindowSQL, purgeSQL, inspectSQL, inspectKeySQL, columnsSQL, statsSQL string
 	insertReturnsToken bool // insertSQL returns the token (MariaDB)
 }
 
@@ -209,16 +211,29 @@ func (s *myStatements) purge(from, retention int64, limit int) query {
 // row past its window that a transaction holds.
 func (*myStatements) purgeIsolation() sql.IsolationLevel { return sql.LevelReadCommitted }
 
-const myInspect = `SELECT operation, fingerprint, status, token,
+// myInspectRecord is what inspect and inspectKey read of a record, with
+// the retention as its one argument.
+const myInspectRecord = `operation, fingerprint, status, token,
   TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', lease_until), TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', created_at),
   TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', completed_at), TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)),
   (CASE WHEN status = 'completed' THEN completed_at ELSE lease_until END) + INTERVAL ? MICROSECOND <= UTC_TIMESTAMP(6),
   response_status, response_headers, response_body
-FROM idempotency_keys WHERE scope = ? AND idem_key = ?`
+FROM idempotency_keys`
+
+const myInspect = `SELECT ` + myInspectRecord + ` WHERE scope = ? AND idem_key = ?`
 
 func (s *myStatements) inspect(scope, key string, retention int64) query {
 	return query{SQL: s.inspectSQL, Args: []any{retention, scope, key}}
 }
+
+// scope is VARBINARY: the order is the bytes'.
+const myInspectKey = `SELECT scope, ` + myInspectRecord + ` WHERE idem_key = ? ORDER BY scope LIMIT ?`
+
+func (s *myStatements) inspectKey(key string, retention int64, limit int) query {
+	return query{SQL: s.inspectKeySQL, Args: []any{retention, key, limit}}
+}
+
+func (s *myStatements) columns() query { return query{SQL: s.columnsSQL} }
 
 const myStats = `SELECT status, COUNT(*), MIN(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', created_at)),
   COUNT(CASE WHEN created_at <= UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND
@@ -306,6 +321,9 @@ func mysqlErrno(err error) (uint16, bool) {
 
 // MySQL error numbers idem reads.
 const (
+	erBadDB           = 1049 // ER_BAD_DB_ERROR: unknown database (a schema-qualified table's schema)
+	erBadField        = 1054 // ER_BAD_FIELD_ERROR: unknown column
+	erNoSuchTable     = 1146 // ER_NO_SUCH_TABLE
 	erDupEntry        = 1062
 	erLockWaitTimeout = 1205
 	erLockDeadlock    = 1213
@@ -321,6 +339,20 @@ func (mysqlDialect) inserted(_ int64, err error) (bool, error) {
 		return false, nil
 	}
 	return false, err
+}
+
+// schemaFault reads MySQL's error numbers, which MariaDB and TiDB share.
+func (mysqlDialect) schemaFault(err error) schemaFault {
+	n, _ := mysqlErrno(err)
+	switch n {
+	case erNoSuchTable:
+		return noTable
+	case erBadField:
+		return notIdemTable
+	case erBadDB:
+		return noSchema
+	}
+	return noSchemaFault
 }
 
 func (mysqlDialect) retryable(err error) bool {

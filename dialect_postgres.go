@@ -48,6 +48,8 @@ func (postgresDialect) statements(parts []string) statements {
 		purgeSQL:       r(pgPurge),
 		purgeWindowSQL: r(pgPurgeWindow),
 		inspectSQL:     r(pgInspect),
+		inspectKeySQL:  r(pgInspectKey),
+		columnsSQL:     r(columnsProbe),
 		statsSQL:       r(pgStats),
 	}
 }
@@ -57,7 +59,7 @@ type pgStatements struct {
 	steps  [][]string
 	quoted string
 	insertSQL, takeoverSQL, readSQL, stateSQL, completeSQL, extendSQL,
-	releaseSQL, removeSQL, purgeWindowSQL, purgeSQL, inspectSQL, statsSQL string
+	releaseSQL, removeSQL, purgeWindowSQL, purgeSQL, inspectSQL, inspectKeySQL, columnsSQL, statsSQL string
 }
 
 func (s *pgStatements) migrations() [][]string { return s.steps }
@@ -176,16 +178,29 @@ func (s *pgStatements) purge(from, retention int64, limit int) query {
 // serialization failures against live traffic.
 func (*pgStatements) purgeIsolation() sql.IsolationLevel { return sql.LevelReadCommitted }
 
-const pgInspect = `SELECT operation, fingerprint, status, token,
+// pgInspectRecord is what inspect and inspectKey read of a record, with
+// the retention as $1.
+const pgInspectRecord = `operation, fingerprint, status, token,
   (extract(epoch FROM lease_until) * 1000000)::bigint, (extract(epoch FROM created_at) * 1000000)::bigint,
   (extract(epoch FROM completed_at) * 1000000)::bigint, (extract(epoch FROM statement_timestamp()) * 1000000)::bigint,
   (CASE WHEN status = 'completed' THEN completed_at ELSE lease_until END) + $1::bigint * interval '1 microsecond' <= statement_timestamp(),
   response_status, response_headers, response_body
-FROM idempotency_keys WHERE scope = $2 AND idem_key = $3`
+FROM idempotency_keys`
+
+const pgInspect = `SELECT ` + pgInspectRecord + ` WHERE scope = $2 AND idem_key = $3`
 
 func (s *pgStatements) inspect(scope, key string, retention int64) query {
 	return query{SQL: s.inspectSQL, Args: []any{retention, scope, key}}
 }
+
+// scope is COLLATE "C": the order is the bytes'.
+const pgInspectKey = `SELECT scope, ` + pgInspectRecord + ` WHERE idem_key = $2 ORDER BY scope LIMIT $3`
+
+func (s *pgStatements) inspectKey(key string, retention int64, limit int) query {
+	return query{SQL: s.inspectKeySQL, Args: []any{retention, key, limit}}
+}
+
+func (s *pgStatements) columns() query { return query{SQL: s.columnsSQL} }
 
 const pgStats = `SELECT status, COUNT(*), MIN((extract(epoch FROM created_at) * 1000000)::bigint),
   COUNT(CASE WHEN created_at <= statement_timestamp() - $1::bigint * interval '1 microsecond'
@@ -236,6 +251,20 @@ func (postgresDialect) retryable(err error) bool {
 		return true
 	}
 	return false
+}
+
+func (postgresDialect) schemaFault(err error) schemaFault {
+	switch sqlStateOf(err) {
+	case "42P01": // undefined_table
+		return noTable
+	case "42703", // undefined_column
+		"42883", // undefined_function: a column of idem's name and another type (created_at text >= timestamptz)
+		"42804": // datatype_mismatch
+		return notIdemTable
+	case "3F000": // invalid_schema_name
+		return noSchema
+	}
+	return noSchemaFault
 }
 
 func (postgresDialect) lockWaits() bool { return true }

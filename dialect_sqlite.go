@@ -80,6 +80,8 @@ func (sqliteDialect) statements(parts []string) statements {
 		purgeSQL:       r(sqPurge),
 		purgeWindowSQL: r(sqPurgeWindow),
 		inspectSQL:     r(sqInspect),
+		inspectKeySQL:  r(sqInspectKey),
+		columnsSQL:     r(columnsProbe),
 		statsSQL:       r(sqStats),
 	}
 }
@@ -89,7 +91,7 @@ type sqStatements struct {
 	steps            [][]string
 	schemaName, base string
 	insertSQL, takeoverSQL, readSQL, stateSQL, completeSQL, extendSQL,
-	releaseSQL, removeSQL, purgeWindowSQL, purgeSQL, inspectSQL, statsSQL string
+	releaseSQL, removeSQL, purgeWindowSQL, purgeSQL, inspectSQL, inspectKeySQL, columnsSQL, statsSQL string
 }
 
 func (s *sqStatements) migrations() [][]string { return s.steps }
@@ -209,14 +211,27 @@ func (s *sqStatements) purge(from, retention int64, limit int) query {
 // purgeIsolation is the default: every SQLite transaction is SERIALIZABLE.
 func (*sqStatements) purgeIsolation() sql.IsolationLevel { return sql.LevelDefault }
 
-const sqInspect = `SELECT operation, fingerprint, status, token, lease_until, created_at, completed_at, ` + sqNow + `,
+// sqInspectRecord is what inspect and inspectKey read of a record, with
+// the retention as its one argument.
+const sqInspectRecord = `operation, fingerprint, status, token, lease_until, created_at, completed_at, ` + sqNow + `,
   (CASE WHEN status = 'completed' THEN completed_at ELSE lease_until END) + ? <= ` + sqNow + `,
   response_status, response_headers, response_body
-FROM idempotency_keys WHERE scope = ? AND idem_key = ?`
+FROM idempotency_keys`
+
+const sqInspect = `SELECT ` + sqInspectRecord + ` WHERE scope = ? AND idem_key = ?`
 
 func (s *sqStatements) inspect(scope, key string, retention int64) query {
 	return query{SQL: s.inspectSQL, Args: []any{retention, scope, key}}
 }
+
+// scope uses the BINARY collation: the order is the bytes'.
+const sqInspectKey = `SELECT scope, ` + sqInspectRecord + ` WHERE idem_key = ? ORDER BY scope LIMIT ?`
+
+func (s *sqStatements) inspectKey(key string, retention int64, limit int) query {
+	return query{SQL: s.inspectKeySQL, Args: []any{retention, key, limit}}
+}
+
+func (s *sqStatements) columns() query { return query{SQL: s.columnsSQL} }
 
 const sqStats = `SELECT status, COUNT(*), MIN(created_at),
   COUNT(CASE WHEN created_at <= ` + sqNow + ` - ?
@@ -264,18 +279,34 @@ const (
 // another driver that registers that name (such as github.com/glebarez/sqlite).
 const sqliteErrorPkg = "modernc.org/sqlite"
 
-// retryable reports SQLITE_BUSY and SQLITE_LOCKED, with any extended code,
-// from modernc.org/sqlite's *Error.
-func (sqliteDialect) retryable(err error) bool {
-	var e interface{ Code() int }
+// sqliteError is the first modernc.org/sqlite *Error in err's tree, as
+// errors.As finds it, or nil.
+func sqliteError(err error) interface {
+	Code() int
+	error
+} {
+	var e interface {
+		Code() int
+		error
+	}
 	if !errors.As(err, &e) {
-		return false
+		return nil
 	}
 	t := reflect.TypeOf(e)
 	if t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
 	if t.PkgPath() != sqliteErrorPkg || t.Name() != "Error" {
+		return nil
+	}
+	return e
+}
+
+// retryable reports SQLITE_BUSY and SQLITE_LOCKED, with any extended code,
+// from modernc.org/sqlite's *Error.
+func (sqliteDialect) retryable(err error) bool {
+	e := sqliteError(err)
+	if e == nil {
 		return false
 	}
 	switch e.Code() & 0xff {
@@ -283,4 +314,28 @@ func (sqliteDialect) retryable(err error) bool {
 		return true
 	}
 	return false
+}
+
+// sqliteErrorCode is SQLITE_ERROR, the primary code of a statement SQLite
+// cannot prepare; its message says why.
+const sqliteErrorCode = 1
+
+// schemaFault reads SQLite's messages: it has no code of its own for a
+// missing table, column or attached database, only SQLITE_ERROR and the
+// text of sqlite3_errmsg ("no such table: t", "no such column: c",
+// "unknown database s").
+func (sqliteDialect) schemaFault(err error) schemaFault {
+	e := sqliteError(err)
+	if e == nil || e.Code()&0xff != sqliteErrorCode {
+		return noSchemaFault
+	}
+	switch msg := e.Error(); {
+	case strings.Contains(msg, "no such table: "):
+		return noTable
+	case strings.Contains(msg, "no such column: "):
+		return notIdemTable
+	case strings.Contains(msg, "unknown database "):
+		return noSchema
+	}
+	return noSchemaFault
 }

@@ -45,33 +45,98 @@ func (s *Store) inspect(ctx context.Context, c driver.Conn, scope, key string) (
 	if err := (Request{Scope: scope, Key: key}).validate(); err != nil {
 		return nil, err
 	}
-	var (
-		rec                 = Record{Scope: scope, Key: key}
-		lease, created, now int64
-		completed, status   sql.NullInt64
-		header, body        []byte
-	)
-	err := c.QueryRow(ctx, s.st.inspect(scope, key, micros(s.retention)),
-		&rec.Operation, &rec.Fingerprint, &rec.Status, &rec.Token, &lease, &created, &completed, &now,
-		&rec.Forgotten, &status, &header, &body)
+	rec := Record{Scope: scope, Key: key}
+	var cols recordColumns
+	err := c.QueryRow(ctx, s.st.inspect(scope, key, micros(s.retention)), cols.dest(&rec)...)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil
 	}
+	if err == nil {
+		err = cols.fill(&rec)
+	}
 	if err != nil {
-		return nil, fmt.Errorf("idem: inspect key %q: %w", key, err)
-	}
-	rec.LeaseUntil, rec.CreatedAt, rec.Now = fromMicros(lease), fromMicros(created), fromMicros(now)
-	if completed.Valid {
-		rec.CompletedAt = fromMicros(completed.Int64)
-	}
-	if rec.Status == StatusCompleted {
-		h, err := decodeHeader(header)
-		if err != nil {
-			return nil, fmt.Errorf("idem: inspect key %q: %w", key, err)
-		}
-		rec.Response = &Response{StatusCode: int(status.Int64), Header: h, Body: body}
+		return nil, s.inspectError(fmt.Sprintf("inspect key %q in scope %q", key, scope), err)
 	}
 	return &rec, nil
+}
+
+// InspectKey reads the records of key in every scope, at most limit of
+// them, in the order of their scopes' bytes, without locking or changing
+// anything: for a person who has a client's key but not its scope. The
+// table is indexed by (scope, key), so this reads all of it; use Inspect
+// when the scope is known. It returns no records and no error when no
+// scope has the key. An invalid key is [ErrInvalidKey], as for Do.
+func (s *Store) InspectKey(ctx context.Context, db DBTX, key string, limit int) ([]Record, error) {
+	if db == nil {
+		return nil, errors.New("idem: InspectKey needs a database handle, got nil")
+	}
+	return s.inspectKey(ctx, sqlConn{db, s.dialect}, key, limit)
+}
+
+func (s *Store) inspectKey(ctx context.Context, c driver.Conn, key string, limit int) ([]Record, error) {
+	if err := ValidateKey(key); err != nil {
+		return nil, err
+	}
+	if limit <= 0 {
+		return nil, fmt.Errorf("idem: InspectKey limit must be positive, got %d", limit)
+	}
+	var recs []Record
+	err := c.QueryRows(ctx, s.st.inspectKey(key, micros(s.retention), limit), func(scan func(...any) error) error {
+		rec := Record{Key: key}
+		var cols recordColumns
+		if err := scan(append([]any{&rec.Scope}, cols.dest(&rec)...)...); err != nil {
+			return err
+		}
+		if err := cols.fill(&rec); err != nil {
+			return err
+		}
+		recs = append(recs, rec)
+		return nil
+	})
+	if err != nil {
+		return nil, s.inspectError(fmt.Sprintf("inspect key %q in every scope", key), err)
+	}
+	return recs, nil
+}
+
+// recordColumns are the columns of the inspect statements that are not
+// read straight into a Record.
+type recordColumns struct {
+	lease, created, now int64
+	completed, status   sql.NullInt64
+	header, body        []byte
+}
+
+// dest is where the inspect statements' columns go, in their order.
+func (c *recordColumns) dest(rec *Record) []any {
+	return []any{&rec.Operation, &rec.Fingerprint, &rec.Status, &rec.Token, &c.lease, &c.created, &c.completed, &c.now,
+		&rec.Forgotten, &c.status, &c.header, &c.body}
+}
+
+// fill puts the columns dest read into rec.
+func (c *recordColumns) fill(rec *Record) error {
+	rec.LeaseUntil, rec.CreatedAt, rec.Now = fromMicros(c.lease), fromMicros(c.created), fromMicros(c.now)
+	if c.completed.Valid {
+		rec.CompletedAt = fromMicros(c.completed.Int64)
+	}
+	if rec.Status == StatusCompleted {
+		h, err := decodeHeader(c.header)
+		if err != nil {
+			return err
+		}
+		rec.Response = &Response{StatusCode: int(c.status.Int64), Header: h, Body: c.body}
+	}
+	return nil
+}
+
+// inspectError is the error of a read of the table for a person (what),
+// with what to do when the database says the table is not there or not
+// idem's.
+func (s *Store) inspectError(what string, err error) error {
+	if advice := s.schemaAdvice(err); advice != "" {
+		return fmt.Errorf("idem: %s of %s: %w; %s", what, s.table, err, advice)
+	}
+	return fmt.Errorf("idem: %s of %s: %w", what, s.table, err)
 }
 
 // Stats summarises a [Store]'s table.
@@ -124,11 +189,11 @@ func (s *Store) stats(ctx context.Context, c driver.Conn) (Stats, error) {
 		return nil
 	})
 	if err != nil {
-		return Stats{}, fmt.Errorf("idem: stats of %s: %w", s.table, err)
+		return Stats{}, s.inspectError("stats", err)
 	}
 	var table, index sql.NullInt64
 	if err := c.QueryRow(ctx, s.st.size(), &table, &index); err != nil && !errors.Is(err, sql.ErrNoRows) {
-		return Stats{}, fmt.Errorf("idem: size of %s: %w", s.table, err)
+		return Stats{}, s.inspectError("size", err)
 	}
 	if table.Valid {
 		st.TableBytes = table.Int64

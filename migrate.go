@@ -20,11 +20,23 @@ var versionComment = regexp.MustCompile(`\bidem schema ([0-9]+)\b`)
 // newer version than this release knows is left as it is: each version's
 // statements keep working on the tables of later versions, so that an
 // older release can still run beside a newer one, or be rolled back to.
+//
+// A table that exists must be idem's: Migrate changes nothing in a table
+// that lacks a column of idem's table (a name, given to WithTable or to
+// idem's --table, of one of the application's own tables), and says so.
 func (s *Store) migrate(ctx context.Context, c driver.Conn) error {
 	steps := s.st.migrations()
 	v, err := s.schemaVersion(ctx, c)
 	if err != nil {
-		return fmt.Errorf("idem: migrate table %s: read its schema version: %w; check that the database user may read the catalog, then run Migrate again (it is safe to repeat)", s.table, err)
+		return fmt.Errorf("idem: migrate table %s: read its schema version: %w; %s", s.table, err,
+			s.migrateAdvice(err, "check that the database user may read the catalog, then run Migrate again (it is safe to repeat)"))
+	}
+	if v > 0 {
+		noRows := func(func(...any) error) error { return nil }
+		if err := c.QueryRows(ctx, s.st.columns(), noRows); err != nil {
+			return fmt.Errorf("idem: migrate table %s: read its columns: %w; %s; Migrate changed nothing", s.table, err,
+				s.migrateAdvice(err, "check that the database user may read the table, then run Migrate again (it is safe to repeat)"))
+		}
 	}
 	for v < len(steps) {
 		err := s.migrateStep(ctx, c, steps[v])
@@ -34,11 +46,22 @@ func (s *Store) migrate(ctx context.Context, c driver.Conn) error {
 		}
 		now, verr := s.schemaVersion(ctx, c)
 		if verr != nil || now <= v {
-			return fmt.Errorf("idem: migrate table %s from schema version %d to %d: %w; check that the database user may create and alter tables and indexes, then run Migrate again (it is safe to repeat)", s.table, v, v+1, err)
+			return fmt.Errorf("idem: migrate table %s from schema version %d to %d: %w; %s", s.table, v, v+1, err,
+				s.migrateAdvice(err, "check that the database user may create and alter tables and indexes, then run Migrate again (it is safe to repeat)"))
 		}
 		v = now
 	}
 	return nil
+}
+
+// migrateAdvice says what to do after a statement of Migrate failed with
+// err: about the table or its schema when the dialect reads err as such,
+// else otherwise.
+func (s *Store) migrateAdvice(err error, otherwise string) string {
+	if advice := s.schemaAdvice(err); advice != "" {
+		return advice
+	}
+	return otherwise
 }
 
 // migrateStep runs the statements of one migration in order.

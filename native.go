@@ -64,6 +64,10 @@ func (native) Inspect(ctx context.Context, s *Store, db driver.Conn, scope, key 
 	return s.inspect(ctx, db, scope, key)
 }
 
+func (native) InspectKey(ctx context.Context, s *Store, db driver.Conn, key string, limit int) ([]Record, error) {
+	return s.inspectKey(ctx, db, key, limit)
+}
+
 func (native) Stats(ctx context.Context, s *Store, db driver.Conn) (Stats, error) {
 	return s.stats(ctx, db)
 }

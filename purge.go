@@ -46,7 +46,8 @@ func (s *Store) purge(ctx context.Context, inTx driver.TxRunner, batch int) (int
 	for {
 		n, err := s.purgeBatch(ctx, inTx, batch)
 		if err != nil {
-			return total, fmt.Errorf("idem: purge %s stopped after deleting %d records: %w; the deleted ones stay deleted, run Purge again", s.table, total, err)
+			return total, fmt.Errorf("idem: purge %s stopped after deleting %d records: %w; %s", s.table, total, err,
+				s.purgeAdvice(err, "the deleted ones stay deleted, run Purge again"))
 		}
 		total += n
 		if n < int64(batch) {
@@ -74,9 +75,19 @@ func (s *Store) purgeOne(ctx context.Context, inTx driver.TxRunner, limit int) (
 	}
 	n, err := s.purgeBatch(ctx, inTx, limit)
 	if err != nil {
-		return n, fmt.Errorf("idem: purge %s: %w; nothing of this batch was deleted, run it again", s.table, err)
+		return n, fmt.Errorf("idem: purge %s: %w; %s", s.table, err, s.purgeAdvice(err, "nothing of this batch was deleted, run it again"))
 	}
 	return n, nil
+}
+
+// purgeAdvice says what to do after a purge batch failed with err: about
+// the table when the dialect reads err as an error about it (running the
+// batch again would fail again), else otherwise.
+func (s *Store) purgeAdvice(err error, otherwise string) string {
+	if advice := s.schemaAdvice(err); advice != "" {
+		return advice
+	}
+	return otherwise
 }
 
 // purgeBatch deletes one batch in a transaction of the dialect's purge

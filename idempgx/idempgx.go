@@ -111,6 +111,15 @@ func (s *Store) Inspect(ctx context.Context, db DBTX, scope, key string) (*idem.
 	return eng.Inspect(ctx, s.s, conn{db}, scope, key)
 }
 
+// InspectKey is [idem.Store.InspectKey] on db: the records of key in every
+// scope, at most limit, read with a scan of the whole table.
+func (s *Store) InspectKey(ctx context.Context, db DBTX, key string, limit int) ([]idem.Record, error) {
+	if db == nil {
+		return nil, errors.New("idempgx: InspectKey needs a database handle, got nil")
+	}
+	return eng.InspectKey(ctx, s.s, conn{db}, key, limit)
+}
+
 // Stats is [idem.Store.Stats] on db.
 func (s *Store) Stats(ctx context.Context, db DBTX) (idem.Stats, error) {
 	if db == nil {

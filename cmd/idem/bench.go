@@ -29,7 +29,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			"cheapest hand-written transaction that does their job: for fresh, a claim\n"+
 			"INSERT, the order row and an UPDATE storing the response (floor); for\n"+
 			"replays, one SELECT of a stored row (read). It prints transactions per\n"+
-			"second and the ratios to bare and to the floor, median of the rounds.\n"+
+			"second, median of the rounds, and the ratios to bare and to the floor:\n"+
+			"each the median of the ratios of paired runs, one pair a round, so not\n"+
+			"the ratio of the printed medians.\n"+
 			"Then storms of 64 requests with one key whose operation takes 50ms: time\n"+
 			"until every request has its answer. Creates three tables with random\n"+
 			"names and drops them. See docs/benchmarks.md.", stderr)
@@ -69,19 +71,22 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	case driver == "":
 	case driver != "pgx" && driver != "postgres":
 		return usageErr("bench: --driver %q: want pgx or postgres", driver)
-	case t.dialect != idem.Postgres:
+	case t.Dialect != idem.Postgres:
 		return usageErr("bench: --driver applies to postgres:// DSNs only")
 	default:
-		t.driver = driver
+		t.Driver = driver
 	}
-	db, err := connect(ctx, withWAL(t))
+	db, err := connect(ctx, t.WithWAL())
 	if err != nil {
 		return err
 	}
 	defer db.Close()
-	cfg.DB, cfg.Driver, cfg.Dialect = db, t.driver, t.dialect
+	cfg.DB, cfg.Driver, cfg.Dialect = db, t.Driver, t.Dialect
 	if _, err := bench.Run(ctx, cfg, stdout); err != nil {
-		return fmt.Errorf("bench on %s: %w", t.where, err)
+		return fmt.Errorf("bench on %s: %w", t.Where, err)
 	}
+	fmt.Fprintf(stdout, "Each ratio is the median over %s of the ratio of paired runs (a path's\n"+
+		"tx/s over the bare or floor run beside it in the same round), so it need\n"+
+		"not equal the ratio of the tx/s medians in the table.\n", plural(cfg.Rounds, "round"))
 	return nil
 }

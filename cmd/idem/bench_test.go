@@ -14,7 +14,7 @@ func TestBench(t *testing.T) {
 			if r.code != 0 {
 				t.Fatalf("exit %d, stderr %q", r.code, r.stderr)
 			}
-			for _, want := range []string{"bare ", "floor ", "fresh ", "read ", "replay ", "claim ", "hot ", "ratio to floor", "tx ", "claim, poll 20ms "} {
+			for _, want := range []string{"bare ", "floor ", "fresh ", "read ", "replay ", "claim ", "hot ", "ratio to floor", "tx ", "claim, poll 20ms ", "Each ratio is the median over 1 round of the ratio of paired runs"} {
 				if !strings.Contains(r.stdout, want) {
 					t.Errorf("output lacks %q:\n%s", want, r.stdout)
 				}

@@ -21,6 +21,7 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/dburl"
 )
 
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -31,11 +32,12 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs := newFlags("demo", "[--dsn DSN] [--burst 16]",
 		"Acts out the failures idem exists for, each twice on the same database: with\n"+
 			"idem, and with a naive design that caches responses (check the cache, run,\n"+
-			"store the response, no transaction in common). Prints a line per scenario\n"+
-			"and a closing table. Without --dsn it uses an embedded SQLite database in a\n"+
+			"store the response, no transaction in common). Prints two lines per\n"+
+			"scenario, its verdict and what in idem held, then a closing table, within\n"+
+			"80 columns. Without --dsn it uses an embedded SQLite database in a\n"+
 			"temporary directory and needs no server. It works on tables of its own,\n"+
 			"dropped at the end. Exit code 1 if an invariant of idem breaks.", stderr)
-	fs.StringVar(&dsn, "dsn", "", "run on this database instead: postgres://..., mysql://... (see idem help)")
+	fs.StringVar(&dsn, "dsn", "", "run on this database instead: "+dburl.Forms)
 	fs.IntVar(&burst, "burst", 16, "concurrent retries in the burst scenario (2..40)")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -43,7 +45,8 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if burst < 2 || burst > 40 {
 		return usageErr("demo: --burst must be between 2 and 40, got %d", burst)
 	}
-	if dsn == "" {
+	embedded := dsn == ""
+	if embedded {
 		dir, err := os.MkdirTemp("", "idem-demo-")
 		if err != nil {
 			return err
@@ -55,7 +58,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
-	t = withWAL(t)
+	t = t.WithWAL()
 	db, err := connect(ctx, t)
 	if err != nil {
 		return err
@@ -66,7 +69,13 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	defer d.drop()
-	fmt.Fprintf(stdout, "idem demo on %s, tables %s*\n\n", t.where, d.prefix)
+	where := t.Where
+	if embedded {
+		where = "an embedded SQLite database in a temporary directory"
+	}
+	fmt.Fprintf(stdout, "idem demo on %s\n", where)
+	fmt.Fprintln(stdout, "Each failure is played twice, with idem and with a naive response cache,")
+	fmt.Fprintf(stdout, "on tables %s* that are dropped at the end.\n\n", d.prefix)
 	return d.run(ctx, stdout)
 }
 
@@ -74,7 +83,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 // the naive design's cache and charges.
 type demo struct {
 	db     *sql.DB
-	t      target
+	t      dburl.Target
 	bind   int // sqlx bind type for the driver
 	burst  int
 	prefix string
@@ -86,20 +95,20 @@ type demo struct {
 	charges, naiveCache, naiveCharges, provider string
 }
 
-func newDemo(ctx context.Context, db *sql.DB, t target, burst int) (*demo, error) {
+func newDemo(ctx context.Context, db *sql.DB, t dburl.Target, burst int) (*demo, error) {
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)
 	p := "idem_demo_" + hex.EncodeToString(b) + "_"
-	store, err := idem.New(t.dialect, idem.WithTable(p+"keys"))
+	store, err := idem.New(t.Dialect, idem.WithTable(p+"keys"))
 	if err != nil {
 		return nil, err
 	}
-	claims, err := idem.New(t.dialect, idem.WithTable(p+"keys"), idem.WithLease(demoLease))
+	claims, err := idem.New(t.Dialect, idem.WithTable(p+"keys"), idem.WithLease(demoLease))
 	if err != nil {
 		return nil, err
 	}
 	d := &demo{
-		db: db, t: t, bind: sqlx.BindType(t.driver), burst: burst, prefix: p,
+		db: db, t: t, bind: sqlx.BindType(t.Driver), burst: burst, prefix: p,
 		store: store, claims: claims,
 		charges: p + "charges", naiveCache: p + "naive_cache", naiveCharges: p + "naive_charges",
 		provider: p + "provider",
@@ -133,10 +142,12 @@ func (d *demo) drop() {
 
 func (d *demo) q(query string) string { return sqlx.Rebind(d.bind, query) }
 
-// outcome is what one scenario found: a line for each design, and the
+// outcome is what one scenario found: a cell of the closing table for
+// each design, why idem held (what in it made the outcome), and the
 // broken invariant of idem, if any.
 type outcome struct {
 	idem, naive string
+	why         string
 	broken      error
 }
 
@@ -162,17 +173,18 @@ func (d *demo) run(ctx context.Context, stdout io.Writer) error {
 			fmt.Fprintln(stdout, "error")
 			return fmt.Errorf("demo: %s: %w", sc.title, err)
 		}
-		verdict := "ok"
+		took := time.Since(start).Round(time.Millisecond)
 		if o.broken != nil {
-			verdict = "INVARIANT BROKEN: " + o.broken.Error()
+			fmt.Fprintf(stdout, "INVARIANT BROKEN (%s)\n      %v\n", took, o.broken)
 			broken++
+		} else {
+			fmt.Fprintf(stdout, "ok (%s)\n      held by %s\n", took, o.why)
 		}
-		fmt.Fprintf(stdout, "%s (%s)\n", verdict, time.Since(start).Round(time.Millisecond))
 		rows = append(rows, row{sc.title, o})
 	}
 	fmt.Fprintln(stdout)
-	tw := tabwriter.NewWriter(stdout, 0, 0, 3, ' ', 0)
-	fmt.Fprintln(tw, "SCENARIO\tWITH IDEM\tNAIVE RESPONSE CACHE\tIDEM OK")
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "SCENARIO\tWITH IDEM\tNAIVE CACHE\tIDEM OK")
 	for _, r := range rows {
 		ok := "yes"
 		if r.broken != nil {

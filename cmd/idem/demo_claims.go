@@ -22,7 +22,7 @@ const demoLease = 500 * time.Millisecond
 // as real ones do: a second call with one key charges nothing.
 func (d *demo) callProvider(ctx context.Context, providerKey, key string) error {
 	query := "INSERT INTO " + d.provider + " (provider_key, idem_key, amount) VALUES (?, ?, 1000) ON CONFLICT (provider_key) DO NOTHING"
-	if d.t.dialect == idem.MySQL || d.t.dialect == idem.MariaDB || d.t.dialect == idem.TiDB {
+	if d.t.Dialect == idem.MySQL || d.t.Dialect == idem.MariaDB || d.t.Dialect == idem.TiDB {
 		query = "INSERT INTO " + d.provider + " (provider_key, idem_key, amount) VALUES (?, ?, 1000) ON DUPLICATE KEY UPDATE provider_key = provider_key"
 	}
 	_, err := d.db.ExecContext(ctx, d.q(query), providerKey, key)

@@ -22,7 +22,7 @@ import (
 func (d *demo) scenarios() []scenario {
 	return []scenario{
 		{fmt.Sprintf("burst: %d concurrent retries", d.burst), (*demo).burstScenario},
-		{"retry 100 ms into a 500 ms payment", (*demo).lateRetryScenario},
+		{"retry during a 500 ms payment", (*demo).lateRetryScenario},
 		{"same key, another amount", (*demo).otherAmountScenario},
 		{"worker dies before responding", (*demo).diesScenario},
 		{"worker dies after claiming", (*demo).takeoverScenario},
@@ -122,11 +122,15 @@ func (d *demo) count(ctx context.Context, table, key string) (int, error) {
 	return n, err
 }
 
-func charges(n int) string {
-	if n == 1 {
-		return "1 charge"
+func charges(n int) string { return plural(n, "charge") }
+
+// lock is the lock a duplicate of a running request waits on: the row's
+// on a server, SQLite's one write lock (BEGIN IMMEDIATE) on SQLite.
+func (d *demo) lock() string {
+	if d.t.Dialect == idem.SQLite {
+		return "the write lock"
 	}
-	return fmt.Sprintf("%d charges", n)
+	return "the row lock"
 }
 
 func (d *demo) burstScenario(ctx context.Context, key string) (outcome, error) {
@@ -160,8 +164,9 @@ func (d *demo) burstScenario(ctx context.Context, key string) (outcome, error) {
 		return outcome{}, err
 	}
 	o := outcome{
-		idem:  fmt.Sprintf("%s, %d replays", charges(n), replayed),
+		idem:  charges(n) + ", " + plural(replayed, "replay"),
 		naive: charges(naive),
+		why:   d.lock() + ": duplicates queued behind the first, then replayed",
 	}
 	switch {
 	case n != 1:
@@ -198,13 +203,15 @@ func (d *demo) lateRetryScenario(ctx context.Context, key string) (outcome, erro
 		return outcome{}, err
 	}
 	o := outcome{
-		idem:  fmt.Sprintf("%s; retry waited %s, replayed", charges(n), waited.Round(10*time.Millisecond)),
+		idem:  charges(n) + ", retry replayed",
 		naive: charges(naive),
+		why:   fmt.Sprintf("%s: the retry waited %s for the first, replayed", d.lock(), waited.Round(10*time.Millisecond)),
 	}
 	if first.Replayed {
 		// On a loaded machine the retry can reach the database first:
 		// then it runs and the first request replays, as it should.
-		o.idem = fmt.Sprintf("%s; the retry came first, the first request replayed", charges(n))
+		o.idem = charges(n) + ", first replayed"
+		o.why = d.lock() + ": the first request queued behind the retry, replayed"
 	}
 	switch {
 	case n != 1:
@@ -233,11 +240,8 @@ func (d *demo) otherAmountScenario(ctx context.Context, key string) (outcome, er
 		return outcome{}, err
 	}
 	naive := "charged 25.00"
-	if replayed {
-		naive = "25.00 request got the 10.00 receipt"
-		if !strings.Contains(body, `"amount":1000`) {
-			naive = "replayed " + body + " for the 25.00 request"
-		}
+	if replayed && strings.Contains(body, `"amount":1000`) {
+		naive = "wrong receipt" // the 10.00 one, for the 25.00 request
 	}
 
 	rows, err := d.db.QueryContext(ctx, d.q("SELECT amount FROM "+d.charges+" WHERE idem_key = ?"), key)
@@ -257,7 +261,8 @@ func (d *demo) otherAmountScenario(ctx context.Context, key string) (outcome, er
 	if err := rows.Err(); err != nil {
 		return outcome{}, err
 	}
-	o := outcome{idem: "422 mismatch; 1 charge of 10.00", naive: naive}
+	o := outcome{idem: "422; 1 charge of 10.00", naive: naive,
+		why: "the fingerprint: the key is bound to the 10.00 request's payload"}
 	switch {
 	case mismatch == nil:
 		o.broken = errors.New("the 25.00 request under a used key was not refused")
@@ -283,8 +288,9 @@ func (d *demo) diesScenario(ctx context.Context, key string) (outcome, error) {
 		return outcome{}, err
 	}
 	o := outcome{
-		idem:  fmt.Sprintf("%s; the first rolled back, retry ran", charges(n)),
+		idem:  "rolled back; " + charges(n),
 		naive: charges(naive),
+		why:   "one transaction: the charge rolled back with the claim; retry ran",
 	}
 	switch {
 	case n != 1:
@@ -321,8 +327,9 @@ func (d *demo) takeoverScenario(ctx context.Context, key string) (outcome, error
 		return outcome{}, err
 	}
 	o := outcome{
-		idem:  fmt.Sprintf("409 during the lease, then taken over; %s", charges(n)),
+		idem:  "409, took over; " + charges(n),
 		naive: charges(naive),
+		why:   "the lease: 409 until it ran out; one relay key for the provider",
 	}
 	switch {
 	case inflight == nil:
@@ -370,8 +377,9 @@ func (d *demo) zombieScenario(ctx context.Context, key string) (outcome, error) 
 		return outcome{}, err
 	}
 	o := outcome{
-		idem:  fmt.Sprintf("its late Complete fenced out; %s", charges(n)),
+		idem:  "fenced out; " + charges(n),
 		naive: charges(naive),
+		why:   "the fencing token: the takeover raised it; the zombie's was stale",
 	}
 	switch {
 	case late == nil:

@@ -61,27 +61,6 @@ func TestDSNWithoutFlag(t *testing.T) {
 	}
 }
 
-// An upper-case scheme reaches pgx in the form it recognises, so it
-// connects where the DSN says instead of to the local socket.
-func TestDSNSchemeCase(t *testing.T) {
-	for dsn, want := range map[string]string{
-		"POSTGRES://u:p@h:1/db?x=y":   "postgres://u:p@h:1/db?x=y",
-		"PostgreSQL://u:p@h:1/db?x=y": "postgres://u:p@h:1/db?x=y",
-		"MySQL://u:p@h:1/db":          "u:p@tcp(h:1)/db",
-		"TiDB://u:p@h/db":             "u:p@tcp(h:4000)/db",
-		"MariaDB://u:p@h/db":          "u:p@tcp(h:3306)/db",
-		"SQLITE:app.db":               "file:app.db?",
-		"File:app.db":                 "file:app.db?",
-	} {
-		tgt, err := parseDSN(context.Background(), dsn)
-		if err != nil {
-			t.Errorf("parseDSN(%q): %v", dsn, err)
-		} else if !strings.HasPrefix(tgt.dsn, want) {
-			t.Errorf("parseDSN(%q) hands the driver %q, want %q...", dsn, tgt.dsn, want)
-		}
-	}
-}
-
 // A password whose reserved characters are not percent-encoded must not
 // become a host, a port or a database name, quoted in an error or looked
 // up in DNS.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"maps"
@@ -24,23 +25,37 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	var (
 		f          dbFlags
 		scope, key string
+		limit      int
 		retention  time.Duration
 		asJSON     bool
 	)
-	fs := newFlags("inspect", "--dsn DSN --key KEY [--scope SCOPE] [--table NAME] [--retention 24h] [--json]",
-		"Shows the record of one Idempotency-Key: status, operation, fingerprint,\nfencing token, lease end, age, and the stored response (its body if it is\ntext). Reads only; locks nothing. Exit code 1 when there is no record.", stderr)
+	fs := newFlags("inspect", "--dsn DSN --key KEY [--scope SCOPE] [--limit 100] [--table NAME] [--retention 24h] [--json]",
+		"Shows the records of one Idempotency-Key: status, operation, fingerprint,\n"+
+			"fencing token, lease end, age, and the stored response (its body if it is\n"+
+			"text). With --scope, the record of the key in that scope; without it, the\n"+
+			"key's record in every scope, found by a scan of the whole table. KEY is\n"+
+			"taken as the client sent it: \"K\" (an sf-string, as idemhttp reads the\n"+
+			"header) or K. Reads only; locks nothing. Exit code 1 when there is no\n"+
+			"record.", stderr)
 	f.register(fs)
-	fs.StringVar(&scope, "scope", "", "the key's scope (user, tenant, API client); may be empty")
-	fs.StringVar(&key, "key", "", "the Idempotency-Key (required)")
+	fs.StringVar(&scope, "scope", "", "the key's scope (user, tenant, API client); may be empty (--scope '')")
+	fs.StringVar(&key, "key", "", "the Idempotency-Key, as the client sent it: \"K\" or K (required)")
+	fs.IntVar(&limit, "limit", 100, "without --scope, the most records shown")
 	fs.DurationVar(&retention, "retention", idem.DefaultRetention, "the application's retention, to tell whether the record is forgotten")
 	fs.BoolVar(&asJSON, "json", false, "print JSON")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
+	scoped := false
+	fs.Visit(func(fl *flag.Flag) { scoped = scoped || fl.Name == "scope" })
 	if key == "" {
 		return usageErr("inspect: --key is required")
 	}
-	if err := idem.ValidateKey(key); err != nil {
+	if limit <= 0 {
+		return usageErr("inspect: --limit must be positive, got %d", limit)
+	}
+	keys, err := keyForms(key)
+	if err != nil {
 		return usageErr("inspect: --key: %s", strings.TrimPrefix(err.Error(), "idem: "))
 	}
 	db, _, s, err := f.open(ctx, false, idem.WithRetention(retention))
@@ -48,18 +63,127 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	defer db.Close()
-	rec, err := s.Inspect(ctx, db, scope, key)
-	if err != nil {
-		return err
+	if scoped {
+		for _, k := range keys {
+			rec, err := s.Inspect(ctx, db, scope, k)
+			if err != nil {
+				return err
+			}
+			if rec != nil {
+				if asJSON {
+					return writeJSON(stdout, inspectJSON(rec))
+				}
+				printRecord(stdout, rec)
+				return nil
+			}
+		}
+		return failure("no record for key %s in scope %q of %s", keyDesc(key, keys), scope, s.Table())
 	}
-	if rec == nil {
-		return failure("no record for scope %q, key %q in %s", scope, key, s.Table())
+	for _, k := range keys {
+		recs, err := s.InspectKey(ctx, db, k, limit+1)
+		if err != nil {
+			return err
+		}
+		if len(recs) == 0 {
+			continue
+		}
+		more := len(recs) > limit
+		recs = recs[:min(len(recs), limit)]
+		if asJSON {
+			j := scanJSON{Key: k, ScannedEveryScope: true, More: more, Records: []recordJSON{}}
+			for i := range recs {
+				j.Records = append(j.Records, inspectJSON(&recs[i]))
+			}
+			return writeJSON(stdout, j)
+		}
+		fmt.Fprintf(stdout, "no --scope: scanned every scope of %s for key %q: %s\n", s.Table(), k, plural(len(recs), "record"))
+		if more {
+			fmt.Fprintf(stdout, "more scopes hold it than --limit %d shows; give --scope, or a larger --limit\n", limit)
+		}
+		for i := range recs {
+			fmt.Fprintln(stdout)
+			printRecord(stdout, &recs[i])
+		}
+		return nil
 	}
-	if asJSON {
-		return writeJSON(stdout, inspectJSON(rec))
+	return failure("no record for key %s in any scope of %s (no --scope: scanned every scope)", keyDesc(key, keys), s.Table())
+}
+
+// keyForms returns the keys that the value of --key may stand for, as an
+// Idempotency-Key field would carry them: an sf-string ("K", with the
+// escapes \" and \\) stands for its content, as idemhttp reads the
+// header, and any valid key for itself (a client that is not HTTP's may
+// send quotes). The sf-string's content comes first. Spaces and tabs
+// around the value are dropped, as idemhttp drops them.
+func keyForms(v string) ([]string, error) {
+	v = strings.Trim(v, " \t")
+	var (
+		forms    []string
+		content  string
+		notAsSF  string // why v does not stand for a key as an sf-string
+		reason   = func(err error) string { return strings.TrimPrefix(err.Error(), idem.ErrInvalidKey.Error()+": ") }
+		asIs     = idem.ValidateKey(v)
+		isString = strings.HasPrefix(v, `"`)
+	)
+	if isString {
+		content, notAsSF = sfString(v)
+		if notAsSF == "" {
+			if err := idem.ValidateKey(content); err != nil {
+				notAsSF = fmt.Sprintf("its content %q: %s", content, reason(err))
+			} else {
+				forms = append(forms, content)
+			}
+		}
 	}
-	printRecord(stdout, rec)
-	return nil
+	if asIs == nil {
+		forms = append(forms, v)
+	}
+	switch {
+	case len(forms) > 0:
+		return forms, nil
+	case isString:
+		return nil, fmt.Errorf("%w: %q is no key as an sf-string (%s) nor as it is (%s)", idem.ErrInvalidKey, v, notAsSF, reason(asIs))
+	}
+	return nil, asIs
+}
+
+// sfString reads an RFC 8941 sf-string that makes up the whole of v, as
+// idemhttp reads the Idempotency-Key field, and returns its content, or
+// why it is not one.
+func sfString(v string) (content, why string) {
+	var b strings.Builder
+	for i := 1; i < len(v); i++ {
+		switch c := v[i]; {
+		case c == '\\':
+			i++
+			if i == len(v) || v[i] != '"' && v[i] != '\\' {
+				return "", fmt.Sprintf("a backslash at offset %d must be followed by \" or \\", i-1)
+			}
+			b.WriteByte(v[i])
+		case c == '"':
+			if i != len(v)-1 {
+				return "", fmt.Sprintf("%q follows the closing quote", v[i+1:])
+			}
+			return b.String(), ""
+		case c < 0x20 || c > 0x7E:
+			return "", fmt.Sprintf("byte %#02x at offset %d is not printable ASCII", c, i)
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return "", "the closing double quote is missing"
+}
+
+// keyDesc names the keys an --key value v stood for, for a message.
+func keyDesc(v string, keys []string) string {
+	v = strings.Trim(v, " \t")
+	switch {
+	case len(keys) == 2:
+		return fmt.Sprintf("%q (read from the sf-string %q) nor %q (as typed)", keys[0], v, keys[1])
+	case keys[0] != v:
+		return fmt.Sprintf("%q (read from the sf-string %q)", keys[0], v)
+	}
+	return strconv.Quote(v)
 }
 
 func printRecord(w io.Writer, r *idem.Record) {
@@ -175,6 +299,16 @@ type recordJSON struct {
 	Now         time.Time     `json:"now"`
 	AgeSeconds  float64       `json:"age_seconds"`
 	Response    *responseJSON `json:"response,omitempty"`
+}
+
+// scanJSON is the output of inspect --json without --scope.
+type scanJSON struct {
+	Key string `json:"key"`
+	// ScannedEveryScope is always true: the records were found by a scan
+	// of the whole table.
+	ScannedEveryScope bool         `json:"scanned_every_scope"`
+	More              bool         `json:"more"` // more scopes hold the key than --limit shows
+	Records           []recordJSON `json:"records"`
 }
 
 type responseJSON struct {

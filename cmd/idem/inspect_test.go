@@ -2,13 +2,19 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"database/sql"
 	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 	"unicode/utf8"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemhttp"
 )
 
 // hostile is a record whose stored strings hold terminal control
@@ -71,5 +77,68 @@ func TestInspectEscapesStoredStrings(t *testing.T) {
 	printRecord(&text, hostile("line 1\r\nline 2"))
 	if !strings.Contains(text.String(), `"line 1\r\nline 2"`) {
 		t.Errorf("a text body holding CR is not quoted:\n%s", text.String())
+	}
+}
+
+// --key takes a key in each form a client sends it in, and stands for the
+// key idemhttp stores for that Idempotency-Key field: each field below is
+// sent through idemhttp's middleware, and inspect's reading of the same
+// text finds the record it stored.
+func TestKeyFormsAgreeWithIdemhttp(t *testing.T) {
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(t.TempDir(), "keys.db")+"?_txlock=immediate&_pragma=busy_timeout(10000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	s, err := idem.New(idem.SQLite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Migrate(context.Background(), db); err != nil {
+		t.Fatal(err)
+	}
+	mw, err := idemhttp.New(idemhttp.Config{Store: s, DB: db, Scope: idemhttp.SingleTenant})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(201) }))
+	for _, field := range []string{`"order-1"`, `order-2`, ` "order-3" `, `"a\"b"`, `"a\\b"`, `"it's"`, `x"y`} {
+		req := httptest.NewRequest("POST", "/v1/orders", strings.NewReader("{}"))
+		req.Header.Set("Idempotency-Key", field)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		if w.Code != 201 && field != `x"y` {
+			t.Fatalf("idemhttp refused the field %s: %d %s", field, w.Code, w.Body)
+		}
+		keys, err := keyForms(field)
+		if err != nil {
+			t.Errorf("keyForms(%s): %v", field, err)
+			continue
+		}
+		if w.Code != 201 {
+			// idemhttp refuses a bare value with a quote; a client that
+			// is not HTTP's may use it as a key, and inspect takes it.
+			if len(keys) != 1 || keys[0] != field {
+				t.Errorf("keyForms(%s) = %q, want the value as it is", field, keys)
+			}
+			continue
+		}
+		rec, err := s.Inspect(context.Background(), db, "", keys[0])
+		if err != nil || rec == nil {
+			t.Errorf("the field %s: idemhttp stored a key that keyForms' first form %q does not find (%v)", field, keys[0], err)
+		}
+	}
+	for _, bad := range []string{`"order 1"`, `order 1`, ``, "\"tab\tin\""} {
+		if keys, err := keyForms(bad); err == nil {
+			t.Errorf("keyForms(%q) = %q; want an error", bad, keys)
+		}
+	}
+	for _, asIs := range []string{`"unterminated`, `"a\x"`, `"k"tail`} {
+		if keys, err := keyForms(asIs); err != nil || len(keys) != 1 || keys[0] != asIs {
+			t.Errorf("keyForms(%q), a valid key but no sf-string: %q, %v; want it as it is", asIs, keys, err)
+		}
+	}
+	if keys, err := keyForms(`"k"`); err != nil || len(keys) != 2 || keys[0] != "k" || keys[1] != `"k"` {
+		t.Errorf(`keyForms("k") = %q, %v; want k, then "k" as typed`, keys, err)
 	}
 }

@@ -1,14 +1,16 @@
 // Command idem demonstrates idem and operates its table.
 //
 //	idem demo                      act out the failures idem prevents (embedded SQLite, no server)
-//	idem migrate --dsn DSN         create the table
-//	idem inspect --dsn DSN --scope S --key K
+//	idem migrate --dsn DSN         create the table, or upgrade it to the newest layout
+//	idem inspect --dsn DSN --key K [--scope S]
+//	                               a key's record in scope S, or (a scan) in every scope
 //	idem stats   --dsn DSN         counts, oldest record, expired, size
 //	idem purge   --dsn DSN         delete records past retention
 //	idem bench   --dsn DSN         measure idem against a bare transaction
 //
 // DSNs: postgres://..., postgresql://..., mysql://user:pass@host:port/db?params,
-// sqlite:path or file:path. Run "idem help COMMAND" for a command's flags.
+// mariadb://..., tidb://..., sqlite:path or file:path (package dburl). Run
+// "idem help COMMAND" for a command's flags.
 // Exit codes: 0 success, 1 the command ran and found a failure (a broken
 // invariant, a missing record), 2 bad usage or no usable database.
 package main
@@ -23,6 +25,8 @@ import (
 	"os/signal"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/idemkit/idem/internal/dburl"
 )
 
 // command is a subcommand: its name, a one-line summary, and how to run it.
@@ -36,7 +40,7 @@ type command struct {
 var commands = []command{
 	{"demo", "act out the failures idem prevents, beside a naive response cache", runDemo},
 	{"migrate", "create the idempotency table if it is absent, or upgrade it in place", runMigrate},
-	{"inspect", "show one record as a person reads it", runInspect},
+	{"inspect", "show a key's records as a person reads them, in one scope or all", runInspect},
 	{"stats", "count records by status, oldest, expired, table size", runStats},
 	{"purge", "delete records past retention, in batches", runPurge},
 	{"bench", "measure idem against a bare transaction on a server", runBench},
@@ -115,6 +119,14 @@ func oneLine(s string) string {
 	return strings.Join(strings.Fields(s), " ")
 }
 
+// plural is n and noun, with an s unless n is 1.
+func plural[N int | int64](n N, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
+}
+
 func usage(w io.Writer) {
 	fmt.Fprintln(w, "idem makes non-idempotent operations safe to retry. Usage:")
 	fmt.Fprintln(w)
@@ -127,7 +139,7 @@ func usage(w io.Writer) {
 	tw.Flush()
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Run \"idem help COMMAND\" or \"idem COMMAND --help\" for its flags.")
-	fmt.Fprintln(w, "DSNs: postgres://..., mysql://user:pass@host:port/db, sqlite:path, file:path.")
+	fmt.Fprintln(w, "DSNs: "+dburl.Forms+".")
 }
 
 // newFlags makes a subcommand's flag set, with a usage text that leads

@@ -9,7 +9,11 @@ import (
 func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var f dbFlags
 	fs := newFlags("migrate", "--dsn DSN [--table NAME]",
-		"Creates the idempotency table and its index if they are absent (the DDL of\npackage schema). Safe to run again. A SQLite file is created if needed.", stderr)
+		"Creates the idempotency table and its indexes if they are absent, or brings\n"+
+			"a table that an earlier release of idem made to the newest layout, one\n"+
+			"numbered migration of package schema at a time (docs/operations.md says\n"+
+			"what each one locks). Refuses a table that is not idem's, changing\n"+
+			"nothing. Safe to run again. A SQLite file is created if needed.", stderr)
 	f.register(fs)
 	if err := parse(fs, args); err != nil {
 		return err
@@ -22,6 +26,6 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err := s.Migrate(ctx, db); err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "table %s is ready on %s (created if it was absent)\n", s.Table(), t.where)
+	fmt.Fprintf(stdout, "table %s is ready on %s (created if it was absent, upgraded if it was older)\n", s.Table(), t.Where)
 	return nil
 }

@@ -69,9 +69,12 @@ func runPurge(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		})
 	}
 	wg.Wait()
-	if firstErr != nil {
-		return fmt.Errorf("%w (after deleting %d)", firstErr, total)
+	if firstErr != nil && total > 0 {
+		return fmt.Errorf("%w (after deleting %s)", firstErr, plural(total, "record"))
 	}
-	fmt.Fprintf(stdout, "purged %d records past retention %s from %s in %s\n", total, dur(retention), s.Table(), time.Since(start).Round(time.Millisecond))
+	if firstErr != nil {
+		return firstErr
+	}
+	fmt.Fprintf(stdout, "purged %s past retention %s from %s in %s\n", plural(total, "record"), dur(retention), s.Table(), time.Since(start).Round(time.Millisecond))
 	return nil
 }

@@ -37,7 +37,7 @@ func runStats(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if asJSON {
 		j := statsJSON{
-			Table: s.Table(), Dialect: t.dialect.Name(), Total: st.Total, ByStatus: st.ByStatus,
+			Table: s.Table(), Dialect: t.Dialect.Name(), Total: st.Total, ByStatus: st.ByStatus,
 			Expired: st.Expired, RetentionSeconds: retention.Seconds(),
 		}
 		for _, status := range []idem.Status{idem.StatusProcessing, idem.StatusCompleted, idem.StatusReleased} {
@@ -59,7 +59,7 @@ func runStats(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return writeJSON(stdout, j)
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "table\t%s (%s)\n", s.Table(), t.where)
+	fmt.Fprintf(tw, "table\t%s (%s)\n", s.Table(), t.Where)
 	fmt.Fprintf(tw, "records\t%d\n", st.Total)
 	for _, status := range slices.Sorted(maps.Keys(st.ByStatus)) {
 		fmt.Fprintf(tw, "  %s\t%d\n", status, st.ByStatus[status])

@@ -176,7 +176,7 @@ func (c *statusCounter) RoundTrip(req *http.Request) (*http.Response, error) {
 // server has committed: every client must get its charge, and the table
 // must hold exactly one row per payment.
 func TestClientThroughFaults(t *testing.T) {
-	for _, name := range []string{"sqlite", "postgres", "mysql"} {
+	for _, name := range databases {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			provider := NewFakeProvider()

@@ -71,7 +71,7 @@ func account(r *http.Request) (string, error) {
 
 func chargesDDL(d idem.Dialect, table string) string {
 	switch d {
-	case idem.MySQL:
+	case idem.MySQL, idem.MariaDB, idem.TiDB:
 		return `CREATE TABLE IF NOT EXISTS ` + table + ` (
   id VARCHAR(40) PRIMARY KEY, amount BIGINT NOT NULL, currency VARCHAR(3) NOT NULL,
   status VARCHAR(10) NOT NULL, provider_ref VARCHAR(40) NOT NULL,

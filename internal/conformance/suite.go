@@ -80,6 +80,8 @@ var suite = []struct {
 	{"TestPurgeSweeps", TestPurgeSweeps},
 	{"TestPurgeBatchesRunTogether", TestPurgeBatchesRunTogether},
 	{"TestInspectAndStatsAgreeWithPurge", TestInspectAndStatsAgreeWithPurge},
+	{"TestInspectKeyAcrossScopes", TestInspectKeyAcrossScopes},
+	{"TestSchemaFaultsSayWhatToDo", TestSchemaFaultsSayWhatToDo},
 	{"TestPurgeBatchDoesNotBlockClaims", TestPurgeBatchDoesNotBlockClaims},
 	{"TestPurgeUnderLoad", TestPurgeUnderLoad},
 	{"TestSQLiteBusyIsRetryable", TestSQLiteBusyIsRetryable},

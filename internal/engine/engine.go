@@ -37,6 +37,7 @@ type Engine interface {
 	Purge(ctx context.Context, s *idem.Store, inTx driver.TxRunner, batch int) (int64, error)
 	PurgeBatch(ctx context.Context, s *idem.Store, inTx driver.TxRunner, limit int) (int64, error)
 	Inspect(ctx context.Context, s *idem.Store, db driver.Conn, scope, key string) (*idem.Record, error)
+	InspectKey(ctx context.Context, s *idem.Store, db driver.Conn, key string, limit int) ([]idem.Record, error)
 	Stats(ctx context.Context, s *idem.Store, db driver.Conn) (idem.Stats, error)
 }
 
