@@ -318,6 +318,12 @@ type server struct {
 // a free port), with the interceptors, stopped when the test ends.
 func serve(t *testing.T, addr string, svc chargesServer, interceptors ...grpc.UnaryServerInterceptor) *server {
 	t.Helper()
+	return serveDesc(t, addr, &chargesDesc, svc, interceptors...)
+}
+
+// serveDesc is serve for the service desc implemented by svc.
+func serveDesc(t *testing.T, addr string, desc *grpc.ServiceDesc, svc any, interceptors ...grpc.UnaryServerInterceptor) *server {
+	t.Helper()
 	var lis net.Listener
 	var err error
 	for range 50 { // a port just freed by Stop may take a moment
@@ -330,7 +336,7 @@ func serve(t *testing.T, addr string, svc chargesServer, interceptors ...grpc.Un
 		t.Fatal(err)
 	}
 	s := &server{addr: lis.Addr().String(), srv: grpc.NewServer(grpc.ChainUnaryInterceptor(interceptors...)), done: make(chan struct{})}
-	s.srv.RegisterService(&chargesDesc, svc)
+	s.srv.RegisterService(desc, svc)
 	go func() {
 		defer close(s.done)
 		_ = s.srv.Serve(lis)

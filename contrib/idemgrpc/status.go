@@ -74,11 +74,6 @@ func retryLater(ctx context.Context, wait time.Duration, reason, msg string) err
 	return statusError(codes.Unavailable, reason, msg, &errdetails.RetryInfo{RetryDelay: durationpb.New(wait)})
 }
 
-// seconds is d in whole seconds, rounded up, for messages.
-func seconds(d time.Duration) int64 {
-	return int64((d + time.Second - 1) / time.Second)
-}
-
 // answerError is what the interceptor answers for an error of serving a
 // call with key: a status whose code says what the client should do next.
 // ctx is the call's own context, whose stream gets the trailer.
@@ -102,7 +97,7 @@ func (i *Interceptor) answerError(ctx context.Context, method, key string, err e
 	case errors.As(err, &inFlight):
 		wait := min(i.cfg.RetryAfter, inFlight.RetryAfter)
 		return retryLater(ctx, wait, ReasonInFlight,
-			fmt.Sprintf("a call with idempotency key %q is still being processed; retry after %ds with the same key and request to get its result", key, seconds(wait)))
+			fmt.Sprintf("a call with idempotency key %q is still being processed; retry after %v with the same key and request to get its result", key, wait))
 	case errors.Is(err, idem.ErrInvalidKey):
 		return i.invalidKey(err.Error())
 	case idem.IsRetryable(err):
