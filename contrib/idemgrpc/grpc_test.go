@@ -231,8 +231,8 @@ func testRestart(t *testing.T, e *env, mode idemgrpc.Mode, dies bool) {
 	stopped := make(chan struct{})
 	var killErr atomic.Value
 	first := e.open() // the first process's pool
-	a.hook = func(ctx context.Context) error {
-		if a.calls.Load() > 1 {
+	a.hook = func(ctx context.Context, run int64) error {
+		if run > 1 {
 			return nil // the restarted server's run
 		}
 		<-stopped
@@ -468,7 +468,7 @@ func TestLockTimeoutSameAnswer(t *testing.T) {
 func TestReplayExact(t *testing.T) {
 	forEachDB(t, func(t *testing.T, e *env) {
 		a := e.api()
-		decline := func(ctx context.Context) error {
+		decline := func(ctx context.Context, _ int64) error {
 			_ = grpc.SetHeader(ctx, metadata.Pairs("x-charge", "ch_1", "x-trace", "t-1"))
 			_ = grpc.SetTrailer(ctx, metadata.Pairs("x-ledger-bin", "\x00\xff"))
 			if !shouldDecline(ctx) {
@@ -538,12 +538,12 @@ func TestFailuresNotStored(t *testing.T) {
 				for j, code := range []codes.Code{codes.Unavailable, codes.Aborted, codes.ResourceExhausted, codes.Internal, codes.Unknown} {
 					a := e.api()
 					a.provider = &provider{}
-					a.hook = func(ctx context.Context) error {
+					a.hook = func(ctx context.Context, run int64) error {
 						req, _ := idemgrpc.RequestFrom(ctx)
 						if err := e.insert(ctx, idemgrpc.TxFrom(ctx), a.biz, req.Key, "failed", 0); err != nil {
 							return err
 						}
-						if a.calls.Load() == 1 {
+						if run == 1 {
 							if code == codes.Unknown {
 								return errors.New("a plain error") // gRPC sends UNKNOWN
 							}
@@ -569,7 +569,7 @@ func TestFailuresNotStored(t *testing.T) {
 				}
 				a := e.api()
 				a.provider = &provider{}
-				a.hook = func(context.Context) error { return status.Error(codes.Internal, "stored") }
+				a.hook = func(context.Context, int64) error { return status.Error(codes.Internal, "stored") }
 				srv, _ := e.serveIdem(idemgrpc.Config{Mode: mode, StoreServerErrors: true}, a)
 				cc := dial(t, srv.addr)
 				first := call(withKey(t.Context(), "stored-1"), cc, methodCharge, 1)
@@ -606,6 +606,10 @@ func TestKeys(t *testing.T) {
 			md := metadata.MD{idemgrpc.MetadataKey: bad}
 			r := call(metadata.NewOutgoingContext(t.Context(), metadata.Join(md, metadata.Pairs("caller", "alice"))), cc, methodCharge, 1)
 			checkStatus(t, r, codes.InvalidArgument, idemgrpc.ReasonInvalidKey)
+		}
+		noCaller := metadata.AppendToOutgoingContext(t.Context(), idemgrpc.MetadataKey, "k-1")
+		if r := call(noCaller, cc, methodCharge, 1); r.status.Code() != codes.Unauthenticated {
+			t.Fatalf("a Scope that answers UNAUTHENTICATED: %v", r)
 		}
 		if a.calls.Load() != 0 {
 			t.Fatalf("the handler ran %d times for refused calls", a.calls.Load())
@@ -687,6 +691,93 @@ func TestClaimSlowProvider(t *testing.T) {
 			t.Fatalf("reply id %q, provider's charge %q", id, a.provider.charges[seen[0]])
 		}
 		if got := e.rows(a.biz, "slow-1"); got != 1 {
+			t.Fatalf("%d rows, want 1", got)
+		}
+	})
+}
+
+// recovering is a recovery interceptor, outside idem's, as services
+// install one: a panic becomes INTERNAL.
+func recovering(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (reply any, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			reply, err = nil, status.Errorf(codes.Internal, "panic: %v", p)
+		}
+	}()
+	return handler(ctx, req)
+}
+
+// A handler that panics rolls back and stores nothing (in ModeClaim its
+// claim is released), and the panic goes on to the recovery interceptor:
+// the retry runs again at once.
+func TestHandlerPanics(t *testing.T) {
+	forEachDB(t, func(t *testing.T, e *env) {
+		for _, mode := range []idemgrpc.Mode{idemgrpc.ModeTransaction, idemgrpc.ModeClaim} {
+			t.Run(modeName(mode), func(t *testing.T) {
+				a := e.api()
+				a.provider = &provider{}
+				a.hook = func(ctx context.Context, run int64) error {
+					req, _ := idemgrpc.RequestFrom(ctx)
+					if err := e.insert(ctx, idemgrpc.TxFrom(ctx), a.biz, req.Key, "panicked", 0); err != nil {
+						return err
+					}
+					if run == 1 {
+						panic("the handler's bug")
+					}
+					return nil
+				}
+				srv, _ := e.serveIdem(idemgrpc.Config{Mode: mode}, a, recovering)
+				cc := dial(t, srv.addr)
+				if r := call(withKey(t.Context(), "panic-1"), cc, methodCharge, 1); r.status.Code() != codes.Internal {
+					t.Fatalf("first call: %v, want the recovered INTERNAL", r)
+				}
+				if got := e.rows(a.biz, "panic-1"); got != 0 {
+					t.Fatalf("%d rows after the panic, want 0", got)
+				}
+				if r := call(withKey(t.Context(), "panic-1"), cc, methodCharge, 1); r.status.Code() != codes.OK || r.replayed {
+					t.Fatalf("the retry got %v, want a fresh OK", r)
+				}
+			})
+		}
+	})
+}
+
+// In ModeClaim a call that runs past its lease is taken over by a retry;
+// its own completion is fenced out and answered UNAVAILABLE (taken over),
+// and a retry after that replays the result of the call that took over.
+func TestClaimTakenOver(t *testing.T) {
+	forEachDB(t, func(t *testing.T, e *env) {
+		a := e.api()
+		a.provider = &provider{}
+		a.started = make(chan struct{}, 10)
+		a.overrun = true
+		a.hook = func(_ context.Context, run int64) error {
+			if run == 1 {
+				time.Sleep(2500 * time.Millisecond) // past the lease, ignoring the deadline
+			}
+			return nil
+		}
+		s := e.store(idem.WithLease(time.Second))
+		srv, _ := e.serveIdem(idemgrpc.Config{Mode: idemgrpc.ModeClaim, Store: s}, a)
+		cc := dial(t, srv.addr)
+		firstDone := make(chan result, 1)
+		go func() { firstDone <- call(withKey(t.Context(), "over-1"), cc, methodCharge, 2) }()
+		<-a.started
+		time.Sleep(1500 * time.Millisecond)
+		second := call(withKey(t.Context(), "over-1"), cc, methodCharge, 2)
+		first := <-firstDone
+		if second.status.Code() != codes.OK || second.replayed {
+			t.Fatalf("the call that took over got %v", second)
+		}
+		checkStatus(t, first, codes.Unavailable, idemgrpc.ReasonTakenOver)
+		again := call(withKey(t.Context(), "over-1"), cc, methodCharge, 2)
+		if !again.replayed {
+			t.Fatalf("a retry got %v, want the replay", again)
+		}
+		if err := sameAnswers([]result{second, again}); err != nil {
+			t.Fatal(err)
+		}
+		if got := e.rows(a.biz, "over-1"); got != 1 {
 			t.Fatalf("%d rows, want 1", got)
 		}
 	})
