@@ -56,12 +56,12 @@ func (e *attemptError) Error() string {
 }
 
 func (i *Interceptor) serve(ctx context.Context, req any, method string, handler grpc.UnaryHandler) (any, error) {
-	key, present, err := i.keyOf(ctx, req)
+	key, present, err := i.keyOf(ctx, method, req)
 	if err == nil && !present && i.cfg.Required {
 		err = i.missingKey(method)
 	}
 	if err != nil {
-		i.cfg.Store.Report(ctx, idem.Event{Kind: idem.EventInvalid, Key: key, Operation: method, Err: err})
+		i.cfg.Store.Report(ctx, idem.Event{Kind: idem.EventInvalid, Key: key, Operation: operation(method), Err: err})
 		return nil, err
 	}
 	var r *idem.Request

@@ -18,7 +18,7 @@ import (
 // keyOf returns the call's key, from the KeyField of its request or its
 // metadata, and whether it has one. A malformed key is INVALID_ARGUMENT;
 // a KeyField that names a field that is not a string is INTERNAL.
-func (i *Interceptor) keyOf(ctx context.Context, req any) (key string, present bool, err error) {
+func (i *Interceptor) keyOf(ctx context.Context, method string, req any) (key string, present bool, err error) {
 	vs := metadata.ValueFromIncomingContext(ctx, MetadataKey)
 	if len(vs) > 1 {
 		return "", false, i.invalidKey(fmt.Sprintf("the call carries %d %s metadata values; send one", len(vs), MetadataKey))
@@ -29,7 +29,7 @@ func (i *Interceptor) keyOf(ctx context.Context, req any) (key string, present b
 	if i.cfg.KeyField != "" {
 		field, ok, err := fieldKey(req, i.cfg.KeyField)
 		if err != nil {
-			return "", false, i.fail(ctx, "key", "", key, err)
+			return "", false, i.fail(ctx, "key", method, key, err)
 		}
 		if ok {
 			if present && key != field {
