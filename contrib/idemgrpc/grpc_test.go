@@ -427,9 +427,15 @@ func TestLockTimeoutSameAnswer(t *testing.T) {
 		a := e.api()
 		a.delay = 1500 * time.Millisecond
 		a.started = make(chan struct{}, 10)
-		s := e.store(idem.WithLockTimeout(500 * time.Millisecond))
+		var inFlight atomic.Int64 // EventInFlight, of both instances
+		observe := idem.WithObserver(idem.ObserverFunc(func(_ context.Context, ev idem.Event) {
+			if ev.Kind == idem.EventInFlight {
+				inFlight.Add(1)
+			}
+		}))
+		s := e.store(idem.WithLockTimeout(500*time.Millisecond), observe)
 		one, _ := e.serveIdem(idemgrpc.Config{Store: s, RetryAfter: 5 * time.Second}, a)
-		other, _ := e.serveIdem(idemgrpc.Config{Store: e.also(s, idem.WithLockTimeout(500*time.Millisecond)), DB: e.open(), RetryAfter: 5 * time.Second}, a)
+		other, _ := e.serveIdem(idemgrpc.Config{Store: e.also(s, idem.WithLockTimeout(500*time.Millisecond), observe), DB: e.open(), RetryAfter: 5 * time.Second}, a)
 		ctx := t.Context()
 		ccOne, ccOther := dial(t, one.addr), dial(t, other.addr)
 		firstDone := make(chan result, 1)
@@ -448,6 +454,9 @@ func TestLockTimeoutSameAnswer(t *testing.T) {
 			if p := r.trailer.Get("grpc-retry-pushback-ms"); len(p) != 1 || p[0] != "1000" {
 				t.Fatalf("pushback %q, want 1000", p)
 			}
+		}
+		if n := inFlight.Load(); n != 2 {
+			t.Fatalf("%d in_flight events, want one per instance", n)
 		}
 		if !proto.Equal(same.status.Proto(), across.status.Proto()) {
 			t.Fatalf("in the same process: %v; through another instance: %v", same.status.Proto(), across.status.Proto())
@@ -778,6 +787,48 @@ func TestClaimTakenOver(t *testing.T) {
 			t.Fatal(err)
 		}
 		if got := e.rows(a.biz, "over-1"); got != 1 {
+			t.Fatalf("%d rows, want 1", got)
+		}
+	})
+}
+
+// Duplicates of a slow call wait in the process, not on pooled
+// connections: with a pool of 4 and 12 duplicates of a 1 s call, no call
+// waits for a connection, a call with another key is served without
+// waiting for the slow one, and every duplicate replays its answer.
+func TestDuplicatesWaitInMemory(t *testing.T) {
+	const dups = 12
+	forEachDB(t, func(t *testing.T, e *env) {
+		db := e.open()
+		db.SetMaxOpenConns(4)
+		a := e.api()
+		a.started = make(chan struct{}, dups+1)
+		a.hook = func(ctx context.Context, _ int64) error {
+			if req, _ := idemgrpc.RequestFrom(ctx); req.Key == "slow-1" {
+				time.Sleep(time.Second)
+			}
+			return nil
+		}
+		srv, _ := e.serveIdem(idemgrpc.Config{DB: db}, a)
+		cc := dial(t, srv.addr)
+		var rs []result
+		done := make(chan struct{})
+		go func() { defer close(done); rs = storm(t.Context(), cc, dups, "slow-1") }()
+		<-a.started
+		time.Sleep(100 * time.Millisecond) // the duplicates are queued by now
+		start := time.Now()
+		if r := call(withKey(t.Context(), "quick-1"), cc, methodCharge, 1); r.status.Code() != codes.OK {
+			t.Fatalf("another key: %v", r)
+		}
+		if took := time.Since(start); took > 500*time.Millisecond {
+			t.Fatalf("a call with another key took %v behind the duplicates; want it served at once", took)
+		}
+		<-done
+		if w := db.Stats().WaitCount; w != 0 {
+			t.Fatalf("%d calls waited for one of the pool's 4 connections; duplicates must wait in memory", w)
+		}
+		checkStorm(t, rs, dups)
+		if got := e.rows(a.biz, "slow-1"); got != 1 {
 			t.Fatalf("%d rows, want 1", got)
 		}
 	})
