@@ -1,0 +1,204 @@
+package idemgrpc
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/reflect/protoreflect"
+
+	"github.com/idemkit/idem"
+)
+
+const (
+	// DefaultTimeout is the default of [Config.Timeout]: 30 s, the Store's
+	// default lease ([idem.DefaultLease]). In [ModeClaim] the default is
+	// the Store's lease when that is shorter.
+	DefaultTimeout = 30 * time.Second
+	// DefaultRetryAfter is the default of [Config.RetryAfter]: 1 s.
+	DefaultRetryAfter = time.Second
+)
+
+// Mode says how the interceptor runs a handler.
+type Mode int
+
+const (
+	// ModeTransaction (the default) opens a transaction, then runs the
+	// handler inside [idem.Store.Do]: a duplicate waits for the first call
+	// (in memory in this process, on the row lock in another) and replays
+	// its result. The transaction stays open while the handler runs, so
+	// the handler must be quick.
+	ModeTransaction Mode = iota
+	// ModeClaim commits a claim on the key with [idem.Store.Begin], then
+	// runs the handler with no transaction open, for handlers that call a
+	// slow external service (a payment provider): the handler passes
+	// ClaimFrom(ctx).RelayKey() on as the provider's idempotency key, then
+	// writes its rows through [TxFrom], whose first call begins the
+	// transaction. The interceptor completes the claim in that transaction
+	// with the handler's answer and commits. A duplicate that arrives
+	// meanwhile is told UNAVAILABLE with a RetryInfo, not made to wait.
+	ModeClaim
+)
+
+// Config configures the interceptor. Store, DB and Scope are required.
+type Config struct {
+	// Store records the keys; its table must exist ([idem.Store.Migrate]).
+	Store *idem.Store
+	// DB is the database the transactions run on, the one holding the
+	// Store's table and the handler's rows.
+	DB *sql.DB
+	// TxOptions are the options of every transaction, e.g. its isolation
+	// level; nil means the database's default.
+	TxOptions *sql.TxOptions
+	// Mode is [ModeTransaction] (the default) or [ModeClaim], for handlers
+	// that call slow external services.
+	Mode Mode
+
+	// Required makes a call without a key INVALID_ARGUMENT. When false,
+	// such a call runs in a transaction like any other, but with no key
+	// recorded, so a retry runs it again.
+	Required bool
+	// KeyField names a string field of the request messages that carries
+	// the key, as AIP-155's request_id does: "request_id". A call whose
+	// request has that field set uses its value as the key; one whose
+	// request lacks the field, or leaves it empty, uses the
+	// [MetadataKey] metadata. When both are set they must be equal. Empty
+	// (the default): the metadata alone.
+	KeyField string
+	// Scope returns who owns the call's key: the authenticated principal,
+	// tenant or API client, so that keys never collide across owners and
+	// one caller's key never replays another's response. It is required; a
+	// service with a single caller sets [SingleTenant]. It gets the call's
+	// context (its metadata, its peer, and what the interceptors before
+	// this one put there) and the request. An error that carries a gRPC
+	// status (from status.Error, say UNAUTHENTICATED) is the answer; any
+	// other error is INTERNAL.
+	Scope func(ctx context.Context, req any) (string, error)
+	// NoSideEffects lists full method names ("/payments.v1.Payments/GetCharge")
+	// that pass through untouched, with no transaction ([TxFrom] returns
+	// nil) and no key handling. Methods whose descriptor declares
+	// option idempotency_level = NO_SIDE_EFFECTS pass through as well.
+	NoSideEffects []string
+	// Timeout bounds the work of a call that holds its key: the handler
+	// and the interceptor's statements run on a context that the client's
+	// cancellation or deadline does not end, but that ends after Timeout,
+	// so that work that started finishes and is stored for the client's
+	// retry. Without [idem.WithLockTimeout] on the Store, a duplicate in
+	// this process waits at most Timeout for the call ahead of it, then is
+	// UNAVAILABLE. Default [DefaultTimeout] (30 s); in [ModeClaim] it must
+	// not exceed the Store's lease ([idem.WithLease]), which is its
+	// default when shorter, so that no retry takes over a claim whose
+	// handler may still be running.
+	Timeout time.Duration
+	// RetryAfter is the delay an UNAVAILABLE answer of the interceptor
+	// (another call holds the key; contention) gives in its RetryInfo and
+	// its grpc-retry-pushback-ms trailer: when a retry is likely to
+	// succeed, not when it is sure to. Default [DefaultRetryAfter] (1 s);
+	// an in-flight answer is never told more than the lease left on the
+	// claim that holds the key.
+	RetryAfter time.Duration
+	// ReplayMetadata lists the header and trailer metadata keys that are
+	// stored with the answer and replayed. Other metadata the handler sets
+	// reaches the first caller only. Keys are case-insensitive; keys of
+	// gRPC's own ("grpc-...") are refused.
+	ReplayMetadata []string
+	// StoreServerErrors makes the server-error codes (UNKNOWN, INTERNAL,
+	// DATA_LOSS, UNIMPLEMENTED) results too: committed with the handler's
+	// rows, stored and replayed. By default they are rolled back and a
+	// retry runs the handler again. The codes that ask for a retry
+	// (UNAVAILABLE, ABORTED, RESOURCE_EXHAUSTED, DEADLINE_EXCEEDED,
+	// CANCELLED) are never stored.
+	StoreServerErrors bool
+	// Logger receives the errors answered with INTERNAL, whose message
+	// does not show them to the client. Default [slog.Default].
+	Logger *slog.Logger
+}
+
+// SingleTenant is the [Config.Scope] of a service with a single caller:
+// every call's key is in one scope, "". It costs isolation between
+// callers: they all share one key space, so a key one caller sent replays
+// its stored response to any other caller who sends the same key and
+// request, and tells one who sends another request that the key exists
+// (FAILED_PRECONDITION). Use it only where every call comes from one
+// trusted client; otherwise return the authenticated caller from
+// [Config].Scope.
+func SingleTenant(context.Context, any) (string, error) { return "", nil }
+
+// New checks cfg, fills in its defaults and returns the interceptor.
+func New(cfg Config) (*Interceptor, error) {
+	if cfg.Store == nil || cfg.DB == nil {
+		return nil, errors.New("idemgrpc: Config needs a Store and a DB")
+	}
+	if cfg.Scope == nil {
+		return nil, errors.New("idemgrpc: Config needs a Scope: a function that returns who owns the call's key (the authenticated principal, tenant or API client), so that one caller's key never replays another's response; a service with a single trusted caller sets Scope: idemgrpc.SingleTenant")
+	}
+	if cfg.Mode != ModeTransaction && cfg.Mode != ModeClaim {
+		return nil, fmt.Errorf("idemgrpc: unknown Mode %d", cfg.Mode)
+	}
+	if cfg.KeyField != "" && !protoreflect.Name(cfg.KeyField).IsValid() {
+		return nil, fmt.Errorf("idemgrpc: KeyField %q is not a protobuf field name (letters, digits and underscores, e.g. request_id)", cfg.KeyField)
+	}
+	if err := timeouts(&cfg); err != nil {
+		return nil, err
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	i := &Interceptor{cfg: cfg, noSideEffects: map[string]bool{}, replayable: map[string]bool{}}
+	for _, m := range cfg.NoSideEffects {
+		if !strings.HasPrefix(m, "/") || strings.Count(m, "/") != 2 {
+			return nil, fmt.Errorf("idemgrpc: NoSideEffects holds %q, which is not a full method name such as /payments.v1.Payments/GetCharge", m)
+		}
+		i.noSideEffects[m] = true
+	}
+	for _, k := range cfg.ReplayMetadata {
+		k = strings.ToLower(k)
+		if err := checkMetadataKey(k); err != nil {
+			return nil, fmt.Errorf("idemgrpc: ReplayMetadata: %w", err)
+		}
+		i.replayable[k] = true
+	}
+	return i, nil
+}
+
+// checkMetadataKey refuses a key that is not a valid metadata key, or is
+// one of gRPC's own.
+func checkMetadataKey(k string) error {
+	if k == "" {
+		return errors.New("an empty metadata key")
+	}
+	for i := 0; i < len(k); i++ {
+		c := k[i]
+		if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-' || c == '_' || c == '.') {
+			return fmt.Errorf("metadata key %q holds %q: only letters, digits, '-', '_' and '.'", k, c)
+		}
+	}
+	if strings.HasPrefix(k, "grpc-") {
+		return fmt.Errorf("metadata key %q is gRPC's own: it is never stored or replayed", k)
+	}
+	return nil
+}
+
+// timeouts checks and defaults Timeout and RetryAfter.
+func timeouts(cfg *Config) error {
+	if cfg.Timeout < 0 || cfg.RetryAfter < 0 {
+		return fmt.Errorf("idemgrpc: Timeout and RetryAfter must not be negative, got %v and %v", cfg.Timeout, cfg.RetryAfter)
+	}
+	if cfg.RetryAfter == 0 {
+		cfg.RetryAfter = DefaultRetryAfter
+	}
+	lease := cfg.Store.Lease()
+	switch {
+	case cfg.Timeout == 0 && cfg.Mode == ModeClaim:
+		cfg.Timeout = min(DefaultTimeout, lease)
+	case cfg.Timeout == 0:
+		cfg.Timeout = DefaultTimeout
+	case cfg.Mode == ModeClaim && cfg.Timeout > lease:
+		return fmt.Errorf("idemgrpc: Timeout %v exceeds the Store's lease %v: in ModeClaim a retry may take over a claim whose handler is still running; lower Timeout or raise the lease (idem.WithLease)", cfg.Timeout, lease)
+	}
+	return nil
+}

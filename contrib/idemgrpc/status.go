@@ -1,0 +1,150 @@
+package idemgrpc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/protoadapt"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/idemkit/idem"
+)
+
+// ErrorDomain is the domain of the google.rpc.ErrorInfo that every error
+// of the interceptor itself carries, beside one of the Reason constants
+// (AIP-193). docs/grpc.md says what each means and what to do.
+const ErrorDomain = "github.com/idemkit/idem"
+
+// The reasons of the interceptor's errors, in their ErrorInfo.
+const (
+	// ReasonMissingKey (INVALID_ARGUMENT): [Config.Required] is set and the
+	// call has no key. Send a new unique key with each new request.
+	ReasonMissingKey = "IDEMPOTENCY_KEY_MISSING"
+	// ReasonInvalidKey (INVALID_ARGUMENT): the key is empty, over 255
+	// bytes or not visible ASCII, or the call carries two that differ.
+	ReasonInvalidKey = "IDEMPOTENCY_KEY_INVALID"
+	// ReasonKeyReused (FAILED_PRECONDITION): the key was already used in
+	// this scope for another request (another method or message). Do not
+	// retry: a new request needs a new key.
+	ReasonKeyReused = "IDEMPOTENCY_KEY_REUSED"
+	// ReasonInFlight (UNAVAILABLE, with RetryInfo): another call holds the
+	// key. Retry with the same key and request to get its result.
+	ReasonInFlight = "IDEMPOTENCY_KEY_IN_FLIGHT"
+	// ReasonTakenOver (UNAVAILABLE, with RetryInfo): in [ModeClaim], this
+	// call ran past its lease and a retry took the key over; nothing of it
+	// was stored. Retry to get the result of the call that took over.
+	ReasonTakenOver = "IDEMPOTENCY_KEY_TAKEN_OVER"
+	// ReasonContention (UNAVAILABLE, with RetryInfo): the transaction kept
+	// failing with serialization failures or deadlocks. Nothing was
+	// stored; retry with the same key.
+	ReasonContention = "IDEMPOTENCY_CONTENTION"
+	// ReasonInternal (INTERNAL): the server failed; the error is logged to
+	// [Config.Logger], not shown. Nothing was stored; retry with the same
+	// key.
+	ReasonInternal = "IDEMPOTENCY_INTERNAL"
+)
+
+// statusError is an error of the interceptor: code and message, an
+// ErrorInfo with reason, then details.
+func statusError(code codes.Code, reason, msg string, details ...protoadapt.MessageV1) error {
+	st := status.New(code, msg)
+	withInfo, err := st.WithDetails(append([]protoadapt.MessageV1{&errdetails.ErrorInfo{Reason: reason, Domain: ErrorDomain}}, details...)...)
+	if err != nil { // the details are messages of errdetails, which always marshal
+		panic(err)
+	}
+	return withInfo.Err()
+}
+
+// retryLater is UNAVAILABLE with a RetryInfo of wait, and sets the
+// grpc-retry-pushback-ms trailer that gRPC's retry policy obeys, so that
+// a client whose service config retries UNAVAILABLE waits as long before
+// its next attempt.
+func retryLater(ctx context.Context, wait time.Duration, reason, msg string) error {
+	if s := grpc.ServerTransportStreamFromContext(ctx); s != nil {
+		_ = s.SetTrailer(metadata.Pairs("grpc-retry-pushback-ms", strconv.FormatInt(wait.Milliseconds(), 10)))
+	}
+	return statusError(codes.Unavailable, reason, msg, &errdetails.RetryInfo{RetryDelay: durationpb.New(wait)})
+}
+
+// answerError is what the interceptor answers for an error of serving a
+// call with key: a status whose code says what the client should do next.
+// ctx is the call's own context, whose stream gets the trailer.
+func (i *Interceptor) answerError(ctx context.Context, method, key string, err error) error {
+	var (
+		attempt  *attemptError
+		inFlight *idem.InFlightError
+	)
+	switch {
+	case errors.As(err, &attempt):
+		_, err := attempt.answer.send(ctx, false)
+		return err
+	case errors.Is(err, idem.ErrMismatch):
+		return statusError(codes.FailedPrecondition, ReasonKeyReused,
+			fmt.Sprintf("idempotency key %q was already used for a different request (another method, or another request message); a retry must repeat the request exactly, and a new request needs a new key", key),
+			&errdetails.PreconditionFailure{Violations: []*errdetails.PreconditionFailure_Violation{{
+				Type: ReasonKeyReused, Subject: i.keySubject(), Description: "the idempotency key belongs to another request"}}})
+	case errors.Is(err, idem.ErrLeaseLost):
+		return retryLater(ctx, i.cfg.RetryAfter, ReasonTakenOver,
+			fmt.Sprintf("%s ran past its lease and a retry took it over; nothing of this attempt was stored; retry with the same key to get that call's result", callWith(key)))
+	case errors.As(err, &inFlight):
+		wait := min(i.cfg.RetryAfter, inFlight.RetryAfter)
+		return retryLater(ctx, wait, ReasonInFlight,
+			fmt.Sprintf("a call with idempotency key %q is still being processed; retry after %v with the same key and request to get its result", key, wait))
+	case errors.Is(err, idem.ErrInvalidKey):
+		return i.invalidKey(err.Error())
+	case idem.IsRetryable(err):
+		return retryLater(ctx, i.cfg.RetryAfter, ReasonContention,
+			fmt.Sprintf("the transaction of %s kept failing with serialization failures or deadlocks and was rolled back; nothing was stored; retry it", callWith(key)))
+	}
+	return i.fail(ctx, "transaction", method, key, err)
+}
+
+// callWith describes the call with key, for messages.
+func callWith(key string) string {
+	if key == "" {
+		return "the call"
+	}
+	return fmt.Sprintf("the call with idempotency key %q", key)
+}
+
+// fail logs err and answers INTERNAL.
+func (i *Interceptor) fail(ctx context.Context, stage, method, key string, err error) error {
+	i.cfg.Logger.ErrorContext(ctx, "idemgrpc: call failed", "stage", stage, "method", method, "key", key, "err", err)
+	return statusError(codes.Internal, ReasonInternal,
+		"the call failed on the server and was rolled back; nothing was stored; retry with the same idempotency key")
+}
+
+// invalidKey is INVALID_ARGUMENT for a malformed key.
+func (i *Interceptor) invalidKey(why string) error {
+	return statusError(codes.InvalidArgument, ReasonInvalidKey, "invalid idempotency key: "+why,
+		&errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{{
+			Field: i.keySubject(), Description: why, Reason: ReasonInvalidKey}}})
+}
+
+// missingKey is INVALID_ARGUMENT for a call without a key.
+func (i *Interceptor) missingKey(method string) error {
+	why := fmt.Sprintf("%s requires an idempotency key in the %s metadata", method, MetadataKey)
+	if i.cfg.KeyField != "" {
+		why = fmt.Sprintf("%s requires an idempotency key in the request's %s field or the %s metadata", method, i.cfg.KeyField, MetadataKey)
+	}
+	why += ": send a new unique key (e.g. a UUID) with each new request, and the same key when you retry it"
+	return statusError(codes.InvalidArgument, ReasonMissingKey, why,
+		&errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{{
+			Field: i.keySubject(), Description: why, Reason: ReasonMissingKey}}})
+}
+
+// keySubject names where the key comes from, for the details.
+func (i *Interceptor) keySubject() string {
+	if i.cfg.KeyField != "" {
+		return i.cfg.KeyField
+	}
+	return MetadataKey
+}
