@@ -17,33 +17,12 @@ import (
 // [MySQL], [MariaDB], [TiDB] and [SQLite]; the interface is sealed so that it can
 // grow without breaking anyone.
 //
-// Adding a database takes these steps, each in the new dialect's own file
-// (dialect_NAME.go) unless it says otherwise; docs/dialects.md has the
-// same list with the reasons:
-//
-//  1. schema/NAME/0001_create.up.sql: the table, with (scope, idem_key)
-//     as a unique key the database enforces, and binary comparison of
-//     scope and key; embed the directory in package schema.
-//  2. A type with Name, statements, inserted, retryable, schemaFault,
-//     lockWaits, boundLockWait, inline and checkSession; an exported
-//     variable of the Dialect type.
-//  3. Its statements: one method each of [statements], whole SQL in one
-//     raw string beside the arguments it takes, times from the database
-//     clock, durations in microseconds.
-//  4. inserted: how the insert says "the key had a record" (ON CONFLICT
-//     DO NOTHING's zero rows, or the duplicate-key error).
-//  5. retryable: the driver's serialization failure, deadlock and lock
-//     wait timeout, read without importing the driver (by an interface
-//     such as SQLState() or by reflection, as MySQL's and SQLite's are);
-//     schemaFault: its errors for a missing table, a missing or mistyped
-//     column and a missing schema, read the same way.
-//  6. Add it to dialects (tx.go), so that [IsRetryable] asks it.
-//  7. A target in internal/conformance/targets.go: the whole
-//     conformance suite then runs on it, and a missing server fails CI.
-//  8. docs/dialects.md: its locking read, its isolation levels, what it
-//     refuses and why.
+// Adding a database is a dialect file of its own (dialect_NAME.go), its
+// schema, and one row of the conformance suite's targets: docs/dialects.md,
+// "Adding a database", lists the steps and why each is there.
 type Dialect interface {
-	// Name is the family's name: "postgres", "mysql", "tidb" or "sqlite".
+	// Name is the dialect's name: "postgres", "mysql", "mariadb", "tidb"
+	// or "sqlite".
 	Name() string
 
 	// statements returns the statements for a validated, possibly

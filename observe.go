@@ -81,7 +81,7 @@ func (k EventKind) String() string {
 type Event struct {
 	Kind      EventKind     // what happened
 	Table     string        // the Store's table
-	Dialect   string        // the Store's dialect: "postgres", "mysql", "tidb", "sqlite"
+	Dialect   string        // the Store's dialect's Name: "postgres", "mysql", "mariadb", "tidb", "sqlite"
 	Scope     string        // the request's Scope; empty for a purge batch
 	Key       string        // the request's Key; empty for a purge batch
 	Operation string        // the request's Operation; empty for a purge batch

@@ -39,7 +39,7 @@ const (
 const (
 	// OutcomeKey is the Event's kind, idem.EventKind's String: "executed",
 	// "replayed", "in_flight", "mismatch", "takeover", "lease_lost",
-	// "failed", "purge_batch", "claimed" or "released".
+	// "failed", "purge_batch", "claimed", "released" or "invalid".
 	OutcomeKey = attribute.Key("idem.outcome")
 	// DBSystemKey is the database: "postgresql", "mysql" (idem.MySQL, on
 	// MySQL or MariaDB: the dialect serves both and cannot tell them
