@@ -111,3 +111,19 @@ const (
 	nextRollBack = "roll back the transaction"
 	nextRetry    = "roll back and run the whole transaction again (RunTx and Retry do so)"
 )
+
+// opError is err after what idem was doing and before what to do next,
+// read as one message with one "idem: " prefix: err's own (Retry's, when
+// it gave up) is dropped from the middle. errors.Is and errors.As reach
+// err.
+type opError struct {
+	what string
+	err  error
+	next string
+}
+
+func (e *opError) Error() string {
+	return "idem: " + e.what + ": " + strings.TrimPrefix(e.err.Error(), "idem: ") + "; " + e.next
+}
+
+func (e *opError) Unwrap() error { return e.err }

@@ -52,3 +52,15 @@ func TestGaveUpDropsTheAdviceToRetry(t *testing.T) {
 		t.Errorf("gaveUp changed the error it was given: %v", last)
 	}
 }
+
+// A purge that failed after a retry gave up reads as one message: its
+// context, then Retry's, without a second "idem: " between them.
+func TestOpErrorHasOnePrefix(t *testing.T) {
+	err := &opError{"purge keys", gaveUp(maxAttempts, errContended), "run it again"}
+	if !strings.HasPrefix(err.Error(), "idem: purge keys: gave up after 10 attempts") {
+		t.Errorf("%q does not read as one message", err)
+	}
+	if !errors.Is(err, errContended) {
+		t.Errorf("%v hides its cause", err)
+	}
+}

@@ -57,7 +57,7 @@ func (native) Purge(ctx context.Context, s *Store, inTx driver.TxRunner, batch i
 }
 
 func (native) PurgeBatch(ctx context.Context, s *Store, inTx driver.TxRunner, limit int) (int64, error) {
-	return s.purgeOne(ctx, inTx, limit)
+	return s.purgeBatch(ctx, inTx, limit)
 }
 
 func (native) Inspect(ctx context.Context, s *Store, db driver.Conn, scope, key string) (*Record, error) {

@@ -44,10 +44,10 @@ func (s *Store) purge(ctx context.Context, inTx driver.TxRunner, batch int) (int
 	}
 	var total int64
 	for {
-		n, err := s.purgeBatch(ctx, inTx, batch)
+		n, err := s.deleteBatch(ctx, inTx, batch)
 		if err != nil {
-			return total, fmt.Errorf("idem: purge %s stopped after deleting %d records: %w; %s", s.table, total, err,
-				s.purgeAdvice(err, "the deleted ones stay deleted, run Purge again"))
+			return total, &opError{fmt.Sprintf("purge %s stopped after deleting %d records", s.table, total), err,
+				s.purgeAdvice(err, "the deleted ones stay deleted, run Purge again")}
 		}
 		total += n
 		if n < int64(batch) {
@@ -64,18 +64,18 @@ func (s *Store) PurgeBatch(ctx context.Context, db *sql.DB, limit int) (int64, e
 	if db == nil {
 		return 0, errors.New("idem: PurgeBatch needs a *sql.DB, got nil")
 	}
-	return s.purgeOne(ctx, sqlTx(db, s.dialect), limit)
+	return s.purgeBatch(ctx, sqlTx(db, s.dialect), limit)
 }
 
-// purgeOne is PurgeBatch with its transaction run by inTx, whatever its
+// purgeBatch is PurgeBatch with its transaction run by inTx, whatever its
 // driver.
-func (s *Store) purgeOne(ctx context.Context, inTx driver.TxRunner, limit int) (int64, error) {
+func (s *Store) purgeBatch(ctx context.Context, inTx driver.TxRunner, limit int) (int64, error) {
 	if limit <= 0 {
 		return 0, fmt.Errorf("idem: PurgeBatch limit must be positive, got %d", limit)
 	}
-	n, err := s.purgeBatch(ctx, inTx, limit)
+	n, err := s.deleteBatch(ctx, inTx, limit)
 	if err != nil {
-		return n, fmt.Errorf("idem: purge %s: %w; %s", s.table, err, s.purgeAdvice(err, "nothing of this batch was deleted, run it again"))
+		return n, &opError{"purge " + s.table, err, s.purgeAdvice(err, "nothing of this batch was deleted, run it again")}
 	}
 	return n, nil
 }
@@ -90,11 +90,11 @@ func (s *Store) purgeAdvice(err error, otherwise string) string {
 	return otherwise
 }
 
-// purgeBatch deletes one batch in a transaction of the dialect's purge
+// deleteBatch deletes one batch in a transaction of the dialect's purge
 // isolation level, retried as RunTx retries (a deadlock on MySQL, a busy
 // database on SQLite: the batch is safe to run again), and reports it to
 // the Observer.
-func (s *Store) purgeBatch(ctx context.Context, inTx driver.TxRunner, limit int) (n int64, err error) {
+func (s *Store) deleteBatch(ctx context.Context, inTx driver.TxRunner, limit int) (n int64, err error) {
 	start := startWatch()
 	defer func() { s.observe(ctx, Event{Kind: EventPurgeBatch, Duration: start.elapsed(), Rows: n, Err: err}) }()
 	retention := micros(s.retention)
