@@ -88,8 +88,10 @@ type Config struct {
 	// and the middleware's statements run on a context that the client's
 	// disconnect does not cancel, but that ends after Timeout, so that work
 	// that started finishes and is stored for the client's retry. A
-	// duplicate waits at most Timeout for the request ahead of it, then is
-	// a 409. Default [DefaultTimeout] (30 s); in [ModeClaim] it must not
+	// duplicate in this process waits in memory for the request ahead of
+	// it at most as long as one in another process waits on the row lock
+	// (the Store's [idem.WithLockTimeout], or Timeout when it has none),
+	// then is a 409, as that one is. Default [DefaultTimeout] (30 s); in [ModeClaim] it must not
 	// exceed the Store's lease ([idem.WithLease]), which is its default
 	// when shorter, so that no retry takes over a claim whose handler may
 	// still be running.

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/textproto"
 	"slices"
+	"time"
 
 	"github.com/idemkit/idem"
 )
@@ -101,17 +102,24 @@ func (m *Middleware) refuse(w http.ResponseWriter, r *http.Request, key string, 
 
 // wait lets the request through the gate of its key once no other
 // request with that key in this process is at the database, so that it
-// waits in memory, not on a pooled connection. It gives up when the
-// client goes, answering nothing, or after Timeout, answering 409.
+// waits in memory, not on a pooled connection. It waits as long as a
+// duplicate in another process would wait on the row lock: the Store's
+// lock timeout ([idem.WithLockTimeout]) when it has one, else Timeout.
+// Then it answers what that one gets, a 409 whose Retry-After is the
+// bound rounded up to a second (but at most RetryAfter), or nothing when
+// the client went first.
 func (m *Middleware) wait(w http.ResponseWriter, r *http.Request, req idem.Request) (leave func(), ok bool) {
-	ctx, cancel := context.WithTimeout(r.Context(), m.cfg.Timeout)
+	bound, retryAfter := m.cfg.Timeout, m.cfg.RetryAfter
+	if d, ok := m.cfg.Store.LockTimeout(); ok {
+		bound, retryAfter = d, time.Duration(seconds(d))*time.Second
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), bound)
 	defer cancel()
 	leave, err := m.gate.enter(ctx, gateKey{scope: req.Scope, key: req.Key})
 	if err != nil {
-		inFlight := &idem.InFlightError{RetryAfter: m.cfg.RetryAfter}
 		m.cfg.Store.Report(r.Context(), idem.Event{Kind: idem.EventInFlight, Scope: req.Scope, Key: req.Key, Operation: req.Operation})
 		if r.Context().Err() == nil {
-			m.answerError(w, r, inFlight)
+			m.answerError(w, r, &idem.InFlightError{RetryAfter: retryAfter})
 		}
 		return nil, false
 	}

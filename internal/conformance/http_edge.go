@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemhttp"
 )
 
@@ -307,6 +308,90 @@ func TestHTTPTimeout(t *testing.T) {
 		must(t, <-firstc)
 		if n, rec := e.count(biz, "timeout-1"), e.records(s, "timeout-1"); n != 0 || rec != 0 {
 			t.Fatalf("%d rows, %d records; want nothing stored past the deadline", n, rec)
+		}
+	})
+}
+
+// With idem.WithLockTimeout on the Store, a duplicate of a request that
+// is still running gets one answer whichever instance it reaches: from
+// the instance running the request, where it waits in memory, as from
+// another one (a second Store on the same table, as another process
+// has), where it waits on the row lock, it is a 409 with the Retry-After
+// of the bound (min of Config.RetryAfter and the bound rounded up to a
+// second: 1 here), after the bound, not the first request's answer once
+// that one is done. Once the first has committed, both replay it.
+func TestHTTPLockTimeoutBoundsEveryWait(t *testing.T) {
+	const (
+		bound = 500 * time.Millisecond
+		slow  = 2 * time.Second // past the bound as MySQL applies it, in whole seconds
+	)
+	forEachSQL(t, func(t *testing.T, e *env) {
+		if e.dialect == idem.SQLite {
+			t.Skip("SQLite has no WithLockTimeout (TestLockTimeout): a duplicate waits at BEGIN for the one writer")
+		}
+		biz := e.business()
+		var runs atomic.Int64
+		started := make(chan struct{}, 1)
+		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			req, _ := idemhttp.RequestFrom(r.Context())
+			if _, err := idemhttp.TxFrom(r.Context()).ExecContext(r.Context(), e.rebind("INSERT INTO "+biz+" (k, v) VALUES (?, 'x')"), req.Key); err != nil {
+				http.Error(w, err.Error(), http.StatusInternalServerError)
+				return
+			}
+			n := runs.Add(1)
+			started <- struct{}{}
+			time.Sleep(slow)
+			w.WriteHeader(http.StatusCreated)
+			fmt.Fprintf(w, "run %d", n)
+		})
+		s := e.store(idem.WithLockTimeout(bound))
+		here, _ := e.serve(idemhttp.Config{Store: s.idem, RetryAfter: 3 * time.Second}, h)
+		there, _ := e.serve(idemhttp.Config{Store: e.elsewhere(s, idem.WithLockTimeout(bound)).idem, RetryAfter: 3 * time.Second}, h)
+		path, body := "/v1/charges", `{"amount": 1}`
+
+		firstc := make(chan response, 1)
+		errc := make(chan error, 1)
+		go func() {
+			r, err := post(here.Client(), here.URL+path, body, "bounded-1")
+			firstc <- r
+			errc <- err
+		}()
+		select {
+		case <-started:
+		case <-time.After(30 * time.Second):
+			t.Fatal("the handler did not start within 30s")
+		}
+		var (
+			wg   sync.WaitGroup
+			dups [2]response
+			errs [2]error
+		)
+		for i, srv := range []string{here.URL, there.URL} {
+			wg.Go(func() { dups[i], errs[i] = post(here.Client(), srv+path, body, "bounded-1") })
+		}
+		wg.Wait()
+		first := <-firstc
+		must(t, <-errc)
+		for i, where := range []string{"on the same instance", "on another instance"} {
+			must(t, errs[i])
+			if dups[i].status != http.StatusConflict || dups[i].header.Get("Retry-After") != "1" {
+				t.Errorf("the duplicate %s: %d Retry-After %q %s; want 409 with Retry-After 1 after the %v bound", where, dups[i].status, dups[i].header.Get("Retry-After"), dups[i].body, bound)
+				continue
+			}
+			checkProblem(t, dups[i], http.StatusConflict, idemhttp.TypeInFlight, "retry after")
+		}
+		if first.status != http.StatusCreated || string(first.body) != "run 1" {
+			t.Fatalf("the first request: %d %s", first.status, first.body)
+		}
+		for _, srv := range []string{here.URL, there.URL} {
+			r, err := post(here.Client(), srv+path, body, "bounded-1")
+			must(t, err)
+			if r.status != http.StatusCreated || !r.replayed() || string(r.body) != "run 1" {
+				t.Errorf("a retry once the first committed: %d replayed=%v %s; want the replay of run 1", r.status, r.replayed(), r.body)
+			}
+		}
+		if n := e.count(biz, "bounded-1"); n != 1 || runs.Load() != 1 {
+			t.Fatalf("%d rows, %d runs; want 1 and 1", n, runs.Load())
 		}
 	})
 }
