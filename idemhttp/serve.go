@@ -3,7 +3,6 @@ package idemhttp
 import (
 	"bytes"
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"io"
@@ -13,14 +12,16 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/httpdriver"
 )
 
 // Middleware is the configured middleware; it is safe for concurrent use.
 type Middleware struct {
 	cfg        Config
 	methods    map[string]bool
-	replayable map[string]bool // canonical header names
-	gate       gate            // ModeTransaction: one request per key at the database
+	replayable map[string]bool   // canonical header names
+	drv        httpdriver.Driver // the database driver: database/sql, or idempgx's pgx
+	gate       gate              // ModeTransaction: one request per key at the database
 }
 
 // Handler wraps next: requests whose method is in [Config.Methods] are
@@ -133,9 +134,9 @@ func (m *Middleware) serveTx(next http.Handler, w http.ResponseWriter, r *http.R
 		rec *recorder
 		res idem.Result
 	)
-	err := idem.RunTx(r.Context(), m.cfg.DB, m.cfg.TxOptions, func(tx *sql.Tx) error {
+	err := m.drv.RunTx(r.Context(), func(tx httpdriver.Tx) error {
 		run := func(ctx context.Context) (idem.Response, error) {
-			rec = m.run(next, r.WithContext(ctx), &txHolder{tx: tx}, body)
+			rec = m.run(next, r.WithContext(ctx), httpdriver.Open(m.drv, tx), body)
 			return m.result(rec)
 		}
 		if req == nil {
@@ -143,7 +144,7 @@ func (m *Middleware) serveTx(next http.Handler, w http.ResponseWriter, r *http.R
 			return err
 		}
 		var err error
-		res, err = m.cfg.Store.Do(r.Context(), tx, *req, run)
+		res, err = m.drv.Do(r.Context(), tx, *req, run)
 		return err
 	})
 	switch {
@@ -158,9 +159,9 @@ func (m *Middleware) serveTx(next http.Handler, w http.ResponseWriter, r *http.R
 
 // run runs the handler on a fresh copy of the body, with h as its
 // transaction, and returns what it answered.
-func (m *Middleware) run(next http.Handler, r *http.Request, h *txHolder, body []byte) *recorder {
+func (m *Middleware) run(next http.Handler, r *http.Request, h *httpdriver.Holder, body []byte) *recorder {
 	rec := newRecorder()
-	next.ServeHTTP(rec, withBody(r.WithContext(context.WithValue(r.Context(), txKey, h)), body))
+	next.ServeHTTP(rec, withBody(r.WithContext(httpdriver.WithHolder(r.Context(), h)), body))
 	return rec
 }
 
