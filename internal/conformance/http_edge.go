@@ -3,7 +3,6 @@ package conformance
 import (
 	"bytes"
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"net/http"
@@ -54,7 +53,7 @@ func TestHTTPClientGivesUp(t *testing.T) {
 		clientTimeout = 300 * time.Millisecond
 		pause         = 500 * time.Millisecond
 	)
-	forEachSQL(t, func(t *testing.T, e *env) {
+	forEach(t, func(t *testing.T, e *env) {
 		t.Run("transaction", func(t *testing.T) {
 			e := e.in(t)
 			api := e.chargeAPI()
@@ -109,17 +108,14 @@ func TestHTTPDuplicatesWaitInMemory(t *testing.T) {
 		dups = 12
 		slow = time.Second
 	)
-	forEachSQL(t, func(t *testing.T, e *env) {
-		db, err := sql.Open(e.driver, e.dsn)
-		must(t, err)
-		defer db.Close()
-		db.SetMaxOpenConns(4)
+	forEach(t, func(t *testing.T, e *env) {
+		db := e.smallPool(4)
 		biz := e.business()
 		var runs atomic.Int64
 		started := make(chan struct{}, 1)
-		srv, _ := e.serve(idemhttp.Config{DB: db}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		srv, _ := e.serveOn(db, idemhttp.Config{}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			req, _ := idemhttp.RequestFrom(r.Context())
-			if _, err := idemhttp.TxFrom(r.Context()).ExecContext(r.Context(), e.rebind("INSERT INTO "+biz+" (k, v) VALUES (?, 'x')"), req.Key); err != nil {
+			if _, err := e.txFrom(r.Context()).ExecContext(r.Context(), e.rebind("INSERT INTO "+biz+" (k, v) VALUES (?, 'x')"), req.Key); err != nil {
 				http.Error(w, err.Error(), http.StatusInternalServerError)
 				return
 			}
@@ -177,7 +173,7 @@ func TestHTTPDuplicatesWaitInMemory(t *testing.T) {
 		if !e.embedded() && elapsed > slow/2 {
 			t.Errorf("the other key took %v, want well under the slow handler's %v: it waited for a connection", elapsed, slow)
 		}
-		if w := db.Stats().WaitCount; w != 0 {
+		if w := poolWaits(db); w != 0 {
 			t.Errorf("%d requests waited for one of the pool's 4 connections; duplicates must wait in memory", w)
 		}
 		replays := 0
@@ -199,7 +195,7 @@ func TestHTTPDuplicatesWaitInMemory(t *testing.T) {
 // default, Config.RetryAfter when set, never more than the lease left on
 // the claim that holds the key.
 func TestHTTPRetryAfter(t *testing.T) {
-	forEachSQL(t, func(t *testing.T, e *env) {
+	forEach(t, func(t *testing.T, e *env) {
 		for _, c := range []struct {
 			retryAfter time.Duration
 			min, max   int
@@ -230,7 +226,7 @@ func TestHTTPRetryAfter(t *testing.T) {
 // alice's key exists. With SingleTenant, the opt-out, he gets alice's
 // replay: what that value costs.
 func TestHTTPScopeIsolatesCallers(t *testing.T) {
-	forEachSQL(t, func(t *testing.T, e *env) {
+	forEach(t, func(t *testing.T, e *env) {
 		api := e.chargeAPI()
 		srv, _ := e.serve(idemhttp.Config{}, api)
 		url, c := srv.URL+"/v1/charges", srv.Client()
@@ -270,13 +266,13 @@ func TestHTTPScopeIsolatesCallers(t *testing.T) {
 // it with a 409. Nothing is stored, so a retry runs again.
 func TestHTTPTimeout(t *testing.T) {
 	const timeout = 500 * time.Millisecond
-	forEachSQL(t, func(t *testing.T, e *env) {
+	forEach(t, func(t *testing.T, e *env) {
 		biz := e.business()
 		handlerErr := make(chan error, 1)
 		started := make(chan struct{})
 		srv, s := e.serve(idemhttp.Config{Timeout: timeout}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			req, _ := idemhttp.RequestFrom(r.Context())
-			if _, err := idemhttp.TxFrom(r.Context()).ExecContext(r.Context(), e.rebind("INSERT INTO "+biz+" (k, v) VALUES (?, 'x')"), req.Key); err != nil {
+			if _, err := e.txFrom(r.Context()).ExecContext(r.Context(), e.rebind("INSERT INTO "+biz+" (k, v) VALUES (?, 'x')"), req.Key); err != nil {
 				http.Error(w, err.Error(), http.StatusInternalServerError)
 				return
 			}
@@ -325,7 +321,7 @@ func TestHTTPLockTimeoutBoundsEveryWait(t *testing.T) {
 		bound = 500 * time.Millisecond
 		slow  = 2 * time.Second // past the bound as MySQL applies it, in whole seconds
 	)
-	forEachSQL(t, func(t *testing.T, e *env) {
+	forEach(t, func(t *testing.T, e *env) {
 		if e.dialect == idem.SQLite {
 			t.Skip("SQLite has no WithLockTimeout (TestLockTimeout): a duplicate waits at BEGIN for the one writer")
 		}
@@ -334,7 +330,7 @@ func TestHTTPLockTimeoutBoundsEveryWait(t *testing.T) {
 		started := make(chan struct{}, 1)
 		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			req, _ := idemhttp.RequestFrom(r.Context())
-			if _, err := idemhttp.TxFrom(r.Context()).ExecContext(r.Context(), e.rebind("INSERT INTO "+biz+" (k, v) VALUES (?, 'x')"), req.Key); err != nil {
+			if _, err := e.txFrom(r.Context()).ExecContext(r.Context(), e.rebind("INSERT INTO "+biz+" (k, v) VALUES (?, 'x')"), req.Key); err != nil {
 				http.Error(w, err.Error(), http.StatusInternalServerError)
 				return
 			}
