@@ -11,6 +11,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -94,7 +95,7 @@ func RunHTTP(t *testing.T, build func(app *HTTPApp) http.Handler) {
 			}
 			t.Run(name, func(t *testing.T) {
 				t.Parallel()
-				app := newHTTPApp(t, db.server, db.dialect, mode)
+				app := newHTTPApp(t, db.server, db.dialect, mode, nil)
 				srv := httptest.NewServer(build(app))
 				t.Cleanup(srv.Close)
 				c := &httpClient{url: srv.URL + "/v1/charges", client: srv.Client()}
@@ -108,7 +109,7 @@ func RunHTTP(t *testing.T, build func(app *HTTPApp) http.Handler) {
 	}
 }
 
-func newHTTPApp(t *testing.T, server *testdb.Server, dialect idem.Dialect, mode idemhttp.Mode) *HTTPApp {
+func newHTTPApp(t *testing.T, server *testdb.Server, dialect idem.Dialect, mode idemhttp.Mode, opts *sql.TxOptions) *HTTPApp {
 	t.Helper()
 	db, err := sql.Open(server.Driver, server.DSN(t))
 	if err != nil {
@@ -136,7 +137,7 @@ func newHTTPApp(t *testing.T, server *testdb.Server, dialect idem.Dialect, mode 
 		}
 	})
 	mw, err := idemhttp.New(idemhttp.Config{
-		Store: store, DB: db, Mode: mode, Required: true,
+		Store: store, DB: db, TxOptions: opts, Mode: mode, Required: true,
 		Scope: func(r *http.Request) (string, error) {
 			if a := r.Header.Get("X-Account"); a != "" {
 				return a, nil
@@ -179,6 +180,13 @@ func (a *HTTPApp) Record(ctx context.Context, tx *sql.Tx, amount int64, ref stri
 		return HTTPCharge{}, errors.New("stacktest: no transaction (idemhttp.TxFrom returned nil): is the handler behind the middleware, with the request's context?")
 	}
 	req, _ := idemhttp.RequestFrom(ctx)
+	skewed := a.provider.skewed(req.Key)
+	if skewed {
+		var n int
+		if err := tx.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+a.charges).Scan(&n); err != nil {
+			return HTTPCharge{}, err
+		}
+	}
 	ch := HTTPCharge{ID: "ch_" + strings.ToLower(rand.Text()[:16]), Amount: amount, Ref: ref}
 	q := "INSERT INTO " + a.charges + " (id, k, amount, ref) VALUES (?, ?, ?, ?)"
 	if a.dialect == idem.Postgres {
@@ -186,6 +194,9 @@ func (a *HTTPApp) Record(ctx context.Context, tx *sql.Tx, amount int64, ref stri
 	}
 	if _, err := tx.ExecContext(ctx, q, ch.ID, req.Key, ch.Amount, ch.Ref); err != nil {
 		return HTTPCharge{}, err
+	}
+	if skewed {
+		a.provider.arrive(ctx)
 	}
 	if a.provider.failRecord(req.Key) {
 		return HTTPCharge{}, errHTTPRecord
@@ -217,11 +228,18 @@ type httpProvider struct {
 	started map[string]chan struct{}
 	delay   map[string]time.Duration
 	fail    map[string]bool // Record fails once after its row
+	// skewing are the keys whose first Record reads the whole charges
+	// table before its row and, after it, waits for the rows of the
+	// others: skew closes once skewers of them arrived (RunHTTPRetry).
+	skewing  map[string]bool
+	skewers  int
+	arrivals int
+	skew     chan struct{}
 }
 
 func newHTTPProvider() *httpProvider {
 	return &httpProvider{calls: map[string]int{}, refs: map[string]string{}, hold: map[string]chan struct{}{},
-		started: map[string]chan struct{}{}, delay: map[string]time.Duration{}, fail: map[string]bool{}}
+		started: map[string]chan struct{}{}, delay: map[string]time.Duration{}, fail: map[string]bool{}, skewing: map[string]bool{}, skew: make(chan struct{})}
 }
 
 func (p *httpProvider) charge(ctx context.Context, key, relay string) (string, error) {
@@ -263,6 +281,29 @@ func (p *httpProvider) failRecord(key string) bool {
 	f := p.fail[key]
 	delete(p.fail, key)
 	return f
+}
+
+// skewed reports whether key's Record is its first under RunHTTPRetry.
+func (p *httpProvider) skewed(key string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := p.skewing[key]
+	delete(p.skewing, key)
+	return s
+}
+
+// arrive waits until every skewing Record has written its row, or 10 s.
+func (p *httpProvider) arrive(ctx context.Context) {
+	p.mu.Lock()
+	if p.arrivals++; p.arrivals == p.skewers {
+		close(p.skew)
+	}
+	p.mu.Unlock()
+	select {
+	case <-p.skew:
+	case <-time.After(10 * time.Second):
+	case <-ctx.Done():
+	}
 }
 
 func (p *httpProvider) callsOf(key string) int {
@@ -470,4 +511,77 @@ func httpClientGivesUp(t *testing.T, app *HTTPApp, c *httpClient) {
 	if n, calls := app.rows(t, key), app.provider.callsOf(key); n != 1 || calls != 1 {
 		t.Fatalf("%d rows, %d provider calls; want 1 and 1", n, calls)
 	}
+}
+
+// RunHTTPRetry makes idemhttp run a handler of the service build returns
+// a second time within one request, and returns the two answers'
+// statuses, lowest first. Two charges of two keys run at once on
+// PostgreSQL, in ModeTransaction at SERIALIZABLE; each reads the whole
+// charges table before its row and waits for the other's row before it
+// returns, a write skew that makes the database abort the second commit
+// (or the statement that stores its answer): RunTx rolls that request
+// back and runs it again, handler included. A router that runs its
+// handler again gives [201 201]; one that cannot, and answers the second
+// run 503 (idemgin), gives [201 503]. Either way every 201 committed its
+// row once, a 503 is idemhttp's contention problem and stored nothing,
+// and its client's retry gets a fresh 201.
+func RunHTTPRetry(t *testing.T, build func(app *HTTPApp) http.Handler) []int {
+	t.Helper()
+	app := newHTTPApp(t, testdb.Postgres, idem.Postgres, idemhttp.ModeTransaction, &sql.TxOptions{Isolation: sql.LevelSerializable})
+	srv := httptest.NewServer(build(app))
+	t.Cleanup(srv.Close)
+	c := &httpClient{url: srv.URL + "/v1/charges", client: srv.Client()}
+	keys := []string{uniqueKey("skew-a"), uniqueKey("skew-b")}
+	app.provider.mu.Lock()
+	for _, k := range keys {
+		app.provider.skewing[k] = true
+	}
+	app.provider.skewers = len(keys)
+	app.provider.mu.Unlock()
+	var (
+		wg      sync.WaitGroup
+		answers = make([]httpAnswer, len(keys))
+		errs    = make([]error, len(keys))
+	)
+	for i, k := range keys {
+		wg.Go(func() { answers[i], errs[i] = c.post(context.Background(), k, int64(600+i)) })
+	}
+	wg.Wait()
+	var statuses []int
+	calls := 0
+	for i, k := range keys {
+		if errs[i] != nil {
+			t.Fatal(errs[i])
+		}
+		statuses = append(statuses, answers[i].status)
+		calls += app.provider.callsOf(k)
+	}
+	slices.Sort(statuses)
+	switch {
+	case slices.Equal(statuses, []int{201, 201}) && calls == 2:
+		t.Fatal("the database aborted neither transaction: no handler ran again, so this check proves nothing")
+	case slices.Equal(statuses, []int{201, 201}) && calls == 3, slices.Equal(statuses, []int{201, 503}) && calls == 2:
+	default:
+		t.Fatalf("answers %v and %v after %d handler runs; want two 201s after 3 runs, or a 201 and a 503 after 2", answers[0], answers[1], calls)
+	}
+	for i, k := range keys {
+		amount := int64(600 + i)
+		if answers[i].status == http.StatusCreated {
+			httpCreated(t, answers[i], amount)
+		} else {
+			httpProblem(t, answers[i], http.StatusServiceUnavailable, idemhttp.TypeContention)
+			if n := app.rows(t, k); n != 0 {
+				t.Fatalf("%d rows committed under a 503, want 0", n)
+			}
+			if r := c.mustPost(t, k, amount); r.replayed() {
+				t.Fatalf("the retry after a 503 replayed %v: the 503 was stored", r)
+			} else {
+				httpCreated(t, r, amount)
+			}
+		}
+		if n := app.rows(t, k); n != 1 {
+			t.Fatalf("%d rows for %s, want 1", n, k)
+		}
+	}
+	return statuses
 }
