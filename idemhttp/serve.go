@@ -111,7 +111,7 @@ func (m *Middleware) refuse(w http.ResponseWriter, r *http.Request, key string, 
 // the client went first.
 func (m *Middleware) wait(w http.ResponseWriter, r *http.Request, req idem.Request) (leave func(), ok bool) {
 	bound, retryAfter := m.cfg.Timeout, m.cfg.RetryAfter
-	if d, ok := m.cfg.Store.LockTimeout(); ok {
+	if d, bounded := m.cfg.Store.LockTimeout(); bounded {
 		bound, retryAfter = d, time.Duration(seconds(d))*time.Second
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), bound)

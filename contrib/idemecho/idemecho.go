@@ -18,7 +18,12 @@ func Middleware(mw *idemhttp.Middleware) echo.MiddlewareFunc {
 				c.SetRequest(req)
 				c.SetResponse(res)
 			}()
+			var passed error
 			mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r == req { // a method the middleware passes through, untouched
+					passed = next(c)
+					return
+				}
 				c.SetRequest(r)
 				c.SetResponse(echo.NewResponse(w, c.Echo()))
 				err := next(c)
@@ -31,7 +36,7 @@ func Middleware(mw *idemhttp.Middleware) echo.MiddlewareFunc {
 						Detail: "the request failed on the server and was rolled back; nothing was stored; retry with the same " + idemhttp.HeaderIdempotencyKey}).ServeHTTP(c.Response(), r)
 				}
 			})).ServeHTTP(res, req)
-			return nil
+			return passed
 		}
 	}
 }

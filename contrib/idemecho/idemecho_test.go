@@ -300,3 +300,39 @@ func TestAnswers(t *testing.T) {
 		}
 	}
 }
+
+// A method the middleware does not handle runs the chain as echo would
+// without it: no transaction, and its error goes back to echo.
+func TestPassThrough(t *testing.T) {
+	e := newEnv(t)
+	gotc := make(chan error, 1)
+	ec := echo.New()
+	ec.Use(func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			err := next(c)
+			gotc <- err
+			return err
+		}
+	}, e.middleware(t))
+	ec.GET("/v1/orders/:id", func(c echo.Context) error {
+		if idemhttp.TxFrom(c.Request().Context()) != nil {
+			return errors.New("a transaction for a GET")
+		}
+		return echo.NewHTTPError(http.StatusNotFound, "no order "+c.Param("id"))
+	})
+	srv := httptest.NewServer(ec)
+	defer srv.Close()
+	resp, err := http.Get(srv.URL + "/v1/orders/7")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != 404 || strings.TrimSpace(string(b)) != `{"message":"no order 7"}` {
+		t.Fatalf("GET: %d %q %v; want echo's 404", resp.StatusCode, b, err)
+	}
+	var he *echo.HTTPError
+	if got := <-gotc; !errors.As(got, &he) || he.Code != 404 {
+		t.Fatalf("the middleware ahead got %v, want the handler's 404", got)
+	}
+}

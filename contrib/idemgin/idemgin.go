@@ -32,8 +32,13 @@ func Middleware(mw *idemhttp.Middleware) gin.HandlerFunc {
 
 // serve runs the rest of c's chain with w, the middleware's capture, as
 // its Writer and r, the middleware's request, as its Request, and puts
-// c's own back when it returns or panics.
+// c's own back when it returns or panics. A request the middleware passes
+// through (its method is not one it handles) runs on c's own.
 func serve(c *gin.Context, w http.ResponseWriter, r *http.Request) {
+	if r == c.Request { // a method the middleware passes through, untouched
+		c.Next()
+		return
+	}
 	writer, request := c.Writer, c.Request
 	defer func() { c.Writer, c.Request = writer, request }()
 	rw := &responseWriter{ResponseWriter: w, size: unwritten, status: http.StatusOK}

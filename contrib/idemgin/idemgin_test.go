@@ -290,3 +290,31 @@ func TestAnswers(t *testing.T) {
 		}
 	}
 }
+
+// A method the middleware does not handle runs the chain on gin's own
+// writer, with no transaction: it may stream.
+func TestPassThrough(t *testing.T) {
+	e := newEnv(t)
+	r := gin.New()
+	r.GET("/v1/orders", idemgin.Middleware(e.middleware(t)), func(c *gin.Context) {
+		if idemhttp.TxFrom(c.Request.Context()) != nil {
+			c.String(http.StatusInternalServerError, "a transaction for a GET")
+			return
+		}
+		c.Stream(func(w io.Writer) bool {
+			fmt.Fprint(w, "streamed")
+			return false
+		})
+	})
+	srv := httptest.NewServer(r)
+	defer srv.Close()
+	resp, err := http.Get(srv.URL + "/v1/orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != 200 || string(b) != "streamed" {
+		t.Fatalf("GET: %d %q %v; want 200 streamed", resp.StatusCode, b, err)
+	}
+}

@@ -58,10 +58,10 @@ type HTTPCharge struct {
 	Ref    string `json:"ref"` // the provider's reference
 }
 
-// HTTPLockTimeout is the Store's idem.WithLockTimeout in RunHTTP: in
+// httpLockTimeout is the Store's idem.WithLockTimeout in RunHTTP: in
 // ModeTransaction a duplicate waits this long for the request ahead of it,
 // then is a 409.
-const HTTPLockTimeout = 300 * time.Millisecond
+const httpLockTimeout = 300 * time.Millisecond
 
 // RunHTTP runs the payments checks against the service that build
 // returns (a router serving app's payments handler at POST /v1/charges
@@ -74,8 +74,9 @@ const HTTPLockTimeout = 300 * time.Millisecond
 //     same status, body and Location) without running the handler;
 //   - the key reused with another body is a 422 problem;
 //   - a duplicate that arrives while another request holds the key is a
-//     409 problem with Retry-After (at once in ModeClaim, after
-//     HTTPLockTimeout in ModeTransaction), and replays once it is done;
+//     409 problem with Retry-After (at once in ModeClaim, after the
+//     Store's lock timeout of 300 ms in ModeTransaction), and replays once
+//     it is done;
 //   - a client that gives up mid-request: the work still commits, once,
 //     and the client's retry replays it.
 func RunHTTP(t *testing.T, build func(app *HTTPApp) http.Handler) {
@@ -118,7 +119,7 @@ func newHTTPApp(t *testing.T, server *testdb.Server, dialect idem.Dialect, mode 
 	t.Cleanup(func() { _ = db.Close() })
 	suffix := strings.ToLower(rand.Text()[:10])
 	table, charges := "idem_http_"+suffix, "charges_"+suffix
-	store, err := idem.New(dialect, idem.WithTable(table), idem.WithLockTimeout(HTTPLockTimeout))
+	store, err := idem.New(dialect, idem.WithTable(table), idem.WithLockTimeout(httpLockTimeout))
 	if err != nil {
 		t.Fatal(err)
 	}
