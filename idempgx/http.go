@@ -3,6 +3,7 @@ package idempgx
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -30,6 +31,8 @@ func Middleware(pool *pgxpool.Pool, opts pgx.TxOptions, cfg idemhttp.Config) (*i
 		return nil, errors.New("idempgx: Middleware runs on its *pgxpool.Pool: leave Config.DB and Config.TxOptions unset, and pass pgx.TxOptions to Middleware (or build a database/sql middleware with idemhttp.New)")
 	case cfg.Store == nil:
 		return nil, errors.New("idempgx: Middleware needs Config.Store, an *idem.Store for idem.Postgres that records the keys")
+	case cfg.Store.Dialect() != idem.Postgres:
+		return nil, fmt.Errorf("idempgx: Middleware needs Config.Store for idem.Postgres, got one for %s", cfg.Store.Dialect().Name())
 	}
 	s, err := New(cfg.Store)
 	if err != nil {

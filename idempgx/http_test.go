@@ -43,7 +43,7 @@ func TestMiddlewareChecksConfig(t *testing.T) {
 		"a DB":            {p, idemhttp.Config{Store: pg, DB: &sql.DB{}, Scope: idemhttp.SingleTenant}, "leave Config.DB and Config.TxOptions unset"},
 		"sql TxOptions":   {p, idemhttp.Config{Store: pg, TxOptions: &sql.TxOptions{}, Scope: idemhttp.SingleTenant}, "pass pgx.TxOptions"},
 		"no Store":        {p, idemhttp.Config{Scope: idemhttp.SingleTenant}, "needs Config.Store"},
-		"a MySQL Store":   {p, idemhttp.Config{Store: my, Scope: idemhttp.SingleTenant}, "idem.Postgres"},
+		"a MySQL Store":   {p, idemhttp.Config{Store: my, Scope: idemhttp.SingleTenant}, "Middleware needs Config.Store for idem.Postgres, got one for mysql"},
 		"no Scope":        {p, idemhttp.Config{Store: pg}, "idemhttp.SingleTenant"},
 		"Set-Cookie kept": {p, idemhttp.Config{Store: pg, Scope: idemhttp.SingleTenant, ReplayHeaders: []string{"Set-Cookie"}}, "cookie"},
 	} {
