@@ -94,10 +94,10 @@ type Config struct {
 	// duplicate in this process waits in memory for the request ahead of
 	// it at most as long as one in another process waits on the row lock
 	// (the Store's [idem.WithLockTimeout], or Timeout when it has none),
-	// then is a 409, as that one is. Default [DefaultTimeout] (30 s); in [ModeClaim] it must not
-	// exceed the Store's lease ([idem.WithLease]), which is its default
-	// when shorter, so that no retry takes over a claim whose handler may
-	// still be running.
+	// then is a 409, as that one is. Default [DefaultTimeout] (30 s); in
+	// [ModeClaim] it must not exceed the Store's lease ([idem.WithLease]),
+	// which is its default when shorter, so that no retry takes over a
+	// claim whose handler may still be running.
 	Timeout time.Duration
 	// RetryAfter is the Retry-After of a 409 (another request holds the
 	// key) and of a 503 (contention): when a retry is likely to succeed,
