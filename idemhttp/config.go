@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/httpdriver"
 )
 
 const (
@@ -46,7 +47,9 @@ const (
 	ModeClaim
 )
 
-// Config configures the middleware. Store, DB and Scope are required.
+// Config configures the middleware. Store, DB and Scope are required; a
+// pgx service leaves DB and TxOptions unset and builds the middleware
+// with idempgx.Middleware, on its *pgxpool.Pool.
 type Config struct {
 	// Store records the keys; its table must exist ([idem.Store.Migrate]).
 	Store *idem.Store
@@ -88,11 +91,13 @@ type Config struct {
 	// and the middleware's statements run on a context that the client's
 	// disconnect does not cancel, but that ends after Timeout, so that work
 	// that started finishes and is stored for the client's retry. A
-	// duplicate waits at most Timeout for the request ahead of it, then is
-	// a 409. Default [DefaultTimeout] (30 s); in [ModeClaim] it must not
-	// exceed the Store's lease ([idem.WithLease]), which is its default
-	// when shorter, so that no retry takes over a claim whose handler may
-	// still be running.
+	// duplicate in this process waits in memory for the request ahead of
+	// it at most as long as one in another process waits on the row lock
+	// (the Store's [idem.WithLockTimeout], or Timeout when it has none),
+	// then is a 409, as that one is. Default [DefaultTimeout] (30 s); in
+	// [ModeClaim] it must not exceed the Store's lease ([idem.WithLease]),
+	// which is its default when shorter, so that no retry takes over a
+	// claim whose handler may still be running.
 	Timeout time.Duration
 	// RetryAfter is the Retry-After of a 409 (another request holds the
 	// key) and of a 503 (contention): when a retry is likely to succeed,
@@ -122,10 +127,25 @@ type Config struct {
 // [Config].Scope.
 func SingleTenant(*http.Request) (string, error) { return "", nil }
 
-// New checks cfg, fills in its defaults and returns the middleware.
+// New checks cfg, fills in its defaults and returns the middleware, which
+// runs its transactions on cfg.DB.
 func New(cfg Config) (*Middleware, error) {
-	if cfg.Store == nil || cfg.DB == nil {
-		return nil, errors.New("idemhttp: Config needs a Store and a DB")
+	if cfg.DB == nil {
+		return nil, errors.New("idemhttp: Config needs a DB, the *sql.DB holding the Store's table and the handler's rows; a pgx service builds the middleware with idempgx.Middleware on its *pgxpool.Pool instead")
+	}
+	return newMiddleware(cfg, &sqlDriver{store: cfg.Store, db: cfg.DB, opts: cfg.TxOptions})
+}
+
+func init() {
+	httpdriver.NewMiddleware = func(cfg any, d httpdriver.Driver) (any, error) {
+		return newMiddleware(cfg.(Config), d)
+	}
+}
+
+// newMiddleware is New on the driver d.
+func newMiddleware(cfg Config, d httpdriver.Driver) (*Middleware, error) {
+	if cfg.Store == nil {
+		return nil, errors.New("idemhttp: Config needs a Store, the *idem.Store that records the keys")
 	}
 	if cfg.Scope == nil {
 		return nil, errors.New("idemhttp: Config needs a Scope: a function that returns who owns the request's key (the authenticated principal, tenant or API client), so that one caller's key never replays another's response; a service with a single trusted caller sets Scope: idemhttp.SingleTenant")
@@ -151,7 +171,7 @@ func New(cfg Config) (*Middleware, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	m := &Middleware{cfg: cfg, methods: map[string]bool{}, replayable: map[string]bool{}}
+	m := &Middleware{cfg: cfg, drv: d, methods: map[string]bool{}, replayable: map[string]bool{}}
 	for _, method := range cfg.Methods {
 		m.methods[method] = true
 	}

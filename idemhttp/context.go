@@ -3,18 +3,14 @@ package idemhttp
 import (
 	"context"
 	"database/sql"
-	"sync"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/httpdriver"
 )
 
 type ctxKey int
 
-const (
-	txKey ctxKey = iota
-	requestKey
-	claimKey
-)
+const requestKey ctxKey = iota
 
 // TxFrom returns the transaction the handler writes its rows through, or
 // nil outside the middleware and for a method it passes through. The
@@ -25,12 +21,23 @@ const (
 // slow work is done. TxFrom returns nil if it could not begin; the
 // middleware then rolls back and answers 500 in place of any 2xx, 3xx or
 // 4xx the handler writes (a 5xx of the handler's own is passed on).
+//
+// Behind the middleware of idempgx.Middleware, which runs on pgx, TxFrom
+// returns nil and begins nothing: the handler's pgx.Tx is
+// idempgx.TxFrom's.
 func TxFrom(ctx context.Context) *sql.Tx {
-	h, _ := ctx.Value(txKey).(*txHolder)
+	h := httpdriver.HolderFrom(ctx)
 	if h == nil {
 		return nil
 	}
-	return h.get()
+	if _, ok := h.Driver().(*sqlDriver); !ok {
+		return nil
+	}
+	tx, _ := h.Tx()
+	if tx == nil {
+		return nil
+	}
+	return tx.(sqlTx).tx
 }
 
 // RequestFrom returns the [idem.Request] (scope, key, operation,
@@ -43,39 +50,14 @@ func RequestFrom(ctx context.Context) (req idem.Request, ok bool) {
 
 // ClaimFrom returns the claim the middleware holds for the request whose
 // context is ctx: in [ModeClaim], for a request with a key. Otherwise it
-// returns nil. The handler uses its RelayKey, and may Extend it for work
-// longer than the Store's lease; the middleware completes or releases it.
+// returns nil, and so it does behind idempgx.Middleware, whose claim is
+// idempgx.ClaimFrom's. The handler uses its RelayKey, and may Extend it
+// for work longer than the Store's lease; the middleware completes or
+// releases it.
 func ClaimFrom(ctx context.Context) *idem.Claim {
-	c, _ := ctx.Value(claimKey).(*idem.Claim)
-	return c
-}
-
-// txHolder is a request's transaction: open from the start in
-// ModeTransaction, begun by the first call of TxFrom in ModeClaim.
-type txHolder struct {
-	mu    sync.Mutex
-	tx    *sql.Tx
-	begin func() (*sql.Tx, error) // ModeClaim: nil once called
-	err   error                   // from begin
-}
-
-func (h *txHolder) get() *sql.Tx {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.begin != nil {
-		h.tx, h.err = h.begin()
-		h.begin = nil
+	c, _ := httpdriver.ClaimFrom(ctx).(*sqlClaim)
+	if c == nil {
+		return nil
 	}
-	return h.tx
-}
-
-// rollback rolls the transaction back if it began, and keeps it from
-// beginning later.
-func (h *txHolder) rollback() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.begin = nil
-	if h.tx != nil {
-		_ = h.tx.Rollback()
-	}
+	return c.c
 }

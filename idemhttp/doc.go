@@ -18,7 +18,10 @@
 // while a request with their key runs wait in memory, holding no database
 // connection, then go to the database one at a time and replay its result
 // (or run, if it ended without one); duplicates in other processes wait
-// for its transaction on the database's row lock.
+// for its transaction on the database's row lock. With
+// [idem.WithLockTimeout] on the Store both waits end at that bound with
+// the same 409, so that a duplicate gets one answer whichever instance it
+// reaches.
 //
 // A retryable database error (serialization failure, deadlock) in the
 // middleware's own statements or the commit rolls back and runs the whole
@@ -59,4 +62,11 @@
 // key, 413 for a body over [Config.MaxBody], 409 with Retry-After while
 // another request holds the key, 422 for a key reused with another
 // request. docs/http.md describes them all and gives a client retry recipe.
+//
+// The middleware runs on database/sql ([Config].DB); a pgx service builds
+// the same middleware on its *pgxpool.Pool with idempgx.Middleware, and
+// its handlers take their pgx.Tx from idempgx.TxFrom. net/http's ServeMux
+// and chi take [Middleware.Handler] as it is; gin and echo take it through
+// the adapters of the modules github.com/idemkit/idem/contrib/idemgin and
+// contrib/idemecho (docs/http.md, Routers).
 package idemhttp

@@ -3,23 +3,25 @@ package idemhttp
 import (
 	"bytes"
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/textproto"
 	"slices"
+	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/httpdriver"
 )
 
 // Middleware is the configured middleware; it is safe for concurrent use.
 type Middleware struct {
 	cfg        Config
 	methods    map[string]bool
-	replayable map[string]bool // canonical header names
-	gate       gate            // ModeTransaction: one request per key at the database
+	replayable map[string]bool   // canonical header names
+	drv        httpdriver.Driver // the database driver: database/sql, or idempgx's pgx
+	gate       gate              // ModeTransaction: one request per key at the database
 }
 
 // Handler wraps next: requests whose method is in [Config.Methods] are
@@ -101,17 +103,24 @@ func (m *Middleware) refuse(w http.ResponseWriter, r *http.Request, key string, 
 
 // wait lets the request through the gate of its key once no other
 // request with that key in this process is at the database, so that it
-// waits in memory, not on a pooled connection. It gives up when the
-// client goes, answering nothing, or after Timeout, answering 409.
+// waits in memory, not on a pooled connection. It waits as long as a
+// duplicate in another process would wait on the row lock: the Store's
+// lock timeout ([idem.WithLockTimeout]) when it has one, else Timeout.
+// Then it answers what that one gets, a 409 whose Retry-After is the
+// bound rounded up to a second (but at most RetryAfter), or nothing when
+// the client went first.
 func (m *Middleware) wait(w http.ResponseWriter, r *http.Request, req idem.Request) (leave func(), ok bool) {
-	ctx, cancel := context.WithTimeout(r.Context(), m.cfg.Timeout)
+	bound, retryAfter := m.cfg.Timeout, m.cfg.RetryAfter
+	if d, bounded := m.cfg.Store.LockTimeout(); bounded {
+		bound, retryAfter = d, time.Duration(seconds(d))*time.Second
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), bound)
 	defer cancel()
 	leave, err := m.gate.enter(ctx, gateKey{scope: req.Scope, key: req.Key})
 	if err != nil {
-		inFlight := &idem.InFlightError{RetryAfter: m.cfg.RetryAfter}
 		m.cfg.Store.Report(r.Context(), idem.Event{Kind: idem.EventInFlight, Scope: req.Scope, Key: req.Key, Operation: req.Operation})
 		if r.Context().Err() == nil {
-			m.answerError(w, r, inFlight)
+			m.answerError(w, r, &idem.InFlightError{RetryAfter: retryAfter})
 		}
 		return nil, false
 	}
@@ -125,9 +134,9 @@ func (m *Middleware) serveTx(next http.Handler, w http.ResponseWriter, r *http.R
 		rec *recorder
 		res idem.Result
 	)
-	err := idem.RunTx(r.Context(), m.cfg.DB, m.cfg.TxOptions, func(tx *sql.Tx) error {
+	err := m.drv.RunTx(r.Context(), func(tx httpdriver.Tx) error {
 		run := func(ctx context.Context) (idem.Response, error) {
-			rec = m.run(next, r.WithContext(ctx), &txHolder{tx: tx}, body)
+			rec = m.run(next, r.WithContext(ctx), httpdriver.Open(m.drv, tx), body)
 			return m.result(rec)
 		}
 		if req == nil {
@@ -135,7 +144,7 @@ func (m *Middleware) serveTx(next http.Handler, w http.ResponseWriter, r *http.R
 			return err
 		}
 		var err error
-		res, err = m.cfg.Store.Do(r.Context(), tx, *req, run)
+		res, err = m.drv.Do(r.Context(), tx, *req, run)
 		return err
 	})
 	switch {
@@ -150,9 +159,9 @@ func (m *Middleware) serveTx(next http.Handler, w http.ResponseWriter, r *http.R
 
 // run runs the handler on a fresh copy of the body, with h as its
 // transaction, and returns what it answered.
-func (m *Middleware) run(next http.Handler, r *http.Request, h *txHolder, body []byte) *recorder {
+func (m *Middleware) run(next http.Handler, r *http.Request, h *httpdriver.Holder, body []byte) *recorder {
 	rec := newRecorder()
-	next.ServeHTTP(rec, withBody(r.WithContext(context.WithValue(r.Context(), txKey, h)), body))
+	next.ServeHTTP(rec, withBody(r.WithContext(httpdriver.WithHolder(r.Context(), h)), body))
 	return rec
 }
 

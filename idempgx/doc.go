@@ -21,6 +21,19 @@
 //		...
 //	})
 //
+// An HTTP service on pgx puts idemhttp's middleware in front of its
+// handlers with [Middleware], on its *pgxpool.Pool, and its handlers get
+// their pgx.Tx from [TxFrom] (and, in idemhttp.ModeClaim, their claim from
+// [ClaimFrom]); the middleware is idemhttp's own, with the behaviour
+// docs/http.md describes:
+//
+//	mw, err := idempgx.Middleware(pool, pgx.TxOptions{}, idemhttp.Config{Store: store, Scope: accountOf, Required: true})
+//	...
+//	mux.Handle("POST /v1/charges", mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+//		tx := idempgx.TxFrom(r.Context()) // write the rows here; the middleware commits
+//		...
+//	})))
+//
 // pgx prepares each statement once per connection and reuses it (its
 // default statement cache), so idem's statements are parsed and planned
 // once per connection, not on every call. Package idem itself does not

@@ -24,7 +24,8 @@ import (
 )
 
 // chargeAPI is a handler that inserts a business row (k = the key, v = the
-// amount) through idemhttp.TxFrom and answers with what respond writes.
+// amount) through its transaction (the TxFrom of the target's driver) and
+// answers with what respond writes.
 type chargeAPI struct {
 	e       *env
 	biz     string
@@ -37,7 +38,7 @@ func (e *env) chargeAPI() *chargeAPI { return &chargeAPI{e: e, biz: e.business()
 
 func (a *chargeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	run := a.calls.Add(1)
-	tx := idemhttp.TxFrom(r.Context())
+	tx := a.e.txFrom(r.Context())
 	if tx == nil {
 		http.Error(w, "no transaction", http.StatusInternalServerError)
 		return
@@ -80,21 +81,24 @@ func byCaller(r *http.Request) (string, error) {
 	return "user:" + caller, nil
 }
 
-// serve starts a loopback server running h behind the middleware, with
-// cfg's Store and DB defaulting to a fresh store on the target and its
-// Scope to byCaller.
+// serve starts a loopback server running h behind the middleware on the
+// target's pool, with cfg's Store defaulting to a fresh store on the
+// target and its Scope to byCaller.
 func (e *env) serve(cfg idemhttp.Config, h http.Handler) (*httptest.Server, *idem.Store) {
+	e.t.Helper()
+	return e.serveOn(e.db, cfg, h)
+}
+
+// serveOn is serve with the middleware on db, a pool of the target.
+func (e *env) serveOn(db pool, cfg idemhttp.Config, h http.Handler) (*httptest.Server, *idem.Store) {
 	e.t.Helper()
 	if cfg.Store == nil {
 		cfg.Store = e.store().idem
 	}
-	if cfg.DB == nil {
-		cfg.DB = e.sqlDB()
-	}
 	if cfg.Scope == nil {
 		cfg.Scope = byCaller
 	}
-	m, err := idemhttp.New(cfg)
+	m, err := e.middleware(db, cfg)
 	must(e.t, err)
 	srv := httptest.NewUnstartedServer(m.Handler(h))
 	srv.Config.ErrorLog = log.New(io.Discard, "", 0) // the panic test's stack trace
@@ -250,7 +254,7 @@ func checkRetryAfter(t *testing.T, r response, lease time.Duration) {
 // isolation level and under SERIALIZABLE (where RunTx retries the losers).
 func TestHTTPConcurrentDuplicates(t *testing.T) {
 	const clients = 50
-	forEachSQL(t, func(t *testing.T, e *env) {
+	forEach(t, func(t *testing.T, e *env) {
 		for _, opts := range []*sql.TxOptions{nil, {Isolation: sql.LevelSerializable}} {
 			name := "default"
 			if opts != nil {
@@ -311,7 +315,7 @@ func probe(t *testing.T, e *env, s *idem.Store, path, body, key string) idem.Req
 // lease ends, the others replay its response.
 func TestHTTPRetryingClientsConverge(t *testing.T) {
 	const clients = 5
-	forEachSQL(t, func(t *testing.T, e *env) {
+	forEach(t, func(t *testing.T, e *env) {
 		api := e.chargeAPI()
 		srv, s := e.serve(idemhttp.Config{}, api)
 		body := `{"amount": 250}`
@@ -347,7 +351,7 @@ func TestHTTPRetryingClientsConverge(t *testing.T) {
 // are 400s; a missing key passes through (twice is two charges) unless
 // Required.
 func TestHTTPHeaderForms(t *testing.T) {
-	forEachSQL(t, func(t *testing.T, e *env) {
+	forEach(t, func(t *testing.T, e *env) {
 		api := e.chargeAPI()
 		srv, _ := e.serve(idemhttp.Config{}, api)
 		url, c := srv.URL+"/v1/charges", srv.Client()
@@ -411,15 +415,12 @@ func TestHTTPHeaderForms(t *testing.T) {
 // first two (the middleware's DB is closed, so any use would be a 500); a
 // body of exactly MaxBody passes.
 func TestHTTPProblems(t *testing.T) {
-	forEachSQL(t, func(t *testing.T, e *env) {
+	forEach(t, func(t *testing.T, e *env) {
 		api := e.chargeAPI()
 		srv, s := e.serve(idemhttp.Config{MaxBody: 64}, api)
 		c := srv.Client()
 
-		closed, err := sql.Open(e.driver, e.dsn)
-		must(t, err)
-		must(t, closed.Close())
-		noDB, _ := e.serve(idemhttp.Config{Store: s, DB: closed, MaxBody: 64}, api)
+		noDB, _ := e.serveOn(e.closedPool(), idemhttp.Config{Store: s, MaxBody: 64}, api)
 		big := `{"amount": 1, "pad": "` + strings.Repeat("x", 64) + `"}`
 		r, err := post(c, noDB.URL+"/v1/charges", big, "big-1")
 		must(t, err)
@@ -474,7 +475,7 @@ func TestHTTPProblems(t *testing.T) {
 // allow-listed ones, never Set-Cookie, which is not even stored. A 4xx is a
 // result: stored and replayed.
 func TestHTTPReplayHeaders(t *testing.T) {
-	forEachSQL(t, func(t *testing.T, e *env) {
+	forEach(t, func(t *testing.T, e *env) {
 		api := e.chargeAPI()
 		api.respond = func(w http.ResponseWriter, run int64) {
 			h := w.Header()
@@ -518,7 +519,7 @@ func TestHTTPReplayHeaders(t *testing.T) {
 			t.Errorf("stored header holds a field off the allow-list: %q", stored)
 		}
 
-		if _, err := idemhttp.New(idemhttp.Config{Store: s, DB: e.sqlDB(), Scope: byCaller, ReplayHeaders: []string{"set-cookie"}}); err == nil {
+		if _, err := e.middleware(e.db, idemhttp.Config{Store: s, Scope: byCaller, ReplayHeaders: []string{"set-cookie"}}); err == nil {
 			t.Error("New accepted Set-Cookie in ReplayHeaders")
 		}
 	})
@@ -527,7 +528,7 @@ func TestHTTPReplayHeaders(t *testing.T) {
 // A 5xx answer or a panic rolls back the handler's rows and stores
 // nothing, so the retry runs again; StoreServerErrors makes a 5xx a result.
 func TestHTTPFailuresNotStored(t *testing.T) {
-	forEachSQL(t, func(t *testing.T, e *env) {
+	forEach(t, func(t *testing.T, e *env) {
 		for _, failure := range []string{"503", "panic"} {
 			t.Run(failure, func(t *testing.T) {
 				e := e.in(t)
@@ -600,7 +601,7 @@ func TestHTTPFailuresNotStored(t *testing.T) {
 // rolled back, in both modes (in ModeClaim its claim is released);
 // ResponseController reports ErrStreaming to it.
 func TestHTTPStreamingRefused(t *testing.T) {
-	forEachSQL(t, func(t *testing.T, e *env) {
+	forEach(t, func(t *testing.T, e *env) {
 		for _, mode := range []idemhttp.Mode{idemhttp.ModeTransaction, idemhttp.ModeClaim} {
 			for _, how := range []string{"Flush", "Hijack"} {
 				testStreamingRefused(t, e, mode, how)
@@ -648,7 +649,7 @@ func testStreamingRefused(t *testing.T, e *env, mode idemhttp.Mode, how string) 
 // Scope may read the body: one key sent for two accounts named in the
 // body is two keys, and the handler still reads the whole body.
 func TestHTTPScopeReadsBody(t *testing.T) {
-	forEachSQL(t, func(t *testing.T, e *env) {
+	forEach(t, func(t *testing.T, e *env) {
 		api := e.chargeAPI()
 		srv, _ := e.serve(idemhttp.Config{Scope: func(r *http.Request) (string, error) {
 			var in struct{ Account string }
@@ -670,10 +671,10 @@ func TestHTTPScopeReadsBody(t *testing.T) {
 
 // Methods outside Config.Methods pass through with no transaction.
 func TestHTTPPassThrough(t *testing.T) {
-	forEachSQL(t, func(t *testing.T, e *env) {
+	forEach(t, func(t *testing.T, e *env) {
 		var sawTx atomic.Bool
 		srv, _ := e.serve(idemhttp.Config{}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			sawTx.Store(idemhttp.TxFrom(r.Context()) != nil)
+			sawTx.Store(e.txFrom(r.Context()) != nil)
 			fmt.Fprint(w, r.Method)
 		}))
 		req, err := http.NewRequest(http.MethodPut, srv.URL+"/v1/charges/1", strings.NewReader("x"))

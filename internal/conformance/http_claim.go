@@ -117,7 +117,7 @@ func (p *provider) only(t *testing.T) (key string, calls int) {
 
 // claimAPI is a ModeClaim handler: it charges through the provider with the
 // claim's RelayKey and no transaction open, then records the charge through
-// idemhttp.TxFrom.
+// its transaction, which the TxFrom of the target's driver begins.
 type claimAPI struct {
 	e      *env
 	biz    string
@@ -131,7 +131,7 @@ func (e *env) claimAPI(p *provider) *claimAPI { return &claimAPI{e: e, biz: e.bu
 func (a *claimAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	run := a.runs.Add(1)
 	ctx := r.Context()
-	claim := idemhttp.ClaimFrom(ctx)
+	claim := a.e.claimFrom(ctx)
 	req, _ := idemhttp.RequestFrom(ctx)
 	if claim == nil {
 		http.Error(w, "no claim", http.StatusInternalServerError)
@@ -152,7 +152,7 @@ func (a *claimAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadGateway)
 		return
 	}
-	tx := idemhttp.TxFrom(ctx)
+	tx := a.e.txFrom(ctx)
 	if tx == nil {
 		http.Error(w, "no transaction", http.StatusServiceUnavailable)
 		return
@@ -191,12 +191,12 @@ func (s *statusSpy) WriteHeader(code int) {
 // provider call ends only once every duplicate has had its 409.
 func TestHTTPClaimSlowProvider(t *testing.T) {
 	const clients = 10
-	forEachSQL(t, func(t *testing.T, e *env) {
+	forEach(t, func(t *testing.T, e *env) {
 		p := newProvider()
 		release := p.holdFirst(1)
 		defer release()
 		api := e.claimAPI(p)
-		m, err := idemhttp.New(idemhttp.Config{Mode: idemhttp.ModeClaim, Store: e.store(idem.WithLease(3 * time.Second)).idem, DB: e.sqlDB(), Scope: byCaller})
+		m, err := e.middleware(e.db, idemhttp.Config{Mode: idemhttp.ModeClaim, Store: e.store(idem.WithLease(3 * time.Second)).idem, Scope: byCaller})
 		must(t, err)
 		var conflicts atomic.Int64
 		srv := httptest.NewServer(counting409(m.Handler(api), &conflicts))
@@ -248,7 +248,7 @@ func TestHTTPClaimSlowProvider(t *testing.T) {
 // once; the provider, called again with the same RelayKey, charges once.
 // A 4xx answered before any Tx call is still stored.
 func TestHTTPClaimFailuresRelease(t *testing.T) {
-	forEachSQL(t, func(t *testing.T, e *env) {
+	forEach(t, func(t *testing.T, e *env) {
 		for _, failure := range []string{"502", "panic"} {
 			t.Run(failure, func(t *testing.T) {
 				e := e.in(t)
@@ -304,7 +304,7 @@ func TestHTTPClaimFailuresRelease(t *testing.T) {
 // statements fail past the deadline), its rows roll back, and the
 // provider, called twice with one RelayKey, charged once.
 func TestHTTPClaimLeaseLost(t *testing.T) {
-	forEachSQL(t, func(t *testing.T, e *env) {
+	forEach(t, func(t *testing.T, e *env) {
 		p := newProvider()
 		p.deaf = true
 		release := p.holdFirst(2) // the first call ends once the second request is done

@@ -3,7 +3,6 @@ package conformance
 import (
 	"bytes"
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"net/http"
@@ -13,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemhttp"
 )
 
@@ -53,7 +53,7 @@ func TestHTTPClientGivesUp(t *testing.T) {
 		clientTimeout = 300 * time.Millisecond
 		pause         = 500 * time.Millisecond
 	)
-	forEachSQL(t, func(t *testing.T, e *env) {
+	forEach(t, func(t *testing.T, e *env) {
 		t.Run("transaction", func(t *testing.T) {
 			e := e.in(t)
 			api := e.chargeAPI()
@@ -108,17 +108,14 @@ func TestHTTPDuplicatesWaitInMemory(t *testing.T) {
 		dups = 12
 		slow = time.Second
 	)
-	forEachSQL(t, func(t *testing.T, e *env) {
-		db, err := sql.Open(e.driver, e.dsn)
-		must(t, err)
-		defer db.Close()
-		db.SetMaxOpenConns(4)
+	forEach(t, func(t *testing.T, e *env) {
+		db := e.smallPool(4)
 		biz := e.business()
 		var runs atomic.Int64
 		started := make(chan struct{}, 1)
-		srv, _ := e.serve(idemhttp.Config{DB: db}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		srv, _ := e.serveOn(db, idemhttp.Config{}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			req, _ := idemhttp.RequestFrom(r.Context())
-			if _, err := idemhttp.TxFrom(r.Context()).ExecContext(r.Context(), e.rebind("INSERT INTO "+biz+" (k, v) VALUES (?, 'x')"), req.Key); err != nil {
+			if _, err := e.txFrom(r.Context()).ExecContext(r.Context(), e.rebind("INSERT INTO "+biz+" (k, v) VALUES (?, 'x')"), req.Key); err != nil {
 				http.Error(w, err.Error(), http.StatusInternalServerError)
 				return
 			}
@@ -176,7 +173,7 @@ func TestHTTPDuplicatesWaitInMemory(t *testing.T) {
 		if !e.embedded() && elapsed > slow/2 {
 			t.Errorf("the other key took %v, want well under the slow handler's %v: it waited for a connection", elapsed, slow)
 		}
-		if w := db.Stats().WaitCount; w != 0 {
+		if w := poolWaits(db); w != 0 {
 			t.Errorf("%d requests waited for one of the pool's 4 connections; duplicates must wait in memory", w)
 		}
 		replays := 0
@@ -198,7 +195,7 @@ func TestHTTPDuplicatesWaitInMemory(t *testing.T) {
 // default, Config.RetryAfter when set, never more than the lease left on
 // the claim that holds the key.
 func TestHTTPRetryAfter(t *testing.T) {
-	forEachSQL(t, func(t *testing.T, e *env) {
+	forEach(t, func(t *testing.T, e *env) {
 		for _, c := range []struct {
 			retryAfter time.Duration
 			min, max   int
@@ -229,7 +226,7 @@ func TestHTTPRetryAfter(t *testing.T) {
 // alice's key exists. With SingleTenant, the opt-out, he gets alice's
 // replay: what that value costs.
 func TestHTTPScopeIsolatesCallers(t *testing.T) {
-	forEachSQL(t, func(t *testing.T, e *env) {
+	forEach(t, func(t *testing.T, e *env) {
 		api := e.chargeAPI()
 		srv, _ := e.serve(idemhttp.Config{}, api)
 		url, c := srv.URL+"/v1/charges", srv.Client()
@@ -269,13 +266,13 @@ func TestHTTPScopeIsolatesCallers(t *testing.T) {
 // it with a 409. Nothing is stored, so a retry runs again.
 func TestHTTPTimeout(t *testing.T) {
 	const timeout = 500 * time.Millisecond
-	forEachSQL(t, func(t *testing.T, e *env) {
+	forEach(t, func(t *testing.T, e *env) {
 		biz := e.business()
 		handlerErr := make(chan error, 1)
 		started := make(chan struct{})
 		srv, s := e.serve(idemhttp.Config{Timeout: timeout}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			req, _ := idemhttp.RequestFrom(r.Context())
-			if _, err := idemhttp.TxFrom(r.Context()).ExecContext(r.Context(), e.rebind("INSERT INTO "+biz+" (k, v) VALUES (?, 'x')"), req.Key); err != nil {
+			if _, err := e.txFrom(r.Context()).ExecContext(r.Context(), e.rebind("INSERT INTO "+biz+" (k, v) VALUES (?, 'x')"), req.Key); err != nil {
 				http.Error(w, err.Error(), http.StatusInternalServerError)
 				return
 			}
@@ -307,6 +304,90 @@ func TestHTTPTimeout(t *testing.T) {
 		must(t, <-firstc)
 		if n, rec := e.count(biz, "timeout-1"), e.records(s, "timeout-1"); n != 0 || rec != 0 {
 			t.Fatalf("%d rows, %d records; want nothing stored past the deadline", n, rec)
+		}
+	})
+}
+
+// With idem.WithLockTimeout on the Store, a duplicate of a request that
+// is still running gets one answer whichever instance it reaches: from
+// the instance running the request, where it waits in memory, as from
+// another one (a second Store on the same table, as another process
+// has), where it waits on the row lock, it is a 409 with the Retry-After
+// of the bound (min of Config.RetryAfter and the bound rounded up to a
+// second: 1 here), after the bound, not the first request's answer once
+// that one is done. Once the first has committed, both replay it.
+func TestHTTPLockTimeoutBoundsEveryWait(t *testing.T) {
+	const (
+		bound = 500 * time.Millisecond
+		slow  = 2 * time.Second // past the bound as MySQL applies it, in whole seconds
+	)
+	forEach(t, func(t *testing.T, e *env) {
+		if e.dialect == idem.SQLite {
+			t.Skip("SQLite has no WithLockTimeout (TestLockTimeout): a duplicate waits at BEGIN for the one writer")
+		}
+		biz := e.business()
+		var runs atomic.Int64
+		started := make(chan struct{}, 1)
+		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			req, _ := idemhttp.RequestFrom(r.Context())
+			if _, err := e.txFrom(r.Context()).ExecContext(r.Context(), e.rebind("INSERT INTO "+biz+" (k, v) VALUES (?, 'x')"), req.Key); err != nil {
+				http.Error(w, err.Error(), http.StatusInternalServerError)
+				return
+			}
+			n := runs.Add(1)
+			started <- struct{}{}
+			time.Sleep(slow)
+			w.WriteHeader(http.StatusCreated)
+			fmt.Fprintf(w, "run %d", n)
+		})
+		s := e.store(idem.WithLockTimeout(bound))
+		here, _ := e.serve(idemhttp.Config{Store: s.idem, RetryAfter: 3 * time.Second}, h)
+		there, _ := e.serve(idemhttp.Config{Store: e.elsewhere(s, idem.WithLockTimeout(bound)).idem, RetryAfter: 3 * time.Second}, h)
+		path, body := "/v1/charges", `{"amount": 1}`
+
+		firstc := make(chan response, 1)
+		errc := make(chan error, 1)
+		go func() {
+			r, err := post(here.Client(), here.URL+path, body, "bounded-1")
+			firstc <- r
+			errc <- err
+		}()
+		select {
+		case <-started:
+		case <-time.After(30 * time.Second):
+			t.Fatal("the handler did not start within 30s")
+		}
+		var (
+			wg   sync.WaitGroup
+			dups [2]response
+			errs [2]error
+		)
+		for i, srv := range []string{here.URL, there.URL} {
+			wg.Go(func() { dups[i], errs[i] = post(here.Client(), srv+path, body, "bounded-1") })
+		}
+		wg.Wait()
+		first := <-firstc
+		must(t, <-errc)
+		for i, where := range []string{"on the same instance", "on another instance"} {
+			must(t, errs[i])
+			if dups[i].status != http.StatusConflict || dups[i].header.Get("Retry-After") != "1" {
+				t.Errorf("the duplicate %s: %d Retry-After %q %s; want 409 with Retry-After 1 after the %v bound", where, dups[i].status, dups[i].header.Get("Retry-After"), dups[i].body, bound)
+				continue
+			}
+			checkProblem(t, dups[i], http.StatusConflict, idemhttp.TypeInFlight, "retry after")
+		}
+		if first.status != http.StatusCreated || string(first.body) != "run 1" {
+			t.Fatalf("the first request: %d %s", first.status, first.body)
+		}
+		for _, srv := range []string{here.URL, there.URL} {
+			r, err := post(here.Client(), srv+path, body, "bounded-1")
+			must(t, err)
+			if r.status != http.StatusCreated || !r.replayed() || string(r.body) != "run 1" {
+				t.Errorf("a retry once the first committed: %d replayed=%v %s; want the replay of run 1", r.status, r.replayed(), r.body)
+			}
+		}
+		if n := e.count(biz, "bounded-1"); n != 1 || runs.Load() != 1 {
+			t.Fatalf("%d rows, %d runs; want 1 and 1", n, runs.Load())
 		}
 	})
 }

@@ -72,6 +72,7 @@ var suite = []struct {
 	{"TestHTTPRetryAfter", TestHTTPRetryAfter},
 	{"TestHTTPScopeIsolatesCallers", TestHTTPScopeIsolatesCallers},
 	{"TestHTTPTimeout", TestHTTPTimeout},
+	{"TestHTTPLockTimeoutBoundsEveryWait", TestHTTPLockTimeoutBoundsEveryWait},
 	{"TestIndexCost", TestIndexCost},
 	{"TestObserver", TestObserver},
 	{"TestObserverClaims", TestObserverClaims},

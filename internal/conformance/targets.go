@@ -65,10 +65,9 @@ type target struct {
 // transaction of the test's, with its business rows, is a pgx.Tx of the
 // target's pool (handles.go). What it does not run, and why:
 //
-//   - TestSqlxTx and the TestHTTP tests run on forEachSQL's targets only:
-//     a *sqlx.Tx is a database/sql transaction, and idemhttp runs on
-//     database/sql (its Config.DB is a *sql.DB, its TxFrom returns a
-//     *sql.Tx);
+//   - TestSqlxTx runs on forEachSQL's targets only: a *sqlx.Tx is a
+//     database/sql transaction (the TestHTTP tests run everywhere, with
+//     idemhttp's middleware built through idempgx there: http_driver.go);
 //   - TestOnlyTransactionsAccepted tries idempgx's Complete, not its Do,
 //     on a pool and a connection there: Do takes a pgx.Tx, so a pool does
 //     not compile;
@@ -230,7 +229,7 @@ func forEach(t *testing.T, body func(t *testing.T, e *env)) {
 }
 
 // forEachSQL runs body as a parallel subtest per target that runs idem
-// through database/sql, for what only database/sql has: idemhttp, sqlx.
+// through database/sql, for what only database/sql has: sqlx.
 // Such a test reaches the target's *sql.DB through e.sqlDB.
 func forEachSQL(t *testing.T, body func(t *testing.T, e *env)) {
 	t.Helper()
