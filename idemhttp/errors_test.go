@@ -137,3 +137,15 @@ func TestRefusalsReported(t *testing.T) {
 		}
 	}
 }
+
+// The in-flight detail counts its seconds as a person does.
+func TestInFlightDetailCountsSeconds(t *testing.T) {
+	for wait, want := range map[time.Duration]string{time.Second: "retry after 1 second to", 3 * time.Second: "retry after 3 seconds to"} {
+		m := &Middleware{cfg: Config{Logger: slog.Default(), RetryAfter: 10 * time.Second}}
+		w := httptest.NewRecorder()
+		m.answerError(w, httptest.NewRequest("POST", "/v1/charges", nil), &idem.InFlightError{RetryAfter: wait})
+		if !strings.Contains(w.Body.String(), want) {
+			t.Errorf("%v: %s does not say %q", wait, w.Body, want)
+		}
+	}
+}

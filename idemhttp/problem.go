@@ -108,7 +108,7 @@ func (m *Middleware) answerError(w http.ResponseWriter, r *http.Request, err err
 	case errors.As(err, &inFlight):
 		wait := min(m.cfg.RetryAfter, inFlight.RetryAfter)
 		p := problem(http.StatusConflict, TypeInFlight, "Request in progress",
-			"a request with this %s is still being processed; retry after %d seconds to get its result", HeaderIdempotencyKey, seconds(wait))
+			"a request with this %s is still being processed; retry after %s to get its result", HeaderIdempotencyKey, inSeconds(wait))
 		p.RetryAfter = wait
 		p.ServeHTTP(w, r)
 	case errors.Is(err, idem.ErrInvalidKey):
@@ -142,4 +142,13 @@ func problem(status int, typ, title, detail string, args ...any) *Problem {
 // seconds is d in whole seconds, rounded up.
 func seconds(d time.Duration) int64 {
 	return int64((d + time.Second - 1) / time.Second)
+}
+
+// inSeconds is d in whole seconds, rounded up, as a person reads it: "1
+// second", "3 seconds".
+func inSeconds(d time.Duration) string {
+	if n := seconds(d); n != 1 {
+		return strconv.FormatInt(n, 10) + " seconds"
+	}
+	return "1 second"
 }

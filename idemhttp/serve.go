@@ -9,10 +9,10 @@ import (
 	"net/http"
 	"net/textproto"
 	"slices"
-	"time"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/httpdriver"
+	"github.com/idemkit/idem/internal/keygate"
 )
 
 // Middleware is the configured middleware; it is safe for concurrent use.
@@ -21,7 +21,7 @@ type Middleware struct {
 	methods    map[string]bool
 	replayable map[string]bool   // canonical header names
 	drv        httpdriver.Driver // the database driver: database/sql, or idempgx's pgx
-	gate       gate              // ModeTransaction: one request per key at the database
+	gate       keygate.Gate      // ModeTransaction: one request per key at the database
 }
 
 // Handler wraps next: requests whose method is in [Config.Methods] are
@@ -103,24 +103,15 @@ func (m *Middleware) refuse(w http.ResponseWriter, r *http.Request, key string, 
 
 // wait lets the request through the gate of its key once no other
 // request with that key in this process is at the database, so that it
-// waits in memory, not on a pooled connection. It waits as long as a
-// duplicate in another process would wait on the row lock: the Store's
-// lock timeout ([idem.WithLockTimeout]) when it has one, else Timeout.
-// Then it answers what that one gets, a 409 whose Retry-After is the
-// bound rounded up to a second (but at most RetryAfter), or nothing when
-// the client went first.
+// waits in memory, not on a pooled connection, as long as a duplicate in
+// another process waits on the row lock (keygate). Then it answers what
+// that one gets, a 409, or nothing when the client went first.
 func (m *Middleware) wait(w http.ResponseWriter, r *http.Request, req idem.Request) (leave func(), ok bool) {
-	bound, retryAfter := m.cfg.Timeout, m.cfg.RetryAfter
-	if d, bounded := m.cfg.Store.LockTimeout(); bounded {
-		bound, retryAfter = d, time.Duration(seconds(d))*time.Second
-	}
-	ctx, cancel := context.WithTimeout(r.Context(), bound)
-	defer cancel()
-	leave, err := m.gate.enter(ctx, gateKey{scope: req.Scope, key: req.Key})
+	leave, err := m.gate.Wait(r.Context(), m.cfg.Store, req, m.cfg.Timeout, m.cfg.RetryAfter)
 	if err != nil {
 		m.cfg.Store.Report(r.Context(), idem.Event{Kind: idem.EventInFlight, Scope: req.Scope, Key: req.Key, Operation: req.Operation})
 		if r.Context().Err() == nil {
-			m.answerError(w, r, &idem.InFlightError{RetryAfter: retryAfter})
+			m.answerError(w, r, err)
 		}
 		return nil, false
 	}

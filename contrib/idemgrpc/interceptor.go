@@ -6,7 +6,6 @@ import (
 	"database/sql"
 	"encoding/hex"
 	"fmt"
-	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -15,6 +14,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoregistry"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/keygate"
 )
 
 // MetadataKey is the metadata key that carries a call's idempotency key:
@@ -27,7 +27,7 @@ type Interceptor struct {
 	cfg           Config
 	noSideEffects map[string]bool
 	replayable    map[string]bool // metadata keys, lower case
-	gate          gate            // ModeTransaction: one call per key at the database
+	gate          keygate.Gate    // ModeTransaction: one call per key at the database
 }
 
 // Unary returns the server interceptor: calls of methods that have side
@@ -112,19 +112,11 @@ func operation(method string) string {
 
 // wait lets the call through the gate of its key once no other call with
 // that key in this process is at the database, so that it waits in
-// memory, not on a pooled connection. It waits as long as a duplicate in
-// another process would wait on the row lock: the Store's lock timeout
-// ([idem.WithLockTimeout]), or else Timeout, and then answers as that
-// duplicate would, UNAVAILABLE; it gives up at once when the client
-// goes.
+// memory, not on a pooled connection, as long as a duplicate in another
+// process waits on the row lock (keygate), and then answers as that
+// duplicate would, UNAVAILABLE; it gives up at once when the client goes.
 func (i *Interceptor) wait(ctx context.Context, r idem.Request) (leave func(), err error) {
-	bound, ok := i.cfg.Store.LockTimeout()
-	if !ok {
-		bound = i.cfg.Timeout
-	}
-	wctx, cancel := context.WithTimeout(ctx, bound)
-	defer cancel()
-	leave, err = i.gate.enter(wctx, gateKey{scope: r.Scope, key: r.Key})
+	leave, err = i.gate.Wait(ctx, i.cfg.Store, r, i.cfg.Timeout, i.cfg.RetryAfter)
 	if err == nil {
 		return leave, nil
 	}
@@ -132,10 +124,7 @@ func (i *Interceptor) wait(ctx context.Context, r idem.Request) (leave func(), e
 	if ctx.Err() != nil {
 		return nil, status.FromContextError(ctx.Err()).Err()
 	}
-	// What Do answers after the lock timeout: RetryAfter is the bound,
-	// rounded up to a second.
-	wait := max((bound+time.Second-1)/time.Second, 1) * time.Second
-	return nil, i.answerError(ctx, r.Operation, r.Key, &idem.InFlightError{RetryAfter: wait})
+	return nil, i.answerError(ctx, r.Operation, r.Key, err)
 }
 
 // serveTx runs the handler inside Store.Do, in a transaction RunTx opens

@@ -1,0 +1,91 @@
+// Package keygate is the in-memory wait of duplicates that arrive at one
+// process, shared by idemhttp's middleware and idemgrpc's interceptor: one
+// request per (scope, key) at a time goes through to the database, and
+// the others wait here, holding no pooled connection, instead of each
+// waiting on the first one's row lock. They wait as long as a duplicate
+// that reached another process waits on that row lock, and then get what
+// it gets, so that a duplicate has the same answer whichever instance it
+// reaches.
+package keygate
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/idemkit/idem"
+)
+
+// Gate lets one request per (scope, key) at a time through. Its zero
+// value is ready; entries exist only while a request holds or waits for
+// them.
+type Gate struct {
+	mu      sync.Mutex
+	entries map[key]*entry
+}
+
+type key struct{ scope, key string }
+
+type entry struct {
+	token chan struct{} // holds a value while a request with the key is through
+	refs  int           // requests holding or waiting for the token
+}
+
+// Wait lets the request req through once no other request with its key is
+// through, and returns the leave function that lets the next one in. It
+// waits at most as long as a duplicate in another process waits on the
+// row lock: the lock timeout of s ([idem.WithLockTimeout]) when it has
+// one, else timeout. Past that it returns what that duplicate gets, an
+// *idem.InFlightError whose RetryAfter is the lock timeout rounded up to
+// a second (retryAfter without one); when ctx ends first, ctx's error.
+func (g *Gate) Wait(ctx context.Context, s *idem.Store, req idem.Request, timeout, retryAfter time.Duration) (leave func(), err error) {
+	bound := timeout
+	if d, ok := s.LockTimeout(); ok {
+		bound, retryAfter = d, max((d+time.Second-1)/time.Second, 1)*time.Second
+	}
+	wctx, cancel := context.WithTimeout(ctx, bound)
+	defer cancel()
+	leave, err = g.enter(wctx, key{scope: req.Scope, key: req.Key})
+	switch {
+	case err == nil:
+		return leave, nil
+	case ctx.Err() != nil:
+		return nil, ctx.Err()
+	}
+	return nil, &idem.InFlightError{RetryAfter: retryAfter}
+}
+
+// enter waits until no other request with k is through, then lets this
+// one through and returns the leave function that lets the next one in.
+// It returns ctx's error if ctx ends first.
+func (g *Gate) enter(ctx context.Context, k key) (leave func(), err error) {
+	g.mu.Lock()
+	if g.entries == nil {
+		g.entries = map[key]*entry{}
+	}
+	e := g.entries[k]
+	if e == nil {
+		e = &entry{token: make(chan struct{}, 1)}
+		g.entries[k] = e
+	}
+	e.refs++
+	g.mu.Unlock()
+	select {
+	case e.token <- struct{}{}:
+		return func() {
+			<-e.token
+			g.unref(k, e)
+		}, nil
+	case <-ctx.Done():
+		g.unref(k, e)
+		return nil, ctx.Err()
+	}
+}
+
+func (g *Gate) unref(k key, e *entry) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if e.refs--; e.refs == 0 {
+		delete(g.entries, k)
+	}
+}
