@@ -19,6 +19,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/sfv"
 )
 
 func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -126,7 +127,7 @@ func keyForms(v string) ([]string, error) {
 		isString = strings.HasPrefix(v, `"`)
 	)
 	if isString {
-		content, notAsSF = sfString(v)
+		content, notAsSF = sfv.String(v)
 		if notAsSF == "" {
 			if err := idem.ValidateKey(content); err != nil {
 				notAsSF = fmt.Sprintf("its content %q: %s", content, reason(err))
@@ -145,33 +146,6 @@ func keyForms(v string) ([]string, error) {
 		return nil, fmt.Errorf("%w: %q is no key as an sf-string (%s) nor as it is (%s)", idem.ErrInvalidKey, v, notAsSF, reason(asIs))
 	}
 	return nil, asIs
-}
-
-// sfString reads an RFC 8941 sf-string that makes up the whole of v, as
-// idemhttp reads the Idempotency-Key field, and returns its content, or
-// why it is not one.
-func sfString(v string) (content, why string) {
-	var b strings.Builder
-	for i := 1; i < len(v); i++ {
-		switch c := v[i]; {
-		case c == '\\':
-			i++
-			if i == len(v) || v[i] != '"' && v[i] != '\\' {
-				return "", fmt.Sprintf("a backslash at offset %d must be followed by \" or \\", i-1)
-			}
-			b.WriteByte(v[i])
-		case c == '"':
-			if i != len(v)-1 {
-				return "", fmt.Sprintf("%q follows the closing quote", v[i+1:])
-			}
-			return b.String(), ""
-		case c < 0x20 || c > 0x7E:
-			return "", fmt.Sprintf("byte %#02x at offset %d is not printable ASCII", c, i)
-		default:
-			b.WriteByte(c)
-		}
-	}
-	return "", "the closing double quote is missing"
 }
 
 // keyDesc names the keys an --key value v stood for, for a message.
