@@ -1,9 +1,6 @@
 package idemecho_test
 
 import (
-	"context"
-	"crypto/rand"
-	"database/sql"
 	"errors"
 	"fmt"
 	"io"
@@ -18,7 +15,6 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
 
-	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/contrib/idemecho"
 	"github.com/idemkit/idem/idemhttp"
 	"github.com/idemkit/idem/internal/stacktest"
@@ -63,102 +59,12 @@ func TestRerun(t *testing.T) {
 	}
 }
 
-// env is a Store on a table of the test's own, and a business table
-// (k, v), on PostgreSQL.
-type env struct {
-	db    *sql.DB
-	store *idem.Store
-	biz   string
-}
-
-func newEnv(t *testing.T) *env {
-	t.Helper()
-	db, err := sql.Open("pgx", testdb.Postgres.DSN(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = db.Close() })
-	suffix := strings.ToLower(rand.Text()[:10])
-	store, err := idem.New(idem.Postgres, idem.WithTable("idemecho_"+suffix))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	if err := store.Migrate(ctx, db); err != nil {
-		t.Fatal(err)
-	}
-	biz := "idemecho_biz_" + suffix
-	if _, err := db.ExecContext(ctx, "CREATE TABLE "+biz+" (k text NOT NULL, v text NOT NULL)"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _, _ = db.ExecContext(context.Background(), "DROP TABLE IF EXISTS "+biz+", "+store.Table()) })
-	return &env{db: db, store: store, biz: biz}
-}
-
-func (e *env) middleware(t *testing.T) echo.MiddlewareFunc {
-	t.Helper()
-	mw, err := idemhttp.New(idemhttp.Config{Store: e.store, DB: e.db, Scope: idemhttp.SingleTenant})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return idemecho.Middleware(mw)
-}
-
-// insert writes a business row (k = the request's key) through the
-// handler's transaction.
-func (e *env) insert(c echo.Context, v string) error {
-	ctx := c.Request().Context()
-	req, _ := idemhttp.RequestFrom(ctx)
-	tx := idemhttp.TxFrom(ctx)
-	if tx == nil {
-		return errors.New("no transaction in the handler's context")
-	}
-	_, err := tx.ExecContext(ctx, "INSERT INTO "+e.biz+" (k, v) VALUES ($1, $2)", req.Key, v)
-	return err
-}
-
-func (e *env) rows(t *testing.T, key string) int {
-	t.Helper()
-	var n int
-	if err := e.db.QueryRow("SELECT COUNT(*) FROM "+e.biz+" WHERE k = $1", key).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	return n
-}
-
-type answer struct {
-	status int
-	header http.Header
-	body   string
-}
-
-func (a answer) replayed() bool { return a.header.Get(idemhttp.HeaderIdempotentReplayed) == "true" }
-
-func post(t *testing.T, url, key string) answer {
-	t.Helper()
-	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(`{}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set(idemhttp.HeaderIdempotencyKey, key)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return answer{resp.StatusCode, resp.Header, strings.TrimSpace(string(b))}
-}
-
 // The chain after the middleware (a middleware and the handler) runs
 // inside it, on the handler's transaction, once per key: a retry replays
 // the answer without running it, and the middleware ahead sees the
 // answer that went out, and no error.
 func TestChain(t *testing.T) {
-	e := newEnv(t)
+	e := stacktest.NewHTTPEnv(t, "idemecho")
 	var (
 		mu    sync.Mutex
 		outer []string
@@ -175,12 +81,12 @@ func TestChain(t *testing.T) {
 		}
 	})
 	ec.POST("/v1/orders", func(c echo.Context) error {
-		if err := e.insert(c, "order"); err != nil {
+		if err := e.Insert(c.Request().Context(), "order"); err != nil {
 			return err
 		}
 		c.Response().Header().Set("Location", "/v1/orders/1")
 		return c.JSON(http.StatusCreated, map[string]int{"id": 1})
-	}, e.middleware(t), func(next echo.HandlerFunc) echo.HandlerFunc {
+	}, idemecho.Middleware(e.Middleware(t)), func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
 			inner.Add(1)
 			c.Response().Header().Set("X-Inner", "ran")
@@ -190,16 +96,16 @@ func TestChain(t *testing.T) {
 	srv := httptest.NewServer(ec)
 	defer srv.Close()
 
-	first := post(t, srv.URL+"/v1/orders", "chain-1")
-	again := post(t, srv.URL+"/v1/orders", "chain-1")
-	if first.status != 201 || first.body != `{"id":1}` || first.replayed() || first.header.Get("X-Inner") != "ran" {
-		t.Fatalf("first: %d %q replayed=%v %v", first.status, first.body, first.replayed(), first.header)
+	first := stacktest.Post(t, srv.URL+"/v1/orders", "chain-1")
+	again := stacktest.Post(t, srv.URL+"/v1/orders", "chain-1")
+	if first.Status != 201 || first.Body != `{"id":1}` || first.Replayed() || first.Header.Get("X-Inner") != "ran" {
+		t.Fatalf("first: %d %q replayed=%v %v", first.Status, first.Body, first.Replayed(), first.Header)
 	}
-	if again.status != 201 || again.body != first.body || !again.replayed() || again.header.Get("X-Inner") != "" ||
-		again.header.Get("Location") != "/v1/orders/1" || again.header.Get("Content-Type") != echo.MIMEApplicationJSON {
-		t.Fatalf("replay: %d %q replayed=%v %v", again.status, again.body, again.replayed(), again.header)
+	if again.Status != 201 || again.Body != first.Body || !again.Replayed() || again.Header.Get("X-Inner") != "" ||
+		again.Header.Get("Location") != "/v1/orders/1" || again.Header.Get("Content-Type") != echo.MIMEApplicationJSON {
+		t.Fatalf("replay: %d %q replayed=%v %v", again.Status, again.Body, again.Replayed(), again.Header)
 	}
-	if n, runs := e.rows(t, "chain-1"), inner.Load(); n != 1 || runs != 1 {
+	if n, runs := e.Rows(t, "chain-1"), inner.Load(); n != 1 || runs != 1 {
 		t.Fatalf("%d rows, the chain ran %d times; want 1 and 1", n, runs)
 	}
 	mu.Lock()
@@ -214,7 +120,7 @@ func TestChain(t *testing.T) {
 // error, an error the error handler answers nothing for, a panic and a
 // flush roll back and store nothing, so the retry runs again.
 func TestAnswers(t *testing.T) {
-	e := newEnv(t)
+	e := stacktest.NewHTTPEnv(t, "idemecho")
 	var runs sync.Map // path -> *atomic.Int64
 	ran := func(path string) int64 {
 		n, ok := runs.Load(path)
@@ -225,11 +131,11 @@ func TestAnswers(t *testing.T) {
 	}
 	ec := echo.New()
 	ec.Logger.SetOutput(io.Discard) // the panic's stack
-	ec.Use(middleware.Recover(), e.middleware(t), func(next echo.HandlerFunc) echo.HandlerFunc {
+	ec.Use(middleware.Recover(), idemecho.Middleware(e.Middleware(t)), func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
 			n, _ := runs.LoadOrStore(c.Path(), new(atomic.Int64))
 			n.(*atomic.Int64).Add(1)
-			if err := e.insert(c, c.Path()); err != nil {
+			if err := e.Insert(c.Request().Context(), c.Path()); err != nil {
 				return err
 			}
 			return next(c)
@@ -246,9 +152,9 @@ func TestAnswers(t *testing.T) {
 	})
 	quiet := echo.New()
 	quiet.HTTPErrorHandler = func(error, echo.Context) {} // logs, answers nothing
-	quiet.Use(e.middleware(t))
+	quiet.Use(idemecho.Middleware(e.Middleware(t)))
 	quiet.POST("/quiet", func(c echo.Context) error {
-		if err := e.insert(c, "quiet"); err != nil {
+		if err := e.Insert(c.Request().Context(), "quiet"); err != nil {
 			return err
 		}
 		return errors.New("answered by nobody")
@@ -265,12 +171,12 @@ func TestAnswers(t *testing.T) {
 		{"/accepted", "", 202},
 	} {
 		for i := range 2 {
-			a := post(t, srv.URL+c.path, "stored"+c.path)
-			if a.status != c.status || a.body != c.body || a.replayed() != (i == 1) {
-				t.Errorf("%s, request %d: %d %q replayed=%v; want %d %q, then its replay", c.path, i+1, a.status, a.body, a.replayed(), c.status, c.body)
+			a := stacktest.Post(t, srv.URL+c.path, "stored"+c.path)
+			if a.Status != c.status || a.Body != c.body || a.Replayed() != (i == 1) {
+				t.Errorf("%s, request %d: %d %q replayed=%v; want %d %q, then its replay", c.path, i+1, a.Status, a.Body, a.Replayed(), c.status, c.body)
 			}
 		}
-		if n, runs := e.rows(t, "stored"+c.path), ran(c.path); n != 1 || runs != 1 {
+		if n, runs := e.Rows(t, "stored"+c.path), ran(c.path); n != 1 || runs != 1 {
 			t.Errorf("%s: %d rows, ran %d times; want 1 and 1", c.path, n, runs)
 		}
 	}
@@ -285,12 +191,12 @@ func TestAnswers(t *testing.T) {
 		{quietSrv.URL, "/quiet", idemhttp.TypeInternal},
 	} {
 		for i := range 2 {
-			a := post(t, c.url+c.path, "failed"+c.path)
-			if a.status != 500 || a.replayed() || !strings.Contains(a.body, c.body) {
-				t.Errorf("%s, request %d: %d %q replayed=%v; want a 500 with %s, never stored", c.path, i+1, a.status, a.body, a.replayed(), c.body)
+			a := stacktest.Post(t, c.url+c.path, "failed"+c.path)
+			if a.Status != 500 || a.Replayed() || !strings.Contains(a.Body, c.body) {
+				t.Errorf("%s, request %d: %d %q replayed=%v; want a 500 with %s, never stored", c.path, i+1, a.Status, a.Body, a.Replayed(), c.body)
 			}
 		}
-		if n := e.rows(t, "failed"+c.path); n != 0 {
+		if n := e.Rows(t, "failed"+c.path); n != 0 {
 			t.Errorf("%s: %d rows; want 0", c.path, n)
 		}
 	}
@@ -304,7 +210,7 @@ func TestAnswers(t *testing.T) {
 // A method the middleware does not handle runs the chain as echo would
 // without it: no transaction, and its error goes back to echo.
 func TestPassThrough(t *testing.T) {
-	e := newEnv(t)
+	e := stacktest.NewHTTPEnv(t, "idemecho")
 	gotc := make(chan error, 1)
 	ec := echo.New()
 	ec.Use(func(next echo.HandlerFunc) echo.HandlerFunc {
@@ -313,7 +219,7 @@ func TestPassThrough(t *testing.T) {
 			gotc <- err
 			return err
 		}
-	}, e.middleware(t))
+	}, idemecho.Middleware(e.Middleware(t)))
 	ec.GET("/v1/orders/:id", func(c echo.Context) error {
 		if idemhttp.TxFrom(c.Request().Context()) != nil {
 			return errors.New("a transaction for a GET")

@@ -1,9 +1,6 @@
 package idemgin_test
 
 import (
-	"context"
-	"crypto/rand"
-	"database/sql"
 	"errors"
 	"fmt"
 	"io"
@@ -17,7 +14,6 @@ import (
 
 	"github.com/gin-gonic/gin"
 
-	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/contrib/idemgin"
 	"github.com/idemkit/idem/idemhttp"
 	"github.com/idemkit/idem/internal/stacktest"
@@ -69,102 +65,12 @@ func TestRerunAnswered503(t *testing.T) {
 	}
 }
 
-// env is a Store on a table of the test's own, and a business table
-// (k, v), on PostgreSQL.
-type env struct {
-	db    *sql.DB
-	store *idem.Store
-	biz   string
-}
-
-func newEnv(t *testing.T) *env {
-	t.Helper()
-	db, err := sql.Open("pgx", testdb.Postgres.DSN(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = db.Close() })
-	suffix := strings.ToLower(rand.Text()[:10])
-	store, err := idem.New(idem.Postgres, idem.WithTable("idemgin_"+suffix))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	if err := store.Migrate(ctx, db); err != nil {
-		t.Fatal(err)
-	}
-	biz := "idemgin_biz_" + suffix
-	if _, err := db.ExecContext(ctx, "CREATE TABLE "+biz+" (k text NOT NULL, v text NOT NULL)"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _, _ = db.ExecContext(context.Background(), "DROP TABLE IF EXISTS "+biz+", "+store.Table()) })
-	return &env{db: db, store: store, biz: biz}
-}
-
-func (e *env) middleware(t *testing.T) *idemhttp.Middleware {
-	t.Helper()
-	mw, err := idemhttp.New(idemhttp.Config{Store: e.store, DB: e.db, Scope: idemhttp.SingleTenant})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return mw
-}
-
-// insert writes a business row (k = the request's key) through the
-// handler's transaction.
-func (e *env) insert(c *gin.Context, v string) error {
-	ctx := c.Request.Context()
-	req, _ := idemhttp.RequestFrom(ctx)
-	tx := idemhttp.TxFrom(ctx)
-	if tx == nil {
-		return errors.New("no transaction in the handler's context")
-	}
-	_, err := tx.ExecContext(ctx, "INSERT INTO "+e.biz+" (k, v) VALUES ($1, $2)", req.Key, v)
-	return err
-}
-
-func (e *env) rows(t *testing.T, key string) int {
-	t.Helper()
-	var n int
-	if err := e.db.QueryRow("SELECT COUNT(*) FROM "+e.biz+" WHERE k = $1", key).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	return n
-}
-
-type answer struct {
-	status int
-	header http.Header
-	body   string
-}
-
-func (a answer) replayed() bool { return a.header.Get(idemhttp.HeaderIdempotentReplayed) == "true" }
-
-func post(t *testing.T, url, key string) answer {
-	t.Helper()
-	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(`{}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set(idemhttp.HeaderIdempotencyKey, key)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return answer{resp.StatusCode, resp.Header, string(b)}
-}
-
 // The chain after the middleware (a middleware and the handler) runs
 // inside it, on the handler's transaction, once per key: a retry replays
 // the answer without running it, and the chain ahead of the middleware
 // sees the answer that went out, and an aborted chain on a replay.
 func TestChain(t *testing.T) {
-	e := newEnv(t)
+	e := stacktest.NewHTTPEnv(t, "idemgin")
 	var (
 		mu    sync.Mutex
 		outer []string
@@ -177,12 +83,12 @@ func TestChain(t *testing.T) {
 		defer mu.Unlock()
 		outer = append(outer, fmt.Sprintf("%d %d aborted=%v", c.Writer.Status(), c.Writer.Size(), c.IsAborted()))
 	})
-	r.POST("/v1/orders", idemgin.Middleware(e.middleware(t)), func(c *gin.Context) {
+	r.POST("/v1/orders", idemgin.Middleware(e.Middleware(t)), func(c *gin.Context) {
 		inner.Add(1)
 		c.Header("X-Inner", "ran")
 		c.Next()
 	}, func(c *gin.Context) {
-		if err := e.insert(c, "order"); err != nil {
+		if err := e.Insert(c.Request.Context(), "order"); err != nil {
 			c.JSON(http.StatusInternalServerError, gin.H{"error": err.Error()})
 			return
 		}
@@ -192,16 +98,16 @@ func TestChain(t *testing.T) {
 	srv := httptest.NewServer(r)
 	defer srv.Close()
 
-	first := post(t, srv.URL+"/v1/orders", "chain-1")
-	again := post(t, srv.URL+"/v1/orders", "chain-1")
-	if first.status != 201 || first.body != `{"id":1}` || first.replayed() || first.header.Get("X-Inner") != "ran" {
-		t.Fatalf("first: %d %q replayed=%v %v", first.status, first.body, first.replayed(), first.header)
+	first := stacktest.Post(t, srv.URL+"/v1/orders", "chain-1")
+	again := stacktest.Post(t, srv.URL+"/v1/orders", "chain-1")
+	if first.Status != 201 || first.Body != `{"id":1}` || first.Replayed() || first.Header.Get("X-Inner") != "ran" {
+		t.Fatalf("first: %d %q replayed=%v %v", first.Status, first.Body, first.Replayed(), first.Header)
 	}
-	if again.status != 201 || again.body != first.body || !again.replayed() || again.header.Get("X-Inner") != "" ||
-		again.header.Get("Location") != "/v1/orders/1" || again.header.Get("Content-Type") != "application/json; charset=utf-8" {
-		t.Fatalf("replay: %d %q replayed=%v %v", again.status, again.body, again.replayed(), again.header)
+	if again.Status != 201 || again.Body != first.Body || !again.Replayed() || again.Header.Get("X-Inner") != "" ||
+		again.Header.Get("Location") != "/v1/orders/1" || again.Header.Get("Content-Type") != "application/json; charset=utf-8" {
+		t.Fatalf("replay: %d %q replayed=%v %v", again.Status, again.Body, again.Replayed(), again.Header)
 	}
-	if n, runs := e.rows(t, "chain-1"), inner.Load(); n != 1 || runs != 1 {
+	if n, runs := e.Rows(t, "chain-1"), inner.Load(); n != 1 || runs != 1 {
 		t.Fatalf("%d rows, the chain ran %d times; want 1 and 1", n, runs)
 	}
 	mu.Lock()
@@ -216,12 +122,12 @@ func TestChain(t *testing.T) {
 // status without a body; an error in c.Errors with nothing written, a
 // panic and a stream roll back and store nothing, so the retry runs again.
 func TestAnswers(t *testing.T) {
-	e := newEnv(t)
+	e := stacktest.NewHTTPEnv(t, "idemgin")
 	var runs sync.Map // path -> *atomic.Int64
 	count := func(c *gin.Context) {
 		n, _ := runs.LoadOrStore(c.FullPath(), new(atomic.Int64))
 		n.(*atomic.Int64).Add(1)
-		if err := e.insert(c, c.FullPath()); err != nil {
+		if err := e.Insert(c.Request.Context(), c.FullPath()); err != nil {
 			c.AbortWithStatusJSON(http.StatusInternalServerError, gin.H{"error": err.Error()})
 		}
 	}
@@ -234,7 +140,7 @@ func TestAnswers(t *testing.T) {
 	}
 	r := gin.New()
 	r.Use(gin.Recovery())
-	r.Use(idemgin.Middleware(e.middleware(t)), count)
+	r.Use(idemgin.Middleware(e.Middleware(t)), count)
 	r.POST("/forbidden", func(c *gin.Context) {
 		c.AbortWithStatusJSON(http.StatusForbidden, gin.H{"error": "not yours"})
 	}, func(c *gin.Context) {
@@ -260,12 +166,12 @@ func TestAnswers(t *testing.T) {
 		{"/accepted", "", 202},
 	} {
 		for i := range 2 {
-			a := post(t, srv.URL+c.path, "stored"+c.path)
-			if a.status != c.status || a.body != c.body || a.replayed() != (i == 1) {
-				t.Errorf("%s, request %d: %d %q replayed=%v; want %d %q, then its replay", c.path, i+1, a.status, a.body, a.replayed(), c.status, c.body)
+			a := stacktest.Post(t, srv.URL+c.path, "stored"+c.path)
+			if a.Status != c.status || a.Body != c.body || a.Replayed() != (i == 1) {
+				t.Errorf("%s, request %d: %d %q replayed=%v; want %d %q, then its replay", c.path, i+1, a.Status, a.Body, a.Replayed(), c.status, c.body)
 			}
 		}
-		if n, runs := e.rows(t, "stored"+c.path), ran(c.path); n != 1 || runs != 1 {
+		if n, runs := e.Rows(t, "stored"+c.path), ran(c.path); n != 1 || runs != 1 {
 			t.Errorf("%s: %d rows, ran %d times; want 1 and 1", c.path, n, runs)
 		}
 	}
@@ -280,12 +186,12 @@ func TestAnswers(t *testing.T) {
 		{"/stream", 500, idemhttp.TypeStreaming},
 	} {
 		for i := range 2 {
-			a := post(t, srv.URL+c.path, "failed"+c.path)
-			if a.status != c.status || a.replayed() || !strings.Contains(a.body, c.typ) {
-				t.Errorf("%s, request %d: %d %q replayed=%v; want %d %s, never stored", c.path, i+1, a.status, a.body, a.replayed(), c.status, c.typ)
+			a := stacktest.Post(t, srv.URL+c.path, "failed"+c.path)
+			if a.Status != c.status || a.Replayed() || !strings.Contains(a.Body, c.typ) {
+				t.Errorf("%s, request %d: %d %q replayed=%v; want %d %s, never stored", c.path, i+1, a.Status, a.Body, a.Replayed(), c.status, c.typ)
 			}
 		}
-		if n, runs := e.rows(t, "failed"+c.path), ran(c.path); n != 0 || runs != 2 {
+		if n, runs := e.Rows(t, "failed"+c.path), ran(c.path); n != 0 || runs != 2 {
 			t.Errorf("%s: %d rows, ran %d times; want 0 and 2", c.path, n, runs)
 		}
 	}
@@ -294,9 +200,9 @@ func TestAnswers(t *testing.T) {
 // A method the middleware does not handle runs the chain on gin's own
 // writer, with no transaction: it may stream.
 func TestPassThrough(t *testing.T) {
-	e := newEnv(t)
+	e := stacktest.NewHTTPEnv(t, "idemgin")
 	r := gin.New()
-	r.GET("/v1/orders", idemgin.Middleware(e.middleware(t)), func(c *gin.Context) {
+	r.GET("/v1/orders", idemgin.Middleware(e.Middleware(t)), func(c *gin.Context) {
 		if idemhttp.TxFrom(c.Request.Context()) != nil {
 			c.String(http.StatusInternalServerError, "a transaction for a GET")
 			return

@@ -586,3 +586,102 @@ func RunHTTPRetry(t *testing.T, build func(app *HTTPApp) http.Handler) []int {
 	}
 	return statuses
 }
+
+// HTTPEnv is what a router's own tests beside RunHTTP need: a Store on a
+// table of the test's own and a business table (k, v), on PostgreSQL,
+// dropped when the test ends.
+type HTTPEnv struct {
+	DB    *sql.DB
+	Store *idem.Store
+	Biz   string // the business table
+}
+
+// NewHTTPEnv makes the tables of an HTTPEnv, named after prefix.
+func NewHTTPEnv(t *testing.T, prefix string) *HTTPEnv {
+	t.Helper()
+	db, err := sql.Open("pgx", testdb.Postgres.DSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	suffix := strings.ToLower(rand.Text()[:10])
+	store, err := idem.New(idem.Postgres, idem.WithTable(prefix+"_"+suffix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := store.Migrate(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	biz := prefix + "_biz_" + suffix
+	if _, err := db.ExecContext(ctx, "CREATE TABLE "+biz+" (k text NOT NULL, v text NOT NULL)"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = db.ExecContext(context.Background(), "DROP TABLE IF EXISTS "+biz+", "+store.Table()) })
+	return &HTTPEnv{DB: db, Store: store, Biz: biz}
+}
+
+// Middleware is idemhttp's middleware on the env's Store, for a single
+// tenant.
+func (e *HTTPEnv) Middleware(t *testing.T) *idemhttp.Middleware {
+	t.Helper()
+	mw, err := idemhttp.New(idemhttp.Config{Store: e.Store, DB: e.DB, Scope: idemhttp.SingleTenant})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mw
+}
+
+// Insert writes a business row (k = the request's key, v) through the
+// transaction of ctx, a handler's request context behind the middleware.
+func (e *HTTPEnv) Insert(ctx context.Context, v string) error {
+	req, _ := idemhttp.RequestFrom(ctx)
+	tx := idemhttp.TxFrom(ctx)
+	if tx == nil {
+		return errors.New("no transaction in the handler's context")
+	}
+	_, err := tx.ExecContext(ctx, "INSERT INTO "+e.Biz+" (k, v) VALUES ($1, $2)", req.Key, v)
+	return err
+}
+
+// Rows counts the business rows of key.
+func (e *HTTPEnv) Rows(t *testing.T, key string) int {
+	t.Helper()
+	var n int
+	if err := e.DB.QueryRow("SELECT COUNT(*) FROM "+e.Biz+" WHERE k = $1", key).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// HTTPAnswer is an answer as a router's test reads it.
+type HTTPAnswer struct {
+	Status int
+	Header http.Header
+	Body   string
+}
+
+// Replayed reports whether the answer is a replay.
+func (a HTTPAnswer) Replayed() bool { return a.Header.Get(idemhttp.HeaderIdempotentReplayed) == "true" }
+
+// Post sends a POST of {} with the Idempotency-Key key to url, and reads
+// the answer, its body without the white space around it (echo's JSON
+// ends with a newline).
+func Post(t *testing.T, url, key string) HTTPAnswer {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(`{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set(idemhttp.HeaderIdempotencyKey, key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return HTTPAnswer{resp.StatusCode, resp.Header, strings.TrimSpace(string(b))}
+}
