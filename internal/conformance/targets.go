@@ -71,8 +71,6 @@ type target struct {
 //   - TestOnlyTransactionsAccepted tries idempgx's Complete, not its Do,
 //     on a pool and a connection there: Do takes a pgx.Tx, so a pool does
 //     not compile;
-//   - TestTableGrowth and TestIndexCost, measurements run on request,
-//     measure a server once, through postgres-pgx;
 //   - the tests of other dialects (TestSQLite*, TestInterruptInFn,
 //     TestTiDB*) run on their dialect's targets only.
 var targets = []target{
