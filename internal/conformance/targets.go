@@ -49,13 +49,19 @@ import (
 	"github.com/idemkit/idem/internal/testdb"
 )
 
-// target is one dialect through one driver.
+// target is one dialect through one driver, on the database its facts
+// describe (facts.go).
 type target struct {
 	name    string
 	dialect idem.Dialect
 	driver  string         // database/sql driver name, unless native
 	native  bool           // idem through idempgx on a *pgxpool.Pool, not database/sql
-	server  *testdb.Server // nil: an embedded database in a temporary directory (SQLite)
+	server  *testdb.Server // nil for an embedded database, in a temporary directory
+	// measure is set on the targets that a measurement run on request
+	// (TestUpgradeUnderLoad) measures through: one per server and driver
+	// family, so lib/pq's target, beside pgx's, has it unset.
+	measure bool
+	*facts
 }
 
 // targets is every dialect and driver the suite runs against.
@@ -71,16 +77,22 @@ type target struct {
 //   - TestOnlyTransactionsAccepted tries idempgx's Complete, not its Do,
 //     on a pool and a connection there: Do takes a pgx.Tx, so a pool does
 //     not compile;
-//   - the tests of other dialects (TestSQLite*, TestInterruptInFn,
-//     TestTiDB*) run on their dialect's targets only.
+//   - the tests of one database's own behaviour (TestPostgres*,
+//     TestAbortedTxMessage, TestDailyPartitionsRunAKeyTwice, TestSQLite*,
+//     TestInterruptInFn, TestTiDB*) run on its dialect's targets only
+//     (forDialect).
+//
+// A new target is one more row; a new database is one more row and the
+// facts value it points to (facts.go). No test asks which database it
+// runs on: each reads the facts of its target.
 var targets = []target{
-	{name: "postgres-libpq", dialect: idem.Postgres, driver: "postgres", server: testdb.Postgres},
-	{name: "postgres-pgx", dialect: idem.Postgres, driver: "pgx", server: testdb.Postgres},
-	{name: "postgres-pgxnative", dialect: idem.Postgres, native: true, server: testdb.Postgres},
-	{name: "mysql", dialect: idem.MySQL, driver: "mysql", server: testdb.MySQL},
-	{name: "mariadb", dialect: idem.MariaDB, driver: "mysql", server: testdb.MariaDB},
-	{name: "tidb", dialect: idem.TiDB, driver: "mysql", server: testdb.TiDB},
-	{name: "sqlite", dialect: idem.SQLite, driver: "sqlite"},
+	{name: "postgres-libpq", dialect: idem.Postgres, driver: "postgres", server: testdb.Postgres, facts: &postgresFacts},
+	{name: "postgres-pgx", dialect: idem.Postgres, driver: "pgx", server: testdb.Postgres, measure: true, facts: &postgresFacts},
+	{name: "postgres-pgxnative", dialect: idem.Postgres, native: true, server: testdb.Postgres, measure: true, facts: &postgresFacts},
+	{name: "mysql", dialect: idem.MySQL, driver: "mysql", server: testdb.MySQL, measure: true, facts: &mysqlFacts},
+	{name: "mariadb", dialect: idem.MariaDB, driver: "mysql", server: testdb.MariaDB, measure: true, facts: &mariadbFacts},
+	{name: "tidb", dialect: idem.TiDB, driver: "mysql", server: testdb.TiDB, measure: true, facts: &tidbFacts},
+	{name: "sqlite", dialect: idem.SQLite, driver: "sqlite", measure: true, facts: &sqliteFacts},
 }
 
 // sqliteParams are the DSN parameters the SQLite dialect documents: write
@@ -96,7 +108,7 @@ var tempDir string
 // missing.
 func (tg target) dsn(t *testing.T) string {
 	t.Helper()
-	if tg.server == nil {
+	if tg.inProcess {
 		return "file:" + filepath.Join(tempDir, tg.name+".db") + sqliteParams
 	}
 	return tg.server.DSN(t)
@@ -186,28 +198,9 @@ func (tg target) connect(dsn string, conns int) (pool, error) {
 	return newSQLPool(db, tg.driver), nil
 }
 
-// mysqlFamily reports a target that speaks MySQL's SQL: MySQL, MariaDB
-// and TiDB.
-func (e *env) mysqlFamily() bool {
-	return e.dialect == idem.MySQL || e.dialect == idem.MariaDB || e.dialect == idem.TiDB
-}
-
-// readsToken reports a dialect whose INSERT cannot return the claim's
-// token, so that Do reads it right after: MySQL and TiDB.
-func (e *env) readsToken() bool { return e.dialect == idem.MySQL || e.dialect == idem.TiDB }
-
-// settingsCheck is the number of statements Do and Begin run before the
-// claim to check the transaction's settings: TiDB's one.
-func (e *env) settingsCheck() int64 {
-	if e.dialect == idem.TiDB {
-		return 1
-	}
-	return 0
-}
-
 // embedded reports an in-process database (SQLite): there is no network
 // connection to cut and no server session to kill.
-func (e *env) embedded() bool { return e.server == nil }
+func (e *env) embedded() bool { return e.inProcess }
 
 // needServer skips a fault test on an embedded target, saying why: the
 // fault it injects does not exist there. (A process that crashes with a
@@ -309,19 +302,9 @@ func (e *env) store(opts ...idem.Option) *store {
 func (e *env) business() string {
 	e.t.Helper()
 	table := randName("biz")
-	e.exec(fmt.Sprintf("CREATE TABLE %s (id %s, k VARCHAR(255) NOT NULL, v VARCHAR(255) NOT NULL)", table, e.autoID()))
+	e.exec(fmt.Sprintf("CREATE TABLE %s (id %s, k VARCHAR(255) NOT NULL, v VARCHAR(255) NOT NULL)", table, e.autoID))
 	e.dropLater(table)
 	return table
-}
-
-func (e *env) autoID() string {
-	switch e.dialect {
-	case idem.MySQL, idem.MariaDB, idem.TiDB:
-		return "BIGINT AUTO_INCREMENT PRIMARY KEY"
-	case idem.SQLite:
-		return "INTEGER PRIMARY KEY"
-	}
-	return "BIGSERIAL PRIMARY KEY"
 }
 
 func (e *env) dropLater(table string) {
@@ -339,13 +322,8 @@ func (e *env) exec(query string, args ...any) {
 	}
 }
 
-// rebind turns ? placeholders into $n for Postgres.
-func (e *env) rebind(query string) string {
-	if e.dialect != idem.Postgres {
-		return query
-	}
-	return sqlx.Rebind(sqlx.DOLLAR, query)
-}
+// rebind turns ? placeholders into the database's (bindvar).
+func (e *env) rebind(query string) string { return sqlx.Rebind(e.bindvar, query) }
 
 // count returns the number of rows in table where k = key.
 func (e *env) count(table, key string) int {
@@ -363,8 +341,8 @@ var isolationLevels = []sql.IsolationLevel{sql.LevelReadCommitted, sql.LevelRepe
 // begin, saying why.
 func (e *env) skipLevel(l sql.IsolationLevel) {
 	e.t.Helper()
-	if e.dialect == idem.TiDB && l == sql.LevelSerializable {
-		e.t.Skip("TiDB refuses SERIALIZABLE at BEGIN (error 8048), and where tidb_skip_isolation_level_check lets it through (as snapshot isolation) idem refuses the transaction: TestTiDBRefusesSerializable")
+	if why, refused := e.refusedLevels[l]; refused {
+		e.t.Skip(why)
 	}
 }
 
