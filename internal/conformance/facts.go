@@ -148,6 +148,15 @@ type facts struct {
 	// inProcess reports an embedded database (SQLite): there is no
 	// network connection to cut and no server session to kill.
 	inProcess bool
+	// pooled reports a pooler in transaction mode between the driver and
+	// the server (PgBouncer): a client connection has a server session
+	// for one transaction at a time, any of the pool's, so what a test
+	// reads or does to "the session" (its id, a kill, a setting) is the
+	// server session of the transaction it runs in. Every fault applies:
+	// killing that server session ends the client's transaction (and
+	// PgBouncer closes the client's connection), and the proxy that cuts
+	// connections sits between the driver and the pooler.
+	pooled bool
 }
 
 // lockView is how to watch one transaction's lock waits.
@@ -190,6 +199,14 @@ var postgresFacts = facts{
 	errorAborts:       true,
 	skipsLocked:       true,
 }
+
+// pgbouncerFacts are PostgreSQL's, behind PgBouncer in transaction
+// pooling mode.
+var pgbouncerFacts = func() facts {
+	f := postgresFacts
+	f.pooled = true
+	return f
+}()
 
 var mysqlFacts = facts{
 	now:          "UTC_TIMESTAMP(6)",

@@ -151,12 +151,7 @@ func isCommit(msg []byte) bool {
 // with the target's driver, closed when the test ends.
 func (p *proxy) open(e *env, conns int) pool {
 	e.t.Helper()
-	db, err := e.connect(e.proxiedDSN(p.ln.Addr().String()), conns)
-	if err != nil {
-		e.t.Fatalf("open through the proxy: %v", err)
-	}
-	e.t.Cleanup(db.close)
-	return db
+	return e.openOn(e.proxiedDSN(p.ln.Addr().String()), conns)
 }
 
 // serverAddr is where the target's DSN points.

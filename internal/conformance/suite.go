@@ -83,6 +83,7 @@ var suite = []struct {
 	{"TestSchemaFaultsSayWhatToDo", TestSchemaFaultsSayWhatToDo},
 	{"TestPurgeBatchDoesNotBlockClaims", TestPurgeBatchDoesNotBlockClaims},
 	{"TestPurgeUnderLoad", TestPurgeUnderLoad},
+	{"TestPooledSessionKeepsNothing", TestPooledSessionKeepsNothing},
 	{"TestSQLiteBusyIsRetryable", TestSQLiteBusyIsRetryable},
 	{"TestSQLiteSettings", TestSQLiteSettings},
 	{"TestTiDBRefusesUnsafeSessions", TestTiDBRefusesUnsafeSessions},

@@ -9,15 +9,20 @@
 //   - mysql: idem.MySQL on MySQL or MariaDB, through go-sql-driver/mysql;
 //   - mariadb: idem.MariaDB on MariaDB, through go-sql-driver/mysql;
 //   - tidb: TiDB through go-sql-driver/mysql;
-//   - sqlite: SQLite through modernc.org/sqlite, in a temporary file.
+//   - sqlite: SQLite through modernc.org/sqlite, in a temporary file;
+//   - pgbouncer-libpq, pgbouncer-pgx, pgbouncer-pgxnative: the three
+//     PostgreSQL targets behind PgBouncer in transaction pooling mode, in
+//     the driver settings that need no prepared-statement tracking.
 //
 // Targets find their servers through package testdb: the DSN in
 // IDEM_TEST_POSTGRES_DSN, IDEM_TEST_MYSQL_DSN, IDEM_TEST_MARIADB_DSN (the
-// same MariaDB server as the one before it, or another) or
-// IDEM_TEST_TIDB_DSN; when that is unset, the server of a development
-// machine at its usual address; when nothing answers there, a container
-// where Docker runs (TiDB has none: scripts/tidb.sh builds and starts
-// it). A target whose server is missing is skipped with a message, or
+// same MariaDB server as the one before it, or another),
+// IDEM_TEST_TIDB_DSN or IDEM_TEST_PGBOUNCER_DSN (and
+// IDEM_TEST_PGBOUNCER_SINGLE_DSN, a pool of one server connection); when
+// that is unset, the server of a development machine at its usual
+// address; when nothing answers there, a container where Docker runs
+// (TiDB and PgBouncer have none: scripts/tidb.sh and scripts/pgbouncer.sh
+// start them). A target whose server is missing is skipped with a message, or
 // fails under IDEM_TEST_REQUIRE=1; a DSN that is set but does not answer
 // always fails. The SQLite target needs no server and always runs, on a
 // database file in a temporary directory.
@@ -57,6 +62,7 @@ type target struct {
 	driver  string         // database/sql driver name, unless native
 	native  bool           // idem through idempgx on a *pgxpool.Pool, not database/sql
 	server  *testdb.Server // nil for an embedded database, in a temporary directory
+	params  string         // settings of the driver's, added to the server's DSN
 	// measure is set on the targets that a measurement run on request
 	// (TestUpgradeUnderLoad) measures through: one per server and driver
 	// family, so lib/pq's target, beside pgx's, has it unset.
@@ -93,6 +99,19 @@ var targets = []target{
 	{name: "mariadb", dialect: idem.MariaDB, driver: "mysql", server: testdb.MariaDB, measure: true, facts: &mariadbFacts},
 	{name: "tidb", dialect: idem.TiDB, driver: "mysql", server: testdb.TiDB, measure: true, facts: &tidbFacts},
 	{name: "sqlite", dialect: idem.SQLite, driver: "sqlite", measure: true, facts: &sqliteFacts},
+	// Behind PgBouncer in transaction mode (scripts/pgbouncer.sh), in the
+	// settings docs/operations.md gives for PgBouncer 1.18, which tracks
+	// no prepared statement: pgx runs each statement as the unnamed
+	// statement, parsed, bound and executed in one round trip
+	// (default_query_exec_mode=exec: server-side parameters, as in pgx's
+	// default mode, without a statement cache); lib/pq sends its
+	// statements with arguments in one round trip too
+	// (binary_parameters=yes), where it would otherwise parse in one and
+	// execute in the next, which outside a transaction PgBouncer may hand
+	// to another server session.
+	{name: "pgbouncer-libpq", dialect: idem.Postgres, driver: "postgres", server: testdb.PgBouncer, params: "binary_parameters=yes", facts: &pgbouncerFacts},
+	{name: "pgbouncer-pgx", dialect: idem.Postgres, driver: "pgx", server: testdb.PgBouncer, params: "default_query_exec_mode=exec", facts: &pgbouncerFacts},
+	{name: "pgbouncer-pgxnative", dialect: idem.Postgres, native: true, server: testdb.PgBouncer, params: "default_query_exec_mode=exec", facts: &pgbouncerFacts},
 }
 
 // sqliteParams are the DSN parameters the SQLite dialect documents: write
@@ -111,7 +130,21 @@ func (tg target) dsn(t *testing.T) string {
 	if tg.inProcess {
 		return "file:" + filepath.Join(tempDir, tg.name+".db") + sqliteParams
 	}
-	return tg.server.DSN(t)
+	return withParams(tg.server.DSN(t), tg.params)
+}
+
+// withParams is dsn with the settings params (k=v, &-separated) added: to
+// a URL's query, or as k=v words to key=value settings.
+func withParams(dsn, params string) string {
+	switch {
+	case params == "":
+		return dsn
+	case strings.Contains(dsn, "://") && strings.Contains(dsn, "?"):
+		return dsn + "&" + params
+	case strings.Contains(dsn, "://"):
+		return dsn + "?" + params
+	}
+	return dsn + " " + strings.ReplaceAll(params, "&", " ")
 }
 
 // env is a target opened for one test.
