@@ -3,6 +3,7 @@ package conformance
 import (
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -21,6 +22,10 @@ func forPooled(t *testing.T, runs func(target) bool, body func(t *testing.T, e *
 	t.Helper()
 	forTargets(t, func(tg target) bool { return tg.pooled && runs(tg) }, body)
 }
+
+// singleSession is held by a test that needs the one server session of
+// testdb.PgBouncerSingle to itself: its pooled targets take turns.
+var singleSession sync.Mutex
 
 // openOn opens a pool of at most conns connections on dsn with the
 // target's driver, closed when the test ends.
@@ -135,5 +140,50 @@ func TestPooledSessionKeepsNothing(t *testing.T) {
 		if n := e.count(o.biz, req.Key); n != 1 {
 			t.Fatalf("%d business rows for %s, want 1", n, req.Key)
 		}
+	})
+}
+
+// A driver's statement cache behind a pooler without prepared-statement
+// tracking (PgBouncer 1.18, or 1.21+ without max_prepared_statements): in
+// pgx's default mode two client connections prepare the same statements
+// on one server session, so the second's fail with SQLSTATE 42P05
+// (duplicate_prepared_statement), and once the session has lost them, the
+// first's fail with 26000 (invalid_sql_statement_name). idem's errors
+// name the fix, the query mode or PgBouncer's max_prepared_statements,
+// and Migrate's no longer sends the user to the catalog's permissions.
+func TestPoolerStatementCacheNamesTheFix(t *testing.T) {
+	forPooled(t, func(tg target) bool { return tg.cachesStatements }, func(t *testing.T, e *env) {
+		dsn := testdb.PgBouncerSingle.DSN(t) // the driver's defaults: its statement cache
+		singleSession.Lock()
+		t.Cleanup(singleSession.Unlock) // after the pools close and the statements go
+		first, second := e.openOn(dsn, 1), e.openOn(dsn, 1)
+		t.Cleanup(func() { _, _ = e.openOn(withParams(dsn, e.params), 1).Exec("DEALLOCATE ALL") })
+		s := e.store()
+		fix := func(what string, err error, state string) {
+			t.Helper()
+			var st interface{ SQLState() string }
+			switch {
+			case err == nil:
+				t.Fatalf("%s: no error; want SQLSTATE %s from the statement cache", what, state)
+			case !errors.As(err, &st) || st.SQLState() != state:
+				t.Fatalf("%s: %v; want SQLSTATE %s, wrapped", what, err, state)
+			case !strings.Contains(err.Error(), "default_query_exec_mode=exec") || !strings.Contains(err.Error(), "max_prepared_statements"):
+				t.Errorf("%s: %v; want the fix named: the query mode or PgBouncer's max_prepared_statements", what, err)
+			case strings.Contains(err.Error(), "catalog"):
+				t.Errorf("%s: %v; it sends the user to the catalog's permissions", what, err)
+			case idem.IsRetryable(err):
+				t.Errorf("%s: %v is retryable: a retry fails the same way", what, err)
+			}
+		}
+		do := func(db pool, key string) error {
+			return runTx(ctx, db, nil, func(tx txn) error { _, err := s.Do(ctx, tx, charge(key, "1"), ok); return err })
+		}
+		must(t, s.Migrate(ctx, first))
+		must(t, do(first, "cached"))
+		fix("Migrate through a second client connection", s.Migrate(ctx, second), "42P05")
+		fix("Do through a second client connection", do(second, "cached-again"), "42P05")
+		_, err := second.Exec("DEALLOCATE ALL")
+		must(t, err)
+		fix("Do after the server session lost the statements", do(first, "lost"), "26000")
 	})
 }

@@ -84,6 +84,7 @@ var suite = []struct {
 	{"TestPurgeBatchDoesNotBlockClaims", TestPurgeBatchDoesNotBlockClaims},
 	{"TestPurgeUnderLoad", TestPurgeUnderLoad},
 	{"TestPooledSessionKeepsNothing", TestPooledSessionKeepsNothing},
+	{"TestPoolerStatementCacheNamesTheFix", TestPoolerStatementCacheNamesTheFix},
 	{"TestSQLiteBusyIsRetryable", TestSQLiteBusyIsRetryable},
 	{"TestSQLiteSettings", TestSQLiteSettings},
 	{"TestTiDBRefusesUnsafeSessions", TestTiDBRefusesUnsafeSessions},

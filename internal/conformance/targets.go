@@ -63,6 +63,10 @@ type target struct {
 	native  bool           // idem through idempgx on a *pgxpool.Pool, not database/sql
 	server  *testdb.Server // nil for an embedded database, in a temporary directory
 	params  string         // settings of the driver's, added to the server's DSN
+	// cachesStatements reports a driver that, in its default settings,
+	// prepares each statement under a name and caches it per connection
+	// (pgx), which a pooler without prepared-statement tracking breaks.
+	cachesStatements bool
 	// measure is set on the targets that a measurement run on request
 	// (TestUpgradeUnderLoad) measures through: one per server and driver
 	// family, so lib/pq's target, beside pgx's, has it unset.
@@ -93,8 +97,8 @@ type target struct {
 // runs on: each reads the facts of its target.
 var targets = []target{
 	{name: "postgres-libpq", dialect: idem.Postgres, driver: "postgres", server: testdb.Postgres, facts: &postgresFacts},
-	{name: "postgres-pgx", dialect: idem.Postgres, driver: "pgx", server: testdb.Postgres, measure: true, facts: &postgresFacts},
-	{name: "postgres-pgxnative", dialect: idem.Postgres, native: true, server: testdb.Postgres, measure: true, facts: &postgresFacts},
+	{name: "postgres-pgx", dialect: idem.Postgres, driver: "pgx", server: testdb.Postgres, measure: true, cachesStatements: true, facts: &postgresFacts},
+	{name: "postgres-pgxnative", dialect: idem.Postgres, native: true, server: testdb.Postgres, measure: true, cachesStatements: true, facts: &postgresFacts},
 	{name: "mysql", dialect: idem.MySQL, driver: "mysql", server: testdb.MySQL, measure: true, facts: &mysqlFacts},
 	{name: "mariadb", dialect: idem.MariaDB, driver: "mysql", server: testdb.MariaDB, measure: true, facts: &mariadbFacts},
 	{name: "tidb", dialect: idem.TiDB, driver: "mysql", server: testdb.TiDB, measure: true, facts: &tidbFacts},
@@ -110,8 +114,8 @@ var targets = []target{
 	// execute in the next, which outside a transaction PgBouncer may hand
 	// to another server session.
 	{name: "pgbouncer-libpq", dialect: idem.Postgres, driver: "postgres", server: testdb.PgBouncer, params: "binary_parameters=yes", facts: &pgbouncerFacts},
-	{name: "pgbouncer-pgx", dialect: idem.Postgres, driver: "pgx", server: testdb.PgBouncer, params: "default_query_exec_mode=exec", facts: &pgbouncerFacts},
-	{name: "pgbouncer-pgxnative", dialect: idem.Postgres, native: true, server: testdb.PgBouncer, params: "default_query_exec_mode=exec", facts: &pgbouncerFacts},
+	{name: "pgbouncer-pgx", dialect: idem.Postgres, driver: "pgx", server: testdb.PgBouncer, params: "default_query_exec_mode=exec", cachesStatements: true, facts: &pgbouncerFacts},
+	{name: "pgbouncer-pgxnative", dialect: idem.Postgres, native: true, server: testdb.PgBouncer, params: "default_query_exec_mode=exec", cachesStatements: true, facts: &pgbouncerFacts},
 }
 
 // sqliteParams are the DSN parameters the SQLite dialect documents: write
