@@ -59,10 +59,25 @@ type facts struct {
 	// unqualified name's, which the test may use: made where it must be,
 	// and dropped when the test ends.
 	qualifiedTable func(e *env) string
-	seedRecords    func(r sqlseq.Records, table string) (string, []any) // the set-based INSERT of seeded records
-	settle         string                                               // followed by a table's name: brings a bulk-loaded table's statistics (and Postgres's hint bits) up to date
-	showLayout     func(e *env, table string) string                    // a table's definition: columns, keys, indexes, storage settings, comment
-	commentSQL     func(table, text string) string                      // gives a table a comment, as a migration that records a version does; nil where tables have none (SQLite)
+	// seedRecords is the set-based INSERT of seeded records.
+	seedRecords func(r sqlseq.Records, table string) (string, []any)
+	// settle, followed by a table's name, brings a bulk-loaded table's
+	// statistics (and Postgres's hint bits) up to date, as a day of
+	// traffic would, before a measurement.
+	settle string
+	// purgeStats, followed by a table's name, gathers the statistics the
+	// purge is planned with after TestPurgeUnderLoad's bulk insert, which
+	// autovacuum would gather only later: Postgres's ANALYZE. "" where
+	// the test leaves them to the database: InnoDB and TiDB gather them
+	// as a table changes; SQLite has none until ANALYZE runs, and plans
+	// the purge on the schema's indexes.
+	purgeStats string
+	// showLayout is a table's definition: columns, keys, indexes,
+	// storage settings, comment.
+	showLayout func(e *env, table string) string
+	// commentSQL gives a table a comment, as a migration that records a
+	// version does; nil where tables have none (SQLite).
+	commentSQL func(table, text string) string
 	// parseAddr reads where a DSN of the database's Go driver points
 	// ("tcp" or "unix", and the address), and redirectDSN points one at
 	// another TCP address: the proxy that cuts connections sits there.
@@ -181,6 +196,7 @@ var postgresFacts = facts{
 	qualifiedTable: pgQualifiedTable,
 	seedRecords:    sqlseq.Records.Postgres,
 	settle:         "VACUUM ANALYZE ",
+	purgeStats:     "ANALYZE ",
 	showLayout:     pgLayout,
 	commentSQL:     func(table, text string) string { return "COMMENT ON TABLE " + table + " IS '" + text + "'" },
 	parseAddr:      pgAddr,
