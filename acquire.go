@@ -269,7 +269,10 @@ func (s *Store) unclaim(ctx context.Context, c driver.Conn, req Request, token i
 // doing, for which key, the database's error, and what to do next.
 func stmtErr(what string, req Request, err error) error {
 	next := nextRollBack
-	if IsRetryable(err) {
+	switch fix := fixFor(err); {
+	case fix != "":
+		next = fix + "; " + nextRollBack
+	case IsRetryable(err):
 		next = nextRetry
 	}
 	return &Error{Op: what, Scope: req.Scope, Key: req.Key, Err: err, Next: next}

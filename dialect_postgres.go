@@ -243,6 +243,32 @@ func sqlStateOf(err error) string {
 	return ""
 }
 
+// pgPoolerFix is what to change when the driver's prepared statements are
+// not on the server session a statement ran on: SQLSTATE 42P05
+// (duplicate_prepared_statement) when another client connection prepared
+// the same name there, 26000 (invalid_sql_statement_name) when the
+// session lacks the statement the driver prepared elsewhere, or lib/pq's
+// unnamed statement, parsed in one round trip and bound in the next. idem
+// names no prepared statement of its own: a pooler in transaction mode
+// (PgBouncer) hands each transaction, and each statement outside one,
+// whichever server connection is free. No retry helps.
+const pgPoolerFix = "the driver's prepared statement is not on the server session this statement ran on, " +
+	"as behind a pooler in transaction mode (PgBouncer) that tracks no prepared statements: " +
+	"with pgx set default_query_exec_mode=exec in the DSN (pgx.QueryExecModeExec), with lib/pq binary_parameters=yes, " +
+	"or run PgBouncer 1.21 or later with max_prepared_statements above 0 (docs/operations.md, PgBouncer)"
+
+// fix names the fix for the errors of a pooler that loses the driver's
+// prepared statements, which the generic advice of idem's messages (a
+// missing permission, a retry) gets wrong.
+func (postgresDialect) fix(err error) string {
+	switch sqlStateOf(err) {
+	case "42P05", // duplicate_prepared_statement
+		"26000": // invalid_sql_statement_name
+		return pgPoolerFix
+	}
+	return ""
+}
+
 func (postgresDialect) retryable(err error) bool {
 	switch sqlStateOf(err) {
 	case "40001", // serialization_failure

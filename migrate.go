@@ -56,10 +56,14 @@ func (s *Store) migrate(ctx context.Context, c driver.Conn) error {
 
 // migrateAdvice says what to do after a statement of Migrate failed with
 // err: about the table or its schema when the dialect reads err as such,
-// else otherwise.
+// the fix a dialect names for it (fixFor: a pooler that lost the driver's
+// prepared statements), else otherwise.
 func (s *Store) migrateAdvice(err error, otherwise string) string {
 	if advice := s.schemaAdvice(err); advice != "" {
 		return advice
+	}
+	if fix := fixFor(err); fix != "" {
+		return fix + ", then run Migrate again (it is safe to repeat)"
 	}
 	return otherwise
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"database/sql"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -23,7 +24,7 @@ import (
 type target struct {
 	driver  string
 	dialect idem.Dialect
-	server  *testdb.Server
+	server  *testdb.Server // nil: SQLite, in a file in a temporary directory
 }
 
 var targets = []target{
@@ -36,10 +37,15 @@ var targets = []target{
 // there is none (failing instead under IDEM_TEST_REQUIRE=1, as in CI:
 // package testdb). IDEM_BENCH_DSN_PARAMS is appended to the DSN (e.g.
 // "binary_parameters=yes" or "interpolateParams=true"), for measuring
-// driver settings.
+// driver settings. SQLite's database is a file of tb's own, with the DSN
+// settings docs/dialects.md asks for.
 func (tg target) open(tb testing.TB) *sql.DB {
 	tb.Helper()
-	db, err := sql.Open(tg.driver, withParams(tg.server.DSN(tb)))
+	dsn := "file:" + filepath.Join(tb.TempDir(), "bench.db") + "?_txlock=immediate&_pragma=busy_timeout(30000)&_pragma=journal_mode(WAL)"
+	if tg.server != nil {
+		dsn = withParams(tg.server.DSN(tb))
+	}
+	db, err := sql.Open(tg.driver, dsn)
 	if err != nil {
 		tb.Fatal(err)
 	}

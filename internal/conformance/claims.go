@@ -433,18 +433,16 @@ func TestDatabaseClockOnly(t *testing.T) {
 
 // WithLockTimeout: a duplicate waiting on another open transaction's claim
 // gives up after the bound with *InFlightError; its transaction stays
-// usable, keeps its own rows and its session settings.
-//
-// On SQLite a duplicate waits at BEGIN IMMEDIATE, before idem runs, for as
-// long as busy_timeout says; idem cannot bound that wait, so the option is
-// refused with an error that says so.
+// usable, keeps its own rows and its session settings. Where idem cannot
+// bound the wait (boundsLockWaits: SQLite) the option is refused with an
+// error that says so.
 func TestLockTimeout(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
 		const bound = 300 * time.Millisecond
-		if e.dialect == idem.SQLite {
+		if !e.boundsLockWaits {
 			_, err := idem.New(e.dialect, idem.WithLockTimeout(bound))
 			if err == nil || !strings.Contains(err.Error(), "WithLockTimeout is not supported") {
-				t.Fatalf("WithLockTimeout on SQLite: %v, want it refused", err)
+				t.Fatalf("WithLockTimeout on %s: %v, want it refused", e.name, err)
 			}
 			return
 		}
@@ -454,15 +452,12 @@ func TestLockTimeout(t *testing.T) {
 		_, err := s.Do(ctx, holder, req, o.fn(holder, req.Key))
 		must(t, err)
 
-		// The bound, as the dialect applies it: MySQL counts whole seconds.
-		applied, slack := bound, 2*time.Second
-		if e.mysqlFamily() {
-			applied = time.Second
-		}
+		// The bound, as the dialect applies it: rounded up to its unit.
+		applied, slack := (bound + e.lockWaitUnit - 1).Truncate(e.lockWaitUnit), 2*time.Second
 		tx := e.begin(&sql.TxOptions{Isolation: sql.LevelReadCommitted})
 		must(t, e.insertRow(tx, o.biz, "own-row", "before"))
 		var before, after string
-		must(t, tx.QueryRow(e.sessionProbe()).Scan(&before))
+		must(t, tx.QueryRow(e.sessionProbe).Scan(&before))
 		start := time.Now()
 		_, err = s.Do(ctx, tx, req, o.fn(tx, req.Key))
 		waited := time.Since(start)
@@ -471,7 +466,7 @@ func TestLockTimeout(t *testing.T) {
 			t.Fatalf("gave up after %v, want about %v", waited, applied)
 		}
 		t.Logf("WithLockTimeout(%v): the duplicate gave up after %v", bound, waited.Round(time.Millisecond))
-		must(t, tx.QueryRow(e.sessionProbe()).Scan(&after))
+		must(t, tx.QueryRow(e.sessionProbe).Scan(&after))
 		if before != after {
 			t.Fatalf("session was %q before Do and %q after", before, after)
 		}
@@ -498,25 +493,18 @@ func TestLockTimeout(t *testing.T) {
 
 		// Uncontended, the option costs the documented statements and
 		// leaves the session as it was, on the fresh and the replay path.
-		extra := int64(4)
-		if e.mysqlFamily() {
-			extra = 3
-		}
-		extra += e.settingsCheck()
+		extra := e.lockTimeoutStatements + e.settingsCheck
 		for _, path := range []string{"fresh", "replay"} {
 			tx := e.begin(nil)
-			must(t, tx.QueryRow(e.sessionProbe()).Scan(&before))
+			must(t, tx.QueryRow(e.sessionProbe).Scan(&before))
 			watched, n := counted(tx)
 			_, err := s.Do(ctx, watched, charge("bounded", "1"), ok)
 			must(t, err)
-			must(t, tx.QueryRow(e.sessionProbe()).Scan(&after))
+			must(t, tx.QueryRow(e.sessionProbe).Scan(&after))
 			must(t, tx.Commit())
-			want := 2 + extra
-			switch {
-			case path == "fresh" && e.readsToken():
-				want++ // the token read after the INSERT
-			case path == "replay":
-				want-- // s completed the key: it reads the record, no claim statement
+			want := e.freshStatements + extra
+			if path == "replay" {
+				want = 1 + extra // s completed the key: it reads the record, no claim statement
 			}
 			if n := n.Load(); n != want {
 				t.Errorf("%s path with WithLockTimeout ran %d statements, want %d", path, n, want)

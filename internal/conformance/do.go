@@ -327,33 +327,23 @@ func TestKeys(t *testing.T) {
 	})
 }
 
-// 8. A caller whose REPEATABLE READ snapshot predates the winner's commit
-// still sees it: a replay on MySQL, a retryable error on Postgres (which
-// RunTx turns into a replay).
-//
-// On SQLite a transaction begun as the dialect documents (_txlock=immediate)
-// holds the write lock, so no other can commit while it is open; the old
-// snapshot comes from a deferred transaction begun by hand, whose write
-// then fails with SQLITE_BUSY_SNAPSHOT, which is retryable.
+// 8. A caller whose snapshot predates the winner's commit still sees it:
+// a replay on MySQL, a retryable error on Postgres and SQLite (which
+// RunTx turns into a replay): snapshotRetryable.
 func TestOldSnapshotSeesWinner(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
 		s, o := e.store(), e.op()
 		req := charge("snapshot", "100")
-		var tx txn
-		if e.dialect == idem.SQLite {
-			tx = e.beginOn(e.sqlDB(), "BEGIN DEFERRED")
-		} else {
-			tx = e.begin(&sql.TxOptions{Isolation: sql.LevelRepeatableRead})
-		}
+		tx := e.oldSnapshot()
 		var n int
 		must(t, tx.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+o.biz).Scan(&n)) // takes the snapshot
 		_, err := o.do(s, req)
 		must(t, err)
 		res, err := s.Do(ctx, tx, req, o.fn(tx, req.Key))
 		switch {
-		case e.dialect == idem.SQLite && !idem.IsRetryable(err):
-			t.Fatalf("Do in a deferred SQLite transaction with an old snapshot: %v (replayed %v), want SQLITE_BUSY_SNAPSHOT", err, res.Replayed)
-		case !e.mysqlFamily() && idem.IsRetryable(err):
+		case e.snapshotRetryable && !idem.IsRetryable(err):
+			t.Fatalf("Do with an old snapshot: %v (replayed %v), want a retryable error", err, res.Replayed)
+		case e.snapshotRetryable:
 		case err != nil:
 			t.Fatalf("Do with an old snapshot: %v", err)
 		case !res.Replayed:
@@ -367,6 +357,20 @@ func TestOldSnapshotSeesWinner(t *testing.T) {
 			t.Fatalf("%d business rows, want 1", n)
 		}
 	})
+}
+
+// oldSnapshot begins a transaction whose snapshot, taken at its first
+// read of a table, can predate another's commit: at REPEATABLE READ, or
+// by hand with snapshotBegin (SQLite's BEGIN DEFERRED). It is rolled
+// back at cleanup if it is still open.
+func (e *env) oldSnapshot() txn {
+	e.t.Helper()
+	if e.snapshotBegin == "" {
+		return e.begin(&sql.TxOptions{Isolation: sql.LevelRepeatableRead})
+	}
+	tx := e.beginOn(e.sqlDB(), e.snapshotBegin)
+	e.t.Cleanup(func() { _ = tx.Rollback() })
+	return tx
 }
 
 // connTx is a transaction begun by hand, with a BEGIN statement of the
@@ -516,46 +520,48 @@ func TestRetention(t *testing.T) {
 }
 
 // 13. idem leaves the session as it found it: LAST_INSERT_ID(), the
-// isolation level and session settings.
+// isolation level and session settings, in a transaction at each level
+// the database begins.
 func TestSessionUntouched(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
 		s, o := e.store(), e.op()
-		level := sql.LevelSerializable
-		if e.dialect == idem.TiDB {
-			level = sql.LevelReadCommitted // TiDB refuses SERIALIZABLE: TestTiDBRefusesSerializable
-		}
-		for _, path := range []string{"fresh", "replay"} {
-			req := charge("session", "100")
-			tx := e.begin(&sql.TxOptions{Isolation: level})
-			must(t, e.insertRow(tx, o.biz, "before", path))
-			var before, after string
-			must(t, tx.QueryRow(e.sessionProbe()).Scan(&before))
-			_, err := s.Do(ctx, tx, req, ok)
-			must(t, err)
-			must(t, tx.QueryRow(e.sessionProbe()).Scan(&after))
-			must(t, tx.Commit())
-			if before != after {
-				t.Fatalf("%s: session was %q before Do and %q after", path, before, after)
-			}
+		for _, level := range isolationLevels {
+			t.Run(levelName(level), func(t *testing.T) {
+				e := e.in(t)
+				e.skipLevel(level)
+				for _, path := range []string{"fresh", "replay"} {
+					req := charge("session-"+levelName(level), "100")
+					tx := e.begin(&sql.TxOptions{Isolation: level})
+					must(t, e.insertRow(tx, o.biz, "before", path))
+					var before, after string
+					must(t, tx.QueryRow(e.sessionProbe).Scan(&before))
+					_, err := s.Do(ctx, tx, req, ok)
+					must(t, err)
+					must(t, tx.QueryRow(e.sessionProbe).Scan(&after))
+					must(t, tx.Commit())
+					if before != after {
+						t.Fatalf("%s: session was %q before Do and %q after", path, before, after)
+					}
+				}
+			})
 		}
 	})
 }
 
-// The documented statement counts beyond the caller's own: two on the
-// fresh path (the claim, then the response stored, fenced on the claim's
-// token), three on MySQL and TiDB (which cannot return the token from the
-// INSERT, so it reads it right after; MariaDB's INSERT returns it), two on the replay and in-flight
-// paths (the claim, then the existing record read); on TiDB one more on
-// every path, the check of the transaction's settings before the claim.
+// The documented statement counts beyond the caller's own: on the fresh
+// path freshStatements (the claim, then the response stored, fenced on
+// the claim's token, and on MySQL and TiDB the read of the token, which
+// their INSERT cannot return), one on the replay path of a Store that has
+// seen the key completed (the record read), two on the replay and
+// in-flight paths of another (the claim, then the existing record read);
+// on every path settingsCheck more before the claim (TiDB's check of the
+// transaction's settings).
 func TestStatementCounts(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
 		s := e.store()
 		req, held := charge("counted", "100"), charge("held", "100")
 		e.leaveClaim(s, held, time.Minute)
-		fresh, check := int64(2), e.settingsCheck()
-		if e.readsToken() {
-			fresh = 3
-		}
+		fresh, check := e.freshStatements, e.settingsCheck
 		other := e.elsewhere(s) // another process's Store: it has not seen the key completed
 		for _, want := range []struct {
 			path  string
@@ -630,30 +636,12 @@ func TestMigrate(t *testing.T) {
 		s := e.store()
 		must(t, s.Migrate(ctx, e.db))
 
-		var qualified string
-		switch e.dialect {
-		case idem.MySQL, idem.MariaDB, idem.TiDB:
-			var database string
-			must(t, e.db.QueryRow("SELECT DATABASE()").Scan(&database))
-			qualified = database + "." + randName("idem")
-		case idem.SQLite:
-			// A schema is an attached database; ATTACH holds for one
-			// connection only, so the pool can use just "main".
-			qualified = "main." + randName("Keys")
-		default:
-			schemaName := randName("s")
-			e.exec("CREATE SCHEMA " + schemaName)
-			t.Cleanup(func() { _, _ = e.db.Exec("DROP SCHEMA " + schemaName + " CASCADE") })
-			qualified = schemaName + ".Keys"
-		}
+		qualified := e.qualifiedTable(e)
 		iq, err := idem.New(e.dialect, idem.WithTable(qualified))
 		must(t, err)
 		q := e.onDriver(iq)
 		must(t, q.Migrate(ctx, e.db))
 		must(t, q.Migrate(ctx, e.db))
-		if e.dialect != idem.Postgres {
-			e.dropLater(qualified)
-		}
 		res, err := e.do(q, charge("qualified", "1"), func(handle) func(context.Context) (idem.Response, error) {
 			return func(context.Context) (idem.Response, error) { return idem.Response{StatusCode: 204}, nil }
 		})
@@ -662,6 +650,28 @@ func TestMigrate(t *testing.T) {
 			t.Fatalf("Do on %s: %+v", qualified, res)
 		}
 	})
+}
+
+// pgQualifiedTable is a table in a schema of the test's own, dropped with
+// its tables when the test ends; its name has capitals, which idem
+// quotes.
+func pgQualifiedTable(e *env) string {
+	e.t.Helper()
+	schemaName := randName("s")
+	e.exec("CREATE SCHEMA " + schemaName)
+	e.t.Cleanup(func() { _, _ = e.db.Exec("DROP SCHEMA " + schemaName + " CASCADE") })
+	return schemaName + ".Keys"
+}
+
+// mysqlQualifiedTable is a table in the connection's database, named
+// with it, dropped when the test ends.
+func mysqlQualifiedTable(e *env) string {
+	e.t.Helper()
+	var database string
+	must(e.t, e.db.QueryRow("SELECT DATABASE()").Scan(&database))
+	table := database + "." + randName("idem")
+	e.dropLater(table)
+	return table
 }
 
 // On Postgres a replay writes nothing: the transaction gets no transaction

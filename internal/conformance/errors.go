@@ -2,7 +2,6 @@ package conformance
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"strings"
 	"testing"
@@ -37,12 +36,13 @@ func TestErrorsSayWhatToDo(t *testing.T) {
 		e.exec("UPDATE "+s.Table()+" SET response_headers = ? WHERE scope = ? AND idem_key = ?", []byte{9}, "tenant-1", "used")
 		check("corrupt header", e.doOK(s, charge("used", "1")), `key "used"`, "delete the record by hand")
 
-		if e.dialect == idem.Postgres {
-			// A snapshot older than the winner's commit: Postgres aborts the
-			// duplicate with a serialization failure.
-			old := e.begin(&sql.TxOptions{Isolation: sql.LevelRepeatableRead})
-			var one int
-			must(t, old.QueryRow("SELECT 1").Scan(&one))
+		if e.snapshotRetryable {
+			// A snapshot older than the winner's commit: the database
+			// aborts the duplicate (Postgres's serialization failure,
+			// SQLite's SQLITE_BUSY_SNAPSHOT).
+			old := e.oldSnapshot()
+			var n int
+			must(t, old.QueryRow("SELECT COUNT(*) FROM "+s.Table()).Scan(&n)) // takes the snapshot
 			must(t, e.doOK(s, charge("raced", "1")))
 			_, err := s.Do(ctx, old, charge("raced", "1"), ok)
 			check("serialization failure", err, `claim for key "raced"`, "run the whole transaction again")

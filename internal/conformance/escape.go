@@ -24,15 +24,12 @@ func (e *env) lockRows(n int) string {
 	return table
 }
 
-// waitingOn reports whether a statement on table waits for a lock (on
-// Postgres) or is running (on MySQL, whose lock views are a slow cache).
+// waitingOn reports whether a statement on table waits for a lock, as
+// waitingQuery counts them (on MySQL: is running, its lock views being a
+// slow cache).
 func (e *env) waitingOn(table string) (bool, error) {
-	query := "SELECT COUNT(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE $1"
-	if e.mysqlFamily() {
-		query = "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID <> CONNECTION_ID() AND INFO LIKE ?"
-	}
 	var n int
-	err := e.db.QueryRowContext(ctx, query, "%"+table+"%").Scan(&n)
+	err := e.db.QueryRowContext(ctx, e.rebind(e.waitingQuery), "%"+table+"%").Scan(&n)
 	return n > 0, err
 }
 
@@ -40,12 +37,14 @@ func (e *env) waitingOn(table string) (bool, error) {
 // transaction that has changed every other row (so that InnoDB, which rolls
 // back the transaction that changed least, picks tx) locks row 2, tx waits
 // for row 2, and the other one closes the cycle by asking for row 1. On
-// Postgres tx checks for the deadlock first (its deadlock_timeout is the
-// shorter), so it is the one aborted. It returns tx's error and, once the
+// Postgres tx checks for the deadlock first (deadlockSetup makes its
+// deadlock_timeout the shorter), so it is the one aborted. Where the
+// detector rolls back the transaction that closes the cycle (cycleCloser)
+// tx asks last (deadlockAskingLast). It returns tx's error and, once the
 // other transaction has committed, that one's.
 func (e *env) deadlock(tx txn, locks string) (txErr, otherErr error) {
-	if e.dialect == idem.Postgres {
-		if _, err := tx.ExecContext(ctx, "SET LOCAL deadlock_timeout = '50ms'"); err != nil {
+	if e.deadlockSetup != "" {
+		if _, err := tx.ExecContext(ctx, e.deadlockSetup); err != nil {
 			return err, nil
 		}
 	}
@@ -60,7 +59,7 @@ func (e *env) deadlock(tx txn, locks string) (txErr, otherErr error) {
 		_ = other.Rollback()
 		return nil, err
 	}
-	if e.dialect == idem.TiDB {
+	if e.cycleCloser != nil {
 		return e.deadlockAskingLast(tx, other, locks)
 	}
 	otherDone, stop := make(chan error, 1), make(chan struct{})
@@ -94,13 +93,14 @@ func (e *env) deadlock(tx txn, locks string) (txErr, otherErr error) {
 	return txErr, <-otherDone
 }
 
-// deadlockAskingLast is deadlock on TiDB, whose detector rolls back the
-// transaction whose lock request closes the cycle: other asks for row 1
-// first and waits (DATA_LOCK_WAITS shows it), then tx asks for row 2. TiDB rolls back tx whole, so
-// other gets row 1 and commits.
+// deadlockAskingLast is deadlock where the detector rolls back the
+// transaction whose lock request closes the cycle (TiDB): other asks for
+// row 1 first and waits (cycleCloser's lock view shows it), then tx asks
+// for row 2. The database rolls back tx whole, so other gets row 1 and
+// commits.
 func (e *env) deadlockAskingLast(tx, other txn, locks string) (txErr, otherErr error) {
 	var txID uint64
-	if err := tx.QueryRowContext(ctx, "SELECT @@tidb_current_ts").Scan(&txID); err != nil {
+	if err := tx.QueryRowContext(ctx, e.cycleCloser.txID).Scan(&txID); err != nil {
 		_ = other.Rollback()
 		return err, nil
 	}
@@ -115,7 +115,7 @@ func (e *env) deadlockAskingLast(tx, other txn, locks string) (txErr, otherErr e
 	}()
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
 		var waiting int
-		err := e.db.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.data_lock_waits WHERE current_holding_trx_id = ?", txID).Scan(&waiting)
+		err := e.db.QueryRowContext(ctx, e.rebind(e.cycleCloser.waitsOn), txID).Scan(&waiting)
 		if err != nil {
 			return err, nil // the caller rolls tx back, which lets other finish
 		}
@@ -196,9 +196,10 @@ func (o *op) escape(t *testing.T, s *store, db pool, req idem.Request, swallow b
 // token: they change nothing then, and Do says the transaction is gone,
 // with an error RunTx retries; the retry replays the duplicate's result.
 // fn returns the deadlock (the "failed" case) or swallows it and returns
-// a response anyway (the "swallowed" case). On Postgres the transaction
-// stays open and aborted, and the duplicate waits for its rollback; the
-// outcome must be the same: one business row, one result.
+// a response anyway (the "swallowed" case). Where an error aborts the
+// transaction (errorAborts: Postgres) it stays open and aborted, and the
+// duplicate waits for its rollback; the outcome must be the same: one
+// business row, one result.
 func TestDeadlockInFn(t *testing.T) {
 	for _, swallow := range []bool{false, true} {
 		name := map[bool]string{false: "failed", true: "swallowed"}[swallow]
@@ -220,18 +221,18 @@ func TestDeadlockInFn(t *testing.T) {
 					duplicate()
 					return txErr
 				})
-				if first != nil && !(swallow && e.dialect == idem.Postgres) {
+				if first != nil && !(swallow && e.errorAborts) {
 					if !idem.IsRetryable(first) {
 						t.Errorf("Do after the deadlock: %v; want an error RunTx retries", first)
 					}
-					if e.mysqlFamily() && !strings.Contains(first.Error(), "rolled back") {
+					if !e.errorAborts && !strings.Contains(first.Error(), "rolled back") {
 						t.Errorf("Do after the deadlock: %v; want it to say the transaction was rolled back", first)
 					}
 				}
-				if swallow && e.dialect == idem.Postgres {
-					// Postgres aborted the transaction at the deadlock and
-					// fn hid the cause: Do cannot tell that a retry would
-					// help, and says the transaction is aborted. The
+				if swallow && e.errorAborts {
+					// The database aborted the transaction at the deadlock
+					// and fn hid the cause: Do cannot tell that a retry
+					// would help, and says the transaction is aborted. The
 					// client's own retry then replays.
 					if err == nil || !strings.Contains(err.Error(), "aborted") {
 						t.Fatalf("Do after fn swallowed the deadlock: %v; want an error saying the transaction is aborted", err)

@@ -22,12 +22,8 @@ func init() { _ = mysql.SetLogger(log.New(io.Discard, "", 0)) }
 // sessionID is the server's id of the session behind db (a transaction or
 // a connection).
 func (e *env) sessionID(db handle) (int64, error) {
-	q := "SELECT pg_backend_pid()"
-	if e.mysqlFamily() {
-		q = "SELECT CONNECTION_ID()"
-	}
 	var id int64
-	err := db.QueryRowContext(ctx, q).Scan(&id)
+	err := db.QueryRowContext(ctx, e.sessionQuery).Scan(&id)
 	return id, err
 }
 
@@ -35,18 +31,12 @@ func (e *env) sessionID(db handle) (int64, error) {
 // its client or an operator would, and waits until the server has rolled
 // back its transaction and let it go.
 func (e *env) killSession(id int64) error {
-	kill, alive := "SELECT pg_terminate_backend($1)", "SELECT COUNT(*) FROM pg_stat_activity WHERE pid = $1"
-	args := []any{id}
-	if e.mysqlFamily() {
-		kill, args = fmt.Sprintf("KILL %d", id), nil
-		alive = "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = ?"
-	}
-	if _, err := e.db.ExecContext(ctx, kill, args...); err != nil {
+	if _, err := e.db.ExecContext(ctx, e.killQuery(id)); err != nil {
 		return fmt.Errorf("kill session %d: %w", id, err)
 	}
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
 		var n int
-		if err := e.db.QueryRowContext(ctx, alive, id).Scan(&n); err != nil {
+		if err := e.db.QueryRowContext(ctx, e.rebind(e.aliveQuery), id).Scan(&n); err != nil {
 			return fmt.Errorf("wait for session %d to end: %w", id, err)
 		}
 		if n == 0 {
@@ -215,11 +205,12 @@ func hooked(tx txn, prefix string, before func()) txn {
 
 // Fault 4: the old owner completes between the new owner's read of the
 // expired claim and its takeover. Exactly one result wins and the loser is
-// told: on Postgres the takeover finds the claim completed and replays it;
-// on MySQL the new owner's read lock makes the two collide, and whichever
-// the deadlock detector rolls back retries and is told (a replay, or
-// ErrLeaseLost). The reverse order, a Complete arriving while a takeover is
-// uncommitted, waits for it and gets ErrLeaseLost.
+// told: where the read locks nothing (Postgres) the takeover finds the
+// claim completed and replays it; where it locks the record (readLocks:
+// MySQL) the two collide, and whichever the deadlock detector rolls back
+// retries and is told (a replay, or ErrLeaseLost). The reverse order, a
+// Complete arriving while a takeover is uncommitted, waits for it and gets
+// ErrLeaseLost.
 func TestCompleteBetweenReadAndWrite(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
 		s, o := e.store(), e.op()
@@ -231,7 +222,7 @@ func TestCompleteBetweenReadAndWrite(t *testing.T) {
 		tx := e.begin(nil)
 		h := hooked(tx, "UPDATE", func() {
 			go func() { oldDone <- e.complete(old, o.biz, req.Key, "old") }()
-			if e.dialect == idem.Postgres {
+			if !e.readLocks {
 				// Nothing holds the row: the old owner commits first.
 				must(t, <-oldDone)
 				oldDone <- nil
@@ -253,8 +244,8 @@ func TestCompleteBetweenReadAndWrite(t *testing.T) {
 		default:
 			t.Fatalf("Do: %v", err)
 		}
-		if e.dialect == idem.Postgres && (err != nil || !res.Replayed) {
-			t.Fatalf("Postgres: Do = %+v, %v; want the replay of the completion that won", res, err)
+		if !e.readLocks && (err != nil || !res.Replayed) {
+			t.Fatalf("a takeover whose read locks nothing: Do = %+v, %v; want the replay of the completion that won", res, err)
 		}
 		oldErr := <-oldDone
 		if idem.IsRetryable(oldErr) {

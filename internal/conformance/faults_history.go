@@ -30,7 +30,7 @@ const (
 const (
 	faultDeadlock      = "deadlock victim"       // MySQL 1213, Postgres 40P01
 	faultSerialization = "serialization failure" // Postgres 40001 under REPEATABLE READ
-	faultTimeout       = "statement timeout"     // Postgres statement_timeout, MariaDB max_statement_time
+	faultTimeout       = "statement timeout"     // Postgres statement_timeout, MariaDB max_statement_time: timeoutQueries
 	faultInterrupt     = "interrupted write"     // SQLite: the context's deadline passes mid-write
 	faultKill          = "backend terminated"    // pg_terminate_backend, MySQL KILL
 	faultCut           = "connection dropped"    // the proxy cuts the connection at COMMIT
@@ -62,28 +62,6 @@ func (r *faultRun) note(m map[string]int, what string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	m[what]++
-}
-
-// kinds is the faults the target's database can inflict.
-func (r *faultRun) kinds() []string {
-	switch r.e.dialect {
-	case idem.Postgres:
-		return []string{faultDeadlock, faultSerialization, faultTimeout, faultKill, faultCut}
-	case idem.MySQL, idem.MariaDB:
-		return []string{faultDeadlock, faultTimeout, faultKill, faultCut}
-	case idem.TiDB:
-		// No statement timeout: TiDB's max_execution_time ends a SLEEP
-		// early without an error, and its lock wait timeout counts whole
-		// seconds, too long for a history's epoch. No KILL either: the
-		// server built here panics, now and then, when it rolls back the
-		// transaction of a session killed mid-statement (the memory
-		// tracker's kill check in cleanupStmtBuf, as in pingcap/tidb
-		// issues 63052 and 63956), and a history sends dozens. A dropped
-		// connection ends the session the same way from idem's side;
-		// TestKillMidDo still kills a TiDB session once.
-		return []string{faultDeadlock, faultCut}
-	}
-	return []string{faultInterrupt}
 }
 
 // Many workers run operations over a small moving window of keys through
@@ -146,8 +124,7 @@ func (r *faultRun) worker(id int, locks string, rng *mrand.Rand, start, deadline
 		req := idem.Request{Scope: "faults", Key: key, Operation: "POST /v1/charges", Fingerprint: idem.Fingerprint([]byte(key))}
 		kind, point := "", ""
 		if rng.IntN(2) == 0 {
-			kinds := r.kinds()
-			kind = kinds[rng.IntN(len(kinds))]
+			kind = r.e.faults[rng.IntN(len(r.e.faults))]
 			points := []string{pointBeforeWrite, pointBeforeWrite, pointAfterWrite, pointAfterWrite, pointAfterDo}
 			point = points[rng.IntN(len(points))]
 		}
@@ -276,15 +253,12 @@ func (r *faultRun) inject(tx txn, kind, point string, locks string) error {
 		_, err := tx.ExecContext(ctx, "UPDATE "+locks+" SET n = n + 1 WHERE id = 1")
 		return err
 	case faultTimeout:
-		if e.mysqlFamily() {
-			_, err := tx.ExecContext(ctx, "SET STATEMENT max_statement_time = 0.02 FOR SELECT SLEEP(1)")
-			return err
+		for _, q := range e.timeoutQueries {
+			if _, err := tx.ExecContext(ctx, q); err != nil {
+				return err
+			}
 		}
-		if _, err := tx.ExecContext(ctx, "SET LOCAL statement_timeout = '20ms'"); err != nil {
-			return err
-		}
-		_, err := tx.ExecContext(ctx, "SELECT pg_sleep(1)")
-		return err
+		return nil
 	case faultInterrupt:
 		short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
 		defer cancel()

@@ -133,37 +133,11 @@ func (e *env) doOK(s *store, req idem.Request) error {
 	return err
 }
 
-// sqliteNow is the SQLite dialect's clock: microseconds since the Unix epoch.
-const sqliteNow = "(CAST(ROUND(unixepoch('now', 'subsec') * 1000) AS INTEGER) * 1000)"
-
-// now is the database's clock as the dialect reads it.
-func (e *env) now() string {
-	switch e.dialect {
-	case idem.MySQL, idem.MariaDB, idem.TiDB:
-		return "UTC_TIMESTAMP(6)"
-	case idem.SQLite:
-		return sqliteNow
-	}
-	return "statement_timestamp()"
-}
-
-// plusMicros is the time expr plus as many microseconds as the statement's
-// next argument (fewer when it is negative).
-func (e *env) plusMicros(expr string) string {
-	switch e.dialect {
-	case idem.MySQL, idem.MariaDB, idem.TiDB:
-		return expr + " + INTERVAL ? MICROSECOND"
-	case idem.SQLite:
-		return expr + " + ?"
-	}
-	return expr + " + ? * interval '1 microsecond'"
-}
-
 // setLease makes the lease of key's record in s end d after the database's
 // now (before it when d is negative).
 func (e *env) setLease(s *store, key string, d time.Duration) {
 	e.t.Helper()
-	e.exec("UPDATE "+s.Table()+" SET lease_until = "+e.plusMicros(e.now())+" WHERE idem_key = ?", d.Microseconds(), key)
+	e.exec("UPDATE "+s.Table()+" SET lease_until = "+e.plusMicros(e.now)+" WHERE idem_key = ?", d.Microseconds(), key)
 }
 
 // expire ends the lease of key's record in s, by the database's clock.
@@ -181,49 +155,27 @@ func (e *env) age(s *store, key string, d time.Duration) {
 		", lease_until = "+e.plusMicros("lease_until")+" WHERE idem_key = ?", back, back, back, key)
 }
 
-// sessionProbe reads, in one string, the session state idem must leave as
-// it found it: the last inserted id, the isolation level, the lock and
-// statement bounds and the other settings a statement of idem could touch.
-func (e *env) sessionProbe() string {
-	switch e.dialect {
-	case idem.MySQL, idem.MariaDB, idem.TiDB:
-		return "SELECT CONCAT_WS('|', LAST_INSERT_ID(), @@session.tx_isolation, @@session.time_zone, @@session.sql_mode, @@session.innodb_lock_wait_timeout, @@session.autocommit)"
-	case idem.SQLite:
-		return "SELECT last_insert_rowid() || '|' || (SELECT * FROM pragma_busy_timeout) || '|' || (SELECT * FROM pragma_query_only) || '|' || (SELECT * FROM pragma_foreign_keys) || '|' || (SELECT * FROM pragma_defer_foreign_keys)"
-	}
-	return "SELECT current_setting('transaction_isolation') || '|' || current_setting('lock_timeout') || '|' || current_setting('statement_timeout') || '|' || current_setting('TimeZone')"
-}
-
 // waitBlocked waits until a statement on table waits for a row lock, as a
 // duplicate behind a claim the test holds open should, and fails the test
 // if done receives first (the statement did not wait) or no statement
-// waits within 10 s. On Postgres pg_stat_activity shows the lock wait. On
-// MySQL the lock views are a cache that is not refreshed while anyone
-// reads it more often than every 100 ms, so it waits for the statement to
-// be running on the server, then gives it 200 ms to return early. On
-// SQLite the waiter waits in BEGIN, which nothing shows: 200 ms.
+// waits within 10 s: until waitingQuery counts it, then for waitSettle
+// (facts.go says why each database needs what it has).
 func waitBlocked[T any](e *env, table string, done chan T) {
 	e.t.Helper()
-	query := "SELECT COUNT(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE ?"
-	if e.mysqlFamily() {
-		query = "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID <> CONNECTION_ID() AND INFO LIKE ?"
-	}
-	for deadline := time.Now().Add(10 * time.Second); !e.embedded(); time.Sleep(5 * time.Millisecond) {
+	for deadline := time.Now().Add(10 * time.Second); e.waitingQuery != ""; time.Sleep(5 * time.Millisecond) {
 		select {
 		case v := <-done:
 			e.t.Fatalf("the statement on %s did not wait for the lock: %+v", table, v)
 		default:
 		}
-		if e.int64(query, "%"+table+"%") > 0 {
+		if e.int64(e.waitingQuery, "%"+table+"%") > 0 {
 			break
 		}
 		if time.Now().After(deadline) {
 			e.t.Fatalf("no statement on %s waited for a lock within 10 s", table)
 		}
 	}
-	if e.dialect != idem.Postgres {
-		time.Sleep(200 * time.Millisecond)
-	}
+	time.Sleep(e.waitSettle)
 	select {
 	case v := <-done:
 		e.t.Fatalf("the statement on %s did not wait for the lock: %+v", table, v)

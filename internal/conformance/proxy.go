@@ -151,57 +151,75 @@ func isCommit(msg []byte) bool {
 // with the target's driver, closed when the test ends.
 func (p *proxy) open(e *env, conns int) pool {
 	e.t.Helper()
-	db, err := e.connect(e.proxiedDSN(p.ln.Addr().String()), conns)
-	if err != nil {
-		e.t.Fatalf("open through the proxy: %v", err)
-	}
-	e.t.Cleanup(db.close)
-	return db
+	return e.openOn(e.proxiedDSN(p.ln.Addr().String()), conns)
 }
 
 // serverAddr is where the target's DSN points.
 func (e *env) serverAddr() (network, addr string) {
 	e.t.Helper()
-	if e.mysqlFamily() {
-		cfg, err := mysql.ParseDSN(e.dsn)
-		if err != nil {
-			e.t.Fatalf("parse %s: %v", e.dsn, err)
-		}
-		return cfg.Net, cfg.Addr
-	}
-	cfg, err := pgconn.ParseConfig(e.dsn)
+	network, addr, err := e.parseAddr(e.dsn)
 	if err != nil {
 		e.t.Fatalf("parse %s: %v", e.dsn, err)
 	}
-	if strings.HasPrefix(cfg.Host, "/") {
-		return "unix", filepath.Join(cfg.Host, fmt.Sprintf(".s.PGSQL.%d", cfg.Port))
-	}
-	return "tcp", net.JoinHostPort(cfg.Host, fmt.Sprint(cfg.Port))
+	return network, addr
 }
 
 // proxiedDSN is the target's DSN pointed at addr instead.
 func (e *env) proxiedDSN(addr string) string {
 	e.t.Helper()
-	if e.mysqlFamily() {
-		cfg, err := mysql.ParseDSN(e.dsn)
-		if err != nil {
-			e.t.Fatalf("parse %s: %v", e.dsn, err)
-		}
-		cfg.Net, cfg.Addr = "tcp", addr
-		return cfg.FormatDSN()
+	dsn, err := e.redirectDSN(e.dsn, addr)
+	if err != nil {
+		e.t.Fatalf("parse %s: %v", e.dsn, err)
 	}
-	if strings.Contains(e.dsn, "://") {
-		u, err := url.Parse(e.dsn)
+	return dsn
+}
+
+// mysqlAddr is where a DSN of go-sql-driver/mysql points.
+func mysqlAddr(dsn string) (network, addr string, err error) {
+	cfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		return "", "", err
+	}
+	return cfg.Net, cfg.Addr, nil
+}
+
+// mysqlRedirect is a DSN of go-sql-driver/mysql pointed at TCP address
+// addr.
+func mysqlRedirect(dsn, addr string) (string, error) {
+	cfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		return "", err
+	}
+	cfg.Net, cfg.Addr = "tcp", addr
+	return cfg.FormatDSN(), nil
+}
+
+// pgAddr is where a PostgreSQL DSN (a URL or key=value settings) points.
+func pgAddr(dsn string) (network, addr string, err error) {
+	cfg, err := pgconn.ParseConfig(dsn)
+	if err != nil {
+		return "", "", err
+	}
+	if strings.HasPrefix(cfg.Host, "/") {
+		return "unix", filepath.Join(cfg.Host, fmt.Sprintf(".s.PGSQL.%d", cfg.Port)), nil
+	}
+	return "tcp", net.JoinHostPort(cfg.Host, fmt.Sprint(cfg.Port)), nil
+}
+
+// pgRedirect is a PostgreSQL DSN pointed at TCP address addr.
+func pgRedirect(dsn, addr string) (string, error) {
+	if strings.Contains(dsn, "://") {
+		u, err := url.Parse(dsn)
 		if err != nil {
-			e.t.Fatalf("parse %s: %v", e.dsn, err)
+			return "", err
 		}
 		u.Host = addr
 		q := u.Query()
 		q.Del("host")
 		q.Del("port")
 		u.RawQuery = q.Encode()
-		return u.String()
+		return u.String(), nil
 	}
 	host, port, _ := net.SplitHostPort(addr)
-	return e.dsn + " host=" + host + " port=" + port // later settings win
+	return dsn + " host=" + host + " port=" + port, nil // later settings win
 }

@@ -170,12 +170,12 @@ func TestPurgeSweeps(t *testing.T) {
 // Batches of one Store that run at once delete consecutive windows: a
 // batch does not wait for the rows of the batch that started before it. A
 // transaction holds the oldest record, so the first batch waits for it
-// (MySQL, TiDB) or passes it over (Postgres: SKIP LOCKED); a second batch
-// started meanwhile deletes the next window at once.
+// (MySQL, TiDB) or passes it over (skipsLocked: Postgres's SKIP LOCKED); a
+// second batch started meanwhile deletes the next window at once.
 func TestPurgeBatchesRunTogether(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
-		if e.dialect == idem.SQLite {
-			t.Skip("SQLite has one writer: batches run one after another, by design")
+		if e.oneWriter {
+			t.Skipf("%s has one writer: batches run one after another, by design", e.name)
 		}
 		const retention = time.Hour
 		s := e.store(idem.WithRetention(retention))
@@ -192,18 +192,18 @@ func TestPurgeBatchesRunTogether(t *testing.T) {
 			first <- result{n, err}
 		}()
 		var one result
-		if e.mysqlFamily() {
-			// Not waitingOn: it matches any statement on the table, and the
-			// first batch's window read must be over before the second starts.
-			deleting := "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID <> CONNECTION_ID() AND INFO LIKE ?"
-			for deadline := time.Now().Add(10 * time.Second); e.int64(deleting, "DELETE%"+s.Table()+"%") == 0; time.Sleep(5 * time.Millisecond) {
+		if e.skipsLocked {
+			one = <-first
+			must(t, one.err)
+		} else {
+			// The first batch's DELETE itself, not any statement on the
+			// table: its window read must be over before the second batch
+			// starts.
+			for deadline := time.Now().Add(10 * time.Second); e.int64(e.waitingQuery, "DELETE%"+s.Table()+"%") == 0; time.Sleep(5 * time.Millisecond) {
 				if time.Now().After(deadline) {
 					t.Fatalf("the first batch's DELETE did not start within 10s")
 				}
 			}
-		} else {
-			one = <-first
-			must(t, one.err)
 		}
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
@@ -212,7 +212,7 @@ func TestPurgeBatchesRunTogether(t *testing.T) {
 			t.Fatalf("a second batch, while the first waited for a row: %v; it waited for the first batch's window", err)
 		}
 		must(t, hold.Rollback())
-		if e.mysqlFamily() {
+		if !e.skipsLocked {
 			one = <-first
 			must(t, one.err)
 			if one.n != 2 || two != 2 {
@@ -233,10 +233,11 @@ func TestPurgeBatchesRunTogether(t *testing.T) {
 }
 
 // A purge batch does not hold up fresh claims while it runs. A batch deletes
-// a range of the primary key's oldest rows, and on MySQL it also locks the
+// a range of the primary key's oldest rows, and on InnoDB it also locks the
 // first row past its window (and, under REPEATABLE READ, the gap before
-// it), waiting if a transaction holds that row. Purge runs at READ
-// COMMITTED, which takes no gap locks, so claims still go into that gap.
+// it), waiting if a transaction holds that row (pastWindowWaits). Purge
+// runs at READ COMMITTED, which takes no gap locks, so claims still go
+// into that gap.
 // The test does not time claims against the batch, which a loaded server
 // slows anyway: it makes the batch wait in front of the claims' place. The
 // only record newer than the window is a live claim created ahead of the
@@ -253,8 +254,8 @@ func TestPurgeBatchDoesNotBlockClaims(t *testing.T) {
 		wait   = 5 * time.Second
 	)
 	forEach(t, func(t *testing.T, e *env) {
-		if e.dialect == idem.SQLite {
-			t.Skip("SQLite has one writer: a purge batch holds up every claim for its duration, by design")
+		if e.oneWriter {
+			t.Skipf("%s has one writer: a purge batch holds up every claim for its duration, by design", e.name)
 		}
 		s := e.store(idem.WithRetention(time.Hour))
 		e.seed(s, scopeExpired, rows, 2*time.Hour, -2*time.Hour, "completed")
@@ -271,7 +272,7 @@ func TestPurgeBatchDoesNotBlockClaims(t *testing.T) {
 			defer close(purging)
 			n, purgeErr = s.Purge(ctx, e.db, 2*rows)
 		}()
-		if e.dialect == idem.MySQL || e.dialect == idem.MariaDB {
+		if e.pastWindowWaits != "" {
 			e.waitPurgeWaits(s, purging)
 		}
 		var slowest time.Duration
@@ -301,14 +302,12 @@ func TestPurgeBatchDoesNotBlockClaims(t *testing.T) {
 }
 
 // waitPurgeWaits waits until a purge batch's DELETE on s's table waits for
-// a row lock, and fails the test if the purge ends first or the DELETE does
-// not wait within 10 s. InnoDB's transaction view is a cache refreshed at
-// most every 100 ms.
+// the row past its window (pastWindowWaits), and fails the test if the
+// purge ends first or the DELETE does not wait within 10 s.
 func (e *env) waitPurgeWaits(s *store, purging <-chan struct{}) {
 	e.t.Helper()
-	const waiting = "SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE trx_state = 'LOCK WAIT' AND trx_query LIKE ?"
 	deadline := time.After(10 * time.Second)
-	for e.int64(waiting, "DELETE%"+s.Table()+"%") == 0 {
+	for e.int64(e.pastWindowWaits, "DELETE%"+s.Table()+"%") == 0 {
 		select {
 		case <-purging:
 			e.t.Fatalf("the purge ended without waiting for the row past its window")

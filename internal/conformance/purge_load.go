@@ -38,46 +38,17 @@ const (
 	scopeLive         = "live"          // written by the workers during the test: kept
 )
 
-// seed inserts n rows of scope with set-based SQL (no Do per row): created
-// ago before the database's now, one millisecond apart going back, with
-// the given status and lease end relative to now. Completed rows carry a
-// 200-byte body and a small header, like a typical JSON response.
+// seed inserts n rows of scope with set-based SQL (no Do per row, the
+// statement of seedRecords): created ago before the database's now, one
+// millisecond apart going back, with the given status and lease end
+// relative to now. Completed rows carry a 200-byte body and a small
+// header, like a typical JSON response.
 func (e *env) seed(s *store, scope string, n int, ago, lease time.Duration, status string) {
 	e.t.Helper()
 	const chunk = 100_000
 	for from := 0; from < n; from += chunk {
-		count := min(chunk, n-from)
-		if e.dialect == idem.SQLite {
-			// Times are integer microseconds; the body is a BLOB (STRICT).
-			e.exec(`WITH RECURSIVE n(i) AS (SELECT ?1 UNION ALL SELECT i + 1 FROM n WHERE i + 1 < ?2)
-INSERT INTO `+s.Table()+` (scope, idem_key, operation, fingerprint, status, token, lease_until, created_at, completed_at, response_status, response_headers, response_body)
-SELECT ?3, 'k-' || i, 'POST /v1/charges', hex(randomblob(32)), ?4, i,
-  `+sqliteNow+` + ?5, `+sqliteNow+` - ?6 - i * 1000,
-  CASE WHEN ?4 = 'completed' THEN `+sqliteNow+` - ?6 - i * 1000 END, CASE WHEN ?4 = 'completed' THEN 201 END,
-  CASE WHEN ?4 = 'completed' THEN X'0100' END, CASE WHEN ?4 = 'completed' THEN zeroblob(200) END
-FROM n`, from, from+count, scope, status, lease.Microseconds(), ago.Microseconds())
-			continue
-		}
-		if e.mysqlFamily() {
-			digits, sum := sqlseq.Numbers(count)
-			e.exec(`INSERT INTO `+s.Table()+` (scope, idem_key, operation, fingerprint, status, token, lease_until, created_at, completed_at, response_status, response_headers, response_body)
-SELECT ?, CONCAT('k-', i), 'POST /v1/charges', SHA2(i, 256), ?, i,
-  UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, ts,
-  IF(? = 'completed', ts, NULL), IF(? = 'completed', 201, NULL), IF(? = 'completed', X'0100', NULL), IF(? = 'completed', REPEAT('x', 200), NULL)
-FROM (SELECT i, UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND - INTERVAL i * 1000 MICROSECOND AS ts
-  FROM (SELECT ? + `+sum+` AS i FROM `+digits+`) n
-  WHERE i < ?) g`,
-				scope, status, lease.Microseconds(), status, status, status, status, ago.Microseconds(), from, from+count)
-			continue
-		}
-		e.exec(`INSERT INTO `+s.Table()+` (scope, idem_key, operation, fingerprint, status, token, lease_until, created_at, completed_at, response_status, response_headers, response_body)
-SELECT $1, 'k-' || i, 'POST /v1/charges', md5(i::text), $2, i,
-  statement_timestamp() + $3::bigint * interval '1 microsecond', ts,
-  CASE WHEN $2 = 'completed' THEN ts END, CASE WHEN $2 = 'completed' THEN 201 END,
-  CASE WHEN $2 = 'completed' THEN '\x0100'::bytea END, CASE WHEN $2 = 'completed' THEN convert_to(repeat('x', 200), 'UTF8') END
-FROM (SELECT i, statement_timestamp() - $4::bigint * interval '1 microsecond' - i * interval '1 millisecond' AS ts
-  FROM generate_series($5::bigint, $6::bigint - 1) i) g`,
-			scope, status, lease.Microseconds(), ago.Microseconds(), from, from+count)
+		q, args := e.seedRecords(sqlseq.Records{Scope: scope, Status: status, From: from, To: from + min(chunk, n-from), Ago: ago, Lease: lease}, s.Table())
+		e.exec(q, args...)
 	}
 }
 
@@ -184,8 +155,8 @@ func TestPurgeUnderLoad(t *testing.T) {
 		e.seed(s, scopeRecent, recent, retention/2, -retention/2, "completed")
 		e.seed(s, scopeLiveClaim, liveClaims, 3*retention, time.Hour, "processing")
 		t.Logf("seeded %d expired records in %v", rows+claims, time.Since(seeded).Round(time.Millisecond))
-		if e.dialect == idem.Postgres {
-			e.exec("ANALYZE " + s.Table())
+		if e.purgeStats != "" {
+			e.exec(e.purgeStats + s.Table())
 		}
 
 		stopWorkers := load(workers, func(w, i int) error {

@@ -9,15 +9,20 @@
 //   - mysql: idem.MySQL on MySQL or MariaDB, through go-sql-driver/mysql;
 //   - mariadb: idem.MariaDB on MariaDB, through go-sql-driver/mysql;
 //   - tidb: TiDB through go-sql-driver/mysql;
-//   - sqlite: SQLite through modernc.org/sqlite, in a temporary file.
+//   - sqlite: SQLite through modernc.org/sqlite, in a temporary file;
+//   - pgbouncer-libpq, pgbouncer-pgx, pgbouncer-pgxnative: the three
+//     PostgreSQL targets behind PgBouncer in transaction pooling mode, in
+//     the driver settings that need no prepared-statement tracking.
 //
 // Targets find their servers through package testdb: the DSN in
 // IDEM_TEST_POSTGRES_DSN, IDEM_TEST_MYSQL_DSN, IDEM_TEST_MARIADB_DSN (the
-// same MariaDB server as the one before it, or another) or
-// IDEM_TEST_TIDB_DSN; when that is unset, the server of a development
-// machine at its usual address; when nothing answers there, a container
-// where Docker runs (TiDB has none: scripts/tidb.sh builds and starts
-// it). A target whose server is missing is skipped with a message, or
+// same MariaDB server as the one before it, or another),
+// IDEM_TEST_TIDB_DSN or IDEM_TEST_PGBOUNCER_DSN (and
+// IDEM_TEST_PGBOUNCER_SINGLE_DSN, a pool of one server connection); when
+// that is unset, the server of a development machine at its usual
+// address; when nothing answers there, a container where Docker runs
+// (TiDB and PgBouncer have none: scripts/tidb.sh and scripts/pgbouncer.sh
+// start them). A target whose server is missing is skipped with a message, or
 // fails under IDEM_TEST_REQUIRE=1; a DSN that is set but does not answer
 // always fails. The SQLite target needs no server and always runs, on a
 // database file in a temporary directory.
@@ -49,13 +54,24 @@ import (
 	"github.com/idemkit/idem/internal/testdb"
 )
 
-// target is one dialect through one driver.
+// target is one dialect through one driver, on the database its facts
+// describe (facts.go).
 type target struct {
 	name    string
 	dialect idem.Dialect
 	driver  string         // database/sql driver name, unless native
 	native  bool           // idem through idempgx on a *pgxpool.Pool, not database/sql
-	server  *testdb.Server // nil: an embedded database in a temporary directory (SQLite)
+	server  *testdb.Server // nil for an embedded database, in a temporary directory
+	params  string         // settings of the driver's, added to the server's DSN
+	// cachesStatements reports a driver that, in its default settings,
+	// prepares each statement under a name and caches it per connection
+	// (pgx), which a pooler without prepared-statement tracking breaks.
+	cachesStatements bool
+	// measure is set on the targets that a measurement run on request
+	// (TestUpgradeUnderLoad) measures through: one per server and driver
+	// family, so lib/pq's target, beside pgx's, has it unset.
+	measure bool
+	*facts
 }
 
 // targets is every dialect and driver the suite runs against.
@@ -71,18 +87,35 @@ type target struct {
 //   - TestOnlyTransactionsAccepted tries idempgx's Complete, not its Do,
 //     on a pool and a connection there: Do takes a pgx.Tx, so a pool does
 //     not compile;
-//   - TestTableGrowth and TestIndexCost, measurements run on request,
-//     measure a server once, through postgres-pgx;
-//   - the tests of other dialects (TestSQLite*, TestInterruptInFn,
-//     TestTiDB*) run on their dialect's targets only.
+//   - the tests of one database's own behaviour (TestPostgres*,
+//     TestAbortedTxMessage, TestDailyPartitionsRunAKeyTwice, TestSQLite*,
+//     TestInterruptInFn, TestTiDB*) run on its dialect's targets only
+//     (forDialect).
+//
+// A new target is one more row; a new database is one more row and the
+// facts value it points to (facts.go). No test asks which database it
+// runs on: each reads the facts of its target.
 var targets = []target{
-	{name: "postgres-libpq", dialect: idem.Postgres, driver: "postgres", server: testdb.Postgres},
-	{name: "postgres-pgx", dialect: idem.Postgres, driver: "pgx", server: testdb.Postgres},
-	{name: "postgres-pgxnative", dialect: idem.Postgres, native: true, server: testdb.Postgres},
-	{name: "mysql", dialect: idem.MySQL, driver: "mysql", server: testdb.MySQL},
-	{name: "mariadb", dialect: idem.MariaDB, driver: "mysql", server: testdb.MariaDB},
-	{name: "tidb", dialect: idem.TiDB, driver: "mysql", server: testdb.TiDB},
-	{name: "sqlite", dialect: idem.SQLite, driver: "sqlite"},
+	{name: "postgres-libpq", dialect: idem.Postgres, driver: "postgres", server: testdb.Postgres, facts: &postgresFacts},
+	{name: "postgres-pgx", dialect: idem.Postgres, driver: "pgx", server: testdb.Postgres, measure: true, cachesStatements: true, facts: &postgresFacts},
+	{name: "postgres-pgxnative", dialect: idem.Postgres, native: true, server: testdb.Postgres, measure: true, cachesStatements: true, facts: &postgresFacts},
+	{name: "mysql", dialect: idem.MySQL, driver: "mysql", server: testdb.MySQL, measure: true, facts: &mysqlFacts},
+	{name: "mariadb", dialect: idem.MariaDB, driver: "mysql", server: testdb.MariaDB, measure: true, facts: &mariadbFacts},
+	{name: "tidb", dialect: idem.TiDB, driver: "mysql", server: testdb.TiDB, measure: true, facts: &tidbFacts},
+	{name: "sqlite", dialect: idem.SQLite, driver: "sqlite", measure: true, facts: &sqliteFacts},
+	// Behind PgBouncer in transaction mode (scripts/pgbouncer.sh), in the
+	// settings docs/operations.md gives for PgBouncer 1.18, which tracks
+	// no prepared statement: pgx runs each statement as the unnamed
+	// statement, parsed, bound and executed in one round trip
+	// (default_query_exec_mode=exec: server-side parameters, as in pgx's
+	// default mode, without a statement cache); lib/pq sends its
+	// statements with arguments in one round trip too
+	// (binary_parameters=yes), where it would otherwise parse in one and
+	// execute in the next, which outside a transaction PgBouncer may hand
+	// to another server session.
+	{name: "pgbouncer-libpq", dialect: idem.Postgres, driver: "postgres", server: testdb.PgBouncer, params: "binary_parameters=yes", facts: &pgbouncerFacts},
+	{name: "pgbouncer-pgx", dialect: idem.Postgres, driver: "pgx", server: testdb.PgBouncer, params: "default_query_exec_mode=exec", cachesStatements: true, facts: &pgbouncerFacts},
+	{name: "pgbouncer-pgxnative", dialect: idem.Postgres, native: true, server: testdb.PgBouncer, params: "default_query_exec_mode=exec", cachesStatements: true, facts: &pgbouncerFacts},
 }
 
 // sqliteParams are the DSN parameters the SQLite dialect documents: write
@@ -98,10 +131,24 @@ var tempDir string
 // missing.
 func (tg target) dsn(t *testing.T) string {
 	t.Helper()
-	if tg.server == nil {
+	if tg.inProcess {
 		return "file:" + filepath.Join(tempDir, tg.name+".db") + sqliteParams
 	}
-	return tg.server.DSN(t)
+	return withParams(tg.server.DSN(t), tg.params)
+}
+
+// withParams is dsn with the settings params (k=v, &-separated) added: to
+// a URL's query, or as k=v words to key=value settings.
+func withParams(dsn, params string) string {
+	switch {
+	case params == "":
+		return dsn
+	case strings.Contains(dsn, "://") && strings.Contains(dsn, "?"):
+		return dsn + "&" + params
+	case strings.Contains(dsn, "://"):
+		return dsn + "?" + params
+	}
+	return dsn + " " + strings.ReplaceAll(params, "&", " ")
 }
 
 // env is a target opened for one test.
@@ -188,28 +235,9 @@ func (tg target) connect(dsn string, conns int) (pool, error) {
 	return newSQLPool(db, tg.driver), nil
 }
 
-// mysqlFamily reports a target that speaks MySQL's SQL: MySQL, MariaDB
-// and TiDB.
-func (e *env) mysqlFamily() bool {
-	return e.dialect == idem.MySQL || e.dialect == idem.MariaDB || e.dialect == idem.TiDB
-}
-
-// readsToken reports a dialect whose INSERT cannot return the claim's
-// token, so that Do reads it right after: MySQL and TiDB.
-func (e *env) readsToken() bool { return e.dialect == idem.MySQL || e.dialect == idem.TiDB }
-
-// settingsCheck is the number of statements Do and Begin run before the
-// claim to check the transaction's settings: TiDB's one.
-func (e *env) settingsCheck() int64 {
-	if e.dialect == idem.TiDB {
-		return 1
-	}
-	return 0
-}
-
 // embedded reports an in-process database (SQLite): there is no network
 // connection to cut and no server session to kill.
-func (e *env) embedded() bool { return e.server == nil }
+func (e *env) embedded() bool { return e.inProcess }
 
 // needServer skips a fault test on an embedded target, saying why: the
 // fault it injects does not exist there. (A process that crashes with a
@@ -311,19 +339,9 @@ func (e *env) store(opts ...idem.Option) *store {
 func (e *env) business() string {
 	e.t.Helper()
 	table := randName("biz")
-	e.exec(fmt.Sprintf("CREATE TABLE %s (id %s, k VARCHAR(255) NOT NULL, v VARCHAR(255) NOT NULL)", table, e.autoID()))
+	e.exec(fmt.Sprintf("CREATE TABLE %s (id %s, k VARCHAR(255) NOT NULL, v VARCHAR(255) NOT NULL)", table, e.autoID))
 	e.dropLater(table)
 	return table
-}
-
-func (e *env) autoID() string {
-	switch e.dialect {
-	case idem.MySQL, idem.MariaDB, idem.TiDB:
-		return "BIGINT AUTO_INCREMENT PRIMARY KEY"
-	case idem.SQLite:
-		return "INTEGER PRIMARY KEY"
-	}
-	return "BIGSERIAL PRIMARY KEY"
 }
 
 func (e *env) dropLater(table string) {
@@ -341,13 +359,8 @@ func (e *env) exec(query string, args ...any) {
 	}
 }
 
-// rebind turns ? placeholders into $n for Postgres.
-func (e *env) rebind(query string) string {
-	if e.dialect != idem.Postgres {
-		return query
-	}
-	return sqlx.Rebind(sqlx.DOLLAR, query)
-}
+// rebind turns ? placeholders into the database's (bindvar).
+func (e *env) rebind(query string) string { return sqlx.Rebind(e.bindvar, query) }
 
 // count returns the number of rows in table where k = key.
 func (e *env) count(table, key string) int {
@@ -365,8 +378,8 @@ var isolationLevels = []sql.IsolationLevel{sql.LevelReadCommitted, sql.LevelRepe
 // begin, saying why.
 func (e *env) skipLevel(l sql.IsolationLevel) {
 	e.t.Helper()
-	if e.dialect == idem.TiDB && l == sql.LevelSerializable {
-		e.t.Skip("TiDB refuses SERIALIZABLE at BEGIN (error 8048), and where tidb_skip_isolation_level_check lets it through (as snapshot isolation) idem refuses the transaction: TestTiDBRefusesSerializable")
+	if why, refused := e.refusedLevels[l]; refused {
+		e.t.Skip(why)
 	}
 }
 

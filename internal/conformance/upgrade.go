@@ -13,13 +13,13 @@ import (
 	"github.com/idemkit/idem"
 )
 
-// release1 is the table every release of idem before schema versions made
-// (schema version 1), verbatim, per dialect: what Migrate finds at a user
-// who upgrades. It is copied here, not read from package schema, so that
-// an edit of schema/*/0001_create.up.sql cannot change what this test
-// upgrades from.
-var release1 = map[string]string{
-	"postgres": `CREATE TABLE IF NOT EXISTS idempotency_keys (
+// The table every release of idem before schema versions made (schema
+// version 1), verbatim, per database (facts.release1): what Migrate finds
+// at a user who upgrades. It is copied here, not read from package
+// schema, so that an edit of schema/*/0001_create.up.sql cannot change
+// what the upgrade tests upgrade from.
+const (
+	release1Postgres = `CREATE TABLE IF NOT EXISTS idempotency_keys (
     scope            text COLLATE "C" NOT NULL,
     idem_key         text COLLATE "C" NOT NULL,
     operation        text NOT NULL,
@@ -34,8 +34,8 @@ var release1 = map[string]string{
     response_body    bytea,
     PRIMARY KEY (scope, idem_key)
 );
-CREATE INDEX IF NOT EXISTS idempotency_keys_created_at_idx ON idempotency_keys (created_at);`,
-	"mysql": `CREATE TABLE IF NOT EXISTS idempotency_keys (
+CREATE INDEX IF NOT EXISTS idempotency_keys_created_at_idx ON idempotency_keys (created_at);`
+	release1MySQL = `CREATE TABLE IF NOT EXISTS idempotency_keys (
     scope            VARBINARY(255) NOT NULL,
     idem_key         VARBINARY(255) NOT NULL,
     operation        VARBINARY(255) NOT NULL,
@@ -50,8 +50,8 @@ CREATE INDEX IF NOT EXISTS idempotency_keys_created_at_idx ON idempotency_keys (
     response_body    LONGBLOB NULL,
     PRIMARY KEY (scope, idem_key),
     KEY idempotency_keys_created_at_idx (created_at)
-) ENGINE=InnoDB;`,
-	"tidb": `CREATE TABLE IF NOT EXISTS idempotency_keys (
+) ENGINE=InnoDB;`
+	release1TiDB = `CREATE TABLE IF NOT EXISTS idempotency_keys (
     scope            VARBINARY(255) NOT NULL,
     idem_key         VARBINARY(255) NOT NULL,
     operation        VARBINARY(255) NOT NULL,
@@ -66,8 +66,8 @@ CREATE INDEX IF NOT EXISTS idempotency_keys_created_at_idx ON idempotency_keys (
     response_body    LONGBLOB NULL,
     PRIMARY KEY (scope, idem_key) CLUSTERED,
     KEY idempotency_keys_created_at_idx (created_at)
-);`,
-	"sqlite": `CREATE TABLE IF NOT EXISTS idempotency_keys (
+);`
+	release1SQLite = `CREATE TABLE IF NOT EXISTS idempotency_keys (
     scope            TEXT NOT NULL,
     idem_key         TEXT NOT NULL,
     operation        TEXT NOT NULL,
@@ -82,24 +82,15 @@ CREATE INDEX IF NOT EXISTS idempotency_keys_created_at_idx ON idempotency_keys (
     response_body    BLOB,
     PRIMARY KEY (scope, idem_key)
 ) STRICT, WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS idempotency_keys_created_at_idx ON idempotency_keys (created_at);`,
-}
-
-// newest is what the newest layout shows in layout, per dialect: the
-// features the upgrade must have given a table of release 1.
-var newest = map[string][]string{
-	"postgres": {"autovacuum_vacuum_scale_factor=0.01", "fillfactor=90", "toast:autovacuum_vacuum_scale_factor=0.01", "comment:idem schema 2"},
-	"mysql":    {"PRIMARY KEY (`created_at`,`scope`,`idem_key`)", "UNIQUE KEY `T_scope_key` (`scope`,`idem_key`)", "COMMENT='idem schema 2'"},
-	"tidb":     {"PRIMARY KEY (`scope`,`idem_key`)", "KEY `T_created_at_idx` (`created_at`)"},
-	"sqlite":   {"PRIMARY KEY (scope, idem_key)", "WITHOUT ROWID"},
-}
+CREATE INDEX IF NOT EXISTS idempotency_keys_created_at_idx ON idempotency_keys (created_at);`
+)
 
 // createRelease1 makes table as release 1 made it, empty, dropped when the
 // test ends, and returns a Store on it that has not migrated it.
 func (e *env) createRelease1(opts ...idem.Option) *store {
 	e.t.Helper()
 	table := randName("idem")
-	for _, stmt := range strings.Split(release1[e.schemaFamily()], ";\n") {
+	for _, stmt := range strings.Split(e.release1, ";\n") {
 		e.exec(strings.ReplaceAll(stmt, "idempotency_keys", table))
 	}
 	e.dropLater(table)
@@ -108,31 +99,36 @@ func (e *env) createRelease1(opts ...idem.Option) *store {
 	return e.onDriver(s)
 }
 
-// schemaFamily names the dialect whose schema files the target's dialect
-// migrates with: MariaDB's are MySQL's.
-func (e *env) schemaFamily() string {
-	if e.dialect == idem.MariaDB {
-		return "mysql"
-	}
-	return e.dialect.Name()
-}
-
-// layout describes a table's definition (columns, keys, indexes, storage
-// settings, comment), with its name written T, so that two tables of one
-// layout compare equal.
+// layout describes a table's definition (showLayout), with its name
+// written T, so that two tables of one layout compare equal.
 func (e *env) layout(table string) string {
 	e.t.Helper()
+	return strings.ReplaceAll(e.showLayout(e, table), table, "T")
+}
+
+// mysqlLayout is SHOW CREATE TABLE.
+func mysqlLayout(e *env, table string) string {
+	e.t.Helper()
+	var name, def string
+	must(e.t, e.db.QueryRow("SHOW CREATE TABLE "+table).Scan(&name, &def))
+	return def
+}
+
+// sqliteLayout is the DDL SQLite keeps of the table and its indexes,
+// without the quotes it keeps too.
+func sqliteLayout(e *env, table string) string {
+	e.t.Helper()
 	var def string
-	switch e.dialect {
-	case idem.MySQL, idem.MariaDB, idem.TiDB:
-		var name string
-		must(e.t, e.db.QueryRow("SHOW CREATE TABLE "+table).Scan(&name, &def))
-	case idem.SQLite:
-		// SQLite keeps the DDL's text, quotes and all.
-		must(e.t, e.db.QueryRow(`SELECT group_concat(sql, ';') FROM (SELECT sql FROM sqlite_master WHERE tbl_name = ? ORDER BY name)`, table).Scan(&def))
-		def = strings.ReplaceAll(def, `"`, "")
-	default:
-		must(e.t, e.db.QueryRow(`SELECT concat_ws(' | ',
+	must(e.t, e.db.QueryRow(`SELECT group_concat(sql, ';') FROM (SELECT sql FROM sqlite_master WHERE tbl_name = ? ORDER BY name)`, table).Scan(&def))
+	return strings.ReplaceAll(def, `"`, "")
+}
+
+// pgLayout reads the catalog: columns, indexes, storage settings (the
+// table's and its TOAST table's) and comment.
+func pgLayout(e *env, table string) string {
+	e.t.Helper()
+	var def string
+	must(e.t, e.db.QueryRow(`SELECT concat_ws(' | ',
   (SELECT string_agg(attname || ' ' || format_type(atttypid, atttypmod) || CASE WHEN attnotnull THEN ' not null' ELSE '' END, ', ' ORDER BY attnum)
     FROM pg_attribute WHERE attrelid = c.oid AND attnum > 0 AND NOT attisdropped),
   (SELECT string_agg(indexdef, '; ' ORDER BY indexname) FROM pg_indexes WHERE schemaname = current_schema() AND tablename = c.relname),
@@ -140,19 +136,7 @@ func (e *env) layout(table string) string {
   'toast:' || COALESCE((SELECT array_to_string(reloptions, ', ') FROM pg_class WHERE oid = c.reltoastrelid), ''),
   'comment:' || COALESCE(obj_description(c.oid, 'pg_class'), ''))
 FROM pg_class c WHERE c.oid = $1::regclass`, table).Scan(&def))
-	}
-	return strings.ReplaceAll(def, table, "T")
-}
-
-// setComment gives table a comment, as a migration that records a
-// version does.
-func (e *env) setComment(table, comment string) {
-	e.t.Helper()
-	if e.dialect == idem.Postgres {
-		e.exec("COMMENT ON TABLE " + table + " IS '" + comment + "'")
-		return
-	}
-	e.exec("ALTER TABLE " + table + " COMMENT = '" + comment + "'")
+	return def
 }
 
 // A table of release 1, holding records in every state, is upgraded in
@@ -226,7 +210,7 @@ func TestUpgradeFromRelease1(t *testing.T) {
 		if fresh := e.layout(e.store().Table()); upgraded != fresh {
 			t.Fatalf("the upgraded table's layout is not a new table's:\nupgraded: %s\nnew:      %s\n(release 1: %s)", upgraded, fresh, before)
 		}
-		for _, want := range newest[e.schemaFamily()] {
+		for _, want := range e.upgraded {
 			if !strings.Contains(upgraded, want) {
 				t.Errorf("the upgraded table's layout lacks %q:\n%s", want, upgraded)
 			}
@@ -292,11 +276,11 @@ func TestUpgradeFromRelease1(t *testing.T) {
 // running beside a newer one, must not fail at its start.
 func TestMigrateLeavesNewerLayout(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
-		if e.dialect == idem.SQLite {
-			t.Skip("SQLite's tables have no comment to record a version in; its table has one version so far")
+		if e.commentSQL == nil {
+			t.Skipf("%s's tables have no comment to record a version in; its table has one version so far", e.name)
 		}
 		s := e.createRelease1()
-		e.setComment(s.Table(), "idem schema 99")
+		e.exec(e.commentSQL(s.Table(), "idem schema 99"))
 		before := e.layout(s.Table())
 		must(t, s.Migrate(ctx, e.db))
 		if after := e.layout(s.Table()); after != before {
@@ -322,16 +306,15 @@ func TestUpgradeUnderLoad(t *testing.T) {
 		around  = 3 * time.Second
 	)
 	forEach(t, func(t *testing.T, e *env) {
-		if e.name == "postgres-libpq" || e.dialect == idem.SQLite || e.dialect == idem.TiDB {
-			t.Skip("measured once per server with a version to upgrade to, through pgx")
+		if !e.measure {
+			t.Skip("measured once per server and driver family, through pgx on PostgreSQL")
+		}
+		if len(e.migrations) < 2 {
+			t.Skipf("%s has no schema version to upgrade to", e.name)
 		}
 		s, o := e.createRelease1(), e.op()
 		e.seed(s, "seeded", rows, time.Hour, -time.Hour, "completed")
-		if e.dialect == idem.Postgres {
-			e.exec("VACUUM ANALYZE " + s.Table())
-		} else {
-			e.exec("ANALYZE TABLE " + s.Table())
-		}
+		e.exec(e.settle + s.Table())
 		stopWorkers := load(workers, func(w, i int) error {
 			req := charge(fmt.Sprintf("w%d-%d", w, i), "1")
 			return runTx(ctx, e.db, nil, func(tx txn) error {

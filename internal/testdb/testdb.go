@@ -65,6 +65,17 @@ var (
 	TiDB = &Server{Name: "TiDB", Env: "IDEM_TEST_TIDB_DSN", Driver: "mysql",
 		Local: "root@tcp(127.0.0.1:4000)/test",
 		How:   "run scripts/tidb.sh start (it builds TiDB once, about 12 minutes)"}
+	// PgBouncer is PostgreSQL behind PgBouncer in transaction pooling
+	// mode, and PgBouncerSingle the same database through a pool of one
+	// server connection, so that each transaction runs on the server
+	// session the one before it used (scripts/pgbouncer.sh configures
+	// both).
+	PgBouncer = &Server{Name: "PgBouncer", Env: "IDEM_TEST_PGBOUNCER_DSN", Driver: "pgx",
+		Local: "postgres://postgres@127.0.0.1:6432/test?sslmode=disable",
+		How:   "run scripts/pgbouncer.sh start (PgBouncer in transaction mode in front of PostgreSQL; apt-get install pgbouncer first)"}
+	PgBouncerSingle = &Server{Name: "PgBouncer with a pool of one server connection", Env: "IDEM_TEST_PGBOUNCER_SINGLE_DSN", Driver: "pgx",
+		Local: "postgres://postgres@127.0.0.1:6432/test_single?sslmode=disable",
+		How:   "run scripts/pgbouncer.sh start (its database test_single has pool_size=1)"}
 )
 
 // Required reports IDEM_TEST_REQUIRE=1: a missing server fails the tests
