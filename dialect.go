@@ -18,8 +18,9 @@ import (
 // grow without breaking anyone.
 //
 // Adding a database is a dialect file of its own (dialect_NAME.go), its
-// schema, and one row of the conformance suite's targets: docs/dialects.md,
-// "Adding a database", lists the steps and why each is there.
+// schema, and one row of the conformance suite's targets with one value
+// of its facts: docs/dialects.md, "Adding a database", lists the steps and
+// why each is there.
 type Dialect interface {
 	// Name is the dialect's name: "postgres", "mysql", "mariadb", "tidb"
 	// or "sqlite".
@@ -34,6 +35,11 @@ type Dialect interface {
 	inserted(n int64, err error) (bool, error)
 	// retryable reports a serialization failure, deadlock or lock timeout.
 	retryable(err error) bool
+	// fix names what to change for an error of its drivers where the
+	// advice of idem's messages (a missing permission, a retry) would send
+	// the user the wrong way (a pooler that lost the driver's prepared
+	// statements), or returns "".
+	fix(err error) string
 	// lockWaits reports whether boundLockWait can bound a lock wait inside
 	// a transaction (WithLockTimeout).
 	lockWaits() bool

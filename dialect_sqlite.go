@@ -324,6 +324,9 @@ const sqliteErrorCode = 1
 // missing table, column or attached database, only SQLITE_ERROR and the
 // text of sqlite3_errmsg ("no such table: t", "no such column: c",
 // "unknown database s").
+// fix knows nothing better than the messages' own advice.
+func (sqliteDialect) fix(error) string { return "" }
+
 func (sqliteDialect) schemaFault(err error) schemaFault {
 	e := sqliteError(err)
 	if e == nil || e.Code()&0xff != sqliteErrorCode {

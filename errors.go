@@ -128,24 +128,12 @@ func (e *opError) Error() string {
 
 func (e *opError) Unwrap() error { return e.err }
 
-// fixer is a Dialect that knows the fix for some of its drivers' errors,
-// where the advice of idem's messages would send the user the wrong way:
-// a pooler that loses the driver's prepared statements is not a missing
-// permission, and no retry helps.
-type fixer interface {
-	// fix returns what to change for err, or "" when it knows nothing
-	// better than the message's own advice.
-	fix(err error) string
-}
-
 // fixFor is what a dialect says to change for err, or "", asking every
 // dialect as IsRetryable does.
 func fixFor(err error) string {
 	for _, d := range dialects {
-		if f, ok := d.(fixer); ok {
-			if fix := f.fix(err); fix != "" {
-				return fix
-			}
+		if fix := d.fix(err); fix != "" {
+			return fix
 		}
 	}
 	return ""
