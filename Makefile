@@ -4,22 +4,18 @@
 # IDEM_TEST_POSTGRES_DSN, IDEM_TEST_MYSQL_DSN, IDEM_TEST_MARIADB_DSN,
 # IDEM_TEST_TIDB_DSN and IDEM_TEST_PGBOUNCER_DSN, else a development
 # machine's servers at their usual addresses (DEVELOPERS.md), else
-# containers where Docker runs. A server
-# that is missing skips its tests with a message, or fails them under
-# IDEM_TEST_REQUIRE=1 (as in CI).
+# containers where Docker runs. A server that is missing skips its tests
+# with a message, or fails them under IDEM_TEST_REQUIRE=1 (as in CI).
 MODULES := . $(patsubst %/go.mod,%,$(sort $(wildcard contrib/*/go.mod)))
 export GOWORK := off
 
 .PHONY: test check
 
-# TestIdemAllocs skips under -race (the race detector changes allocation
-# counts), so it runs a second time without.
+# The root module's suite in the foreground, the contrib modules beside
+# it, then TestIdemAllocs without the race detector (it skips under it):
+# scripts/test.sh.
 test:
-	@for m in $(MODULES); do \
-		echo "== $$m"; \
-		(cd $$m && go test -race -count=1 -timeout 20m ./...) || exit 1; \
-	done
-	go test -count=1 -run TestIdemAllocs ./internal/bench
+	scripts/test.sh
 
 # Formatting, vet and tidy go.mod files, in every module, as CI runs them.
 check:
