@@ -23,15 +23,17 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs := newFlags("bench", "--dsn DSN [--driver pgx|postgres] [--rounds 10] [--duration 300ms] [--concurrency 1,16] [--hot 16] [--storms 5]",
 		"Measures idem against a bare transaction (BEGIN; INSERT one order row;\n"+
 			"COMMIT) through one driver on one server: Do with a fresh key, Do replaying\n"+
-			"a completed key, Begin then Complete in the business transaction, and\n"+
-			"--hot workers replaying one hot key. Each runs beside a bare run at the same\n"+
-			"concurrency, and fresh, replay and hot also beside their floor, the\n"+
-			"cheapest hand-written transaction that does their job: for fresh, a claim\n"+
-			"INSERT, the order row and an UPDATE storing the response (floor); for\n"+
-			"replays, one SELECT of a stored row (read). It prints transactions per\n"+
-			"second, median of the rounds, and the ratios to bare and to the floor:\n"+
-			"each the median of the ratios of paired runs, one pair a round, so not\n"+
-			"the ratio of the printed medians.\n"+
+			"a completed key (replay), the same through a Store that has not served the\n"+
+			"key, as another instance behind a load balancer (cross), Begin then\n"+
+			"Complete in the business transaction, and --hot workers replaying one hot\n"+
+			"key. Each runs beside a bare run at the same concurrency, and fresh and\n"+
+			"the replays also beside their floor, the cheapest hand-written\n"+
+			"transaction that does their job: for fresh, a claim INSERT, the order row\n"+
+			"and an UPDATE storing the response (floor); for replays, one SELECT of a\n"+
+			"stored row (read). It prints transactions per second, median of the\n"+
+			"rounds, and the ratios to bare and to the floor: each the median of the\n"+
+			"ratios of paired runs, one pair a round, so not the ratio of the printed\n"+
+			"medians.\n"+
 			"Then storms of 64 requests with one key whose operation takes 50ms: time\n"+
 			"until every request has its answer. Creates three tables with random\n"+
 			"names and drops them. See docs/benchmarks.md.", stderr)
