@@ -261,23 +261,29 @@ func (e *Env) Read(ctx context.Context, key string) error {
 // replays in turn, each once per Store.
 const crossKeys = 128
 
-// crossKey is the i-th completed key worker w replays on the cross path.
+// crossKey is the i-th completed key worker w replays on the cross and
+// retry paths.
 func crossKey(w, i int) string { return fmt.Sprintf("cross-%d-%d", w, i) }
 
-// crossReplayer returns the loop body of worker w of the cross path: Do
-// replaying a completed key through a Store that has not served it, as a
-// retry that reaches another instance than the one that ran the request
-// does. The worker replays its crossKeys keys in turn, and starts each
-// turn with a new Store on the same table, so that no key it replays is
-// one its Store has completed or replayed (the completed-key hint is
-// empty for it); a new Store every crossKeys transactions costs the
-// worker one idem.New.
-func (e *Env) crossReplayer(w int) func(context.Context) error {
+// crossReplayer returns the loop body of worker w of the cross path, and
+// with hinted of the retry path: Do replaying a completed key through a
+// Store that has not served it, as a retry that reaches another instance
+// than the one that ran the request does; with hinted, in a context that
+// says the request is a retry (idem.WithRetryHint), as idemhttp's is when
+// idemclient resends. The worker replays its crossKeys keys in turn, and
+// starts each turn with a new Store on the same table, so that no key it
+// replays is one its Store has completed or replayed (the completed-key
+// hint is empty for it); a new Store every crossKeys transactions costs
+// the worker one idem.New.
+func (e *Env) crossReplayer(w int, hinted bool) func(context.Context) error {
 	var (
 		s *idem.Store
 		i int
 	)
 	return func(ctx context.Context) error {
+		if hinted {
+			ctx = idem.WithRetryHint(ctx)
+		}
 		if i%crossKeys == 0 {
 			var err error
 			if s, err = idem.New(e.dialect, idem.WithTable(e.store.Table())); err != nil {

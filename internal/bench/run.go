@@ -86,7 +86,7 @@ type Report struct {
 
 // Result is one path at one concurrency.
 type Result struct {
-	Path        string    // bare, floor, fresh, read, replay, cross, claim or hot
+	Path        string    // bare, floor, fresh, read, replay, cross, retry, claim or hot
 	Concurrency int       // concurrent workers, each with its own transaction
 	TxPerSec    float64   // committed transactions per second, median of the rounds
 	Ratio       float64   // TxPerSec over the bare transaction's in the same round, median of the rounds
@@ -94,7 +94,8 @@ type Result struct {
 	Ratios      []float64 // the ratio in each round
 
 	// Floor is the path this one is held against besides bare: "floor"
-	// for fresh, "read" for replay, cross and hot; empty for the others.
+	// for fresh, "read" for replay, cross, retry and hot; empty for the
+	// others.
 	Floor       string
 	FloorRatio  float64   // TxPerSec over the floor's in the same round, median of the rounds
 	FloorRatios []float64 // that ratio in each round
@@ -148,7 +149,8 @@ var paths = []path{
 	{name: "replay", floor: "read", worker: func(e *Env, w int) func(context.Context) error {
 		return func(ctx context.Context) error { return e.Do(ctx, replayKey(w), true) }
 	}},
-	{name: "cross", floor: "read", worker: func(e *Env, w int) func(context.Context) error { return e.crossReplayer(w) }},
+	{name: "cross", floor: "read", worker: func(e *Env, w int) func(context.Context) error { return e.crossReplayer(w, false) }},
+	{name: "retry", floor: "read", worker: func(e *Env, w int) func(context.Context) error { return e.crossReplayer(w, true) }},
 	{name: "claim", worker: func(e *Env, _ int) func(context.Context) error { return e.Claim }},
 	{name: "hot", hot: true, floor: "read", worker: func(e *Env, _ int) func(context.Context) error {
 		return func(ctx context.Context) error { return e.Do(ctx, hotKey, true) }
