@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"strconv"
@@ -18,9 +19,10 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	var (
 		dsn, driver, conc string
 		storms            int
+		httpMode          bool
 		cfg               bench.Config
 	)
-	fs := newFlags("bench", "--dsn DSN [--driver pgx|postgres] [--rounds 10] [--duration 300ms] [--concurrency 1,16] [--hot 16] [--storms 5]",
+	fs := newFlags("bench", "--dsn DSN [--driver pgx|postgres] [--rounds 10] [--duration 300ms] [--concurrency 1,16] [--hot 16] [--storms 5] [--http]",
 		"Measures idem against a bare transaction (BEGIN; INSERT one order row;\n"+
 			"COMMIT) through one driver on one server: Do with a fresh key, Do replaying\n"+
 			"a completed key (replay), the same through a Store that has not served the\n"+
@@ -36,7 +38,13 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			"medians.\n"+
 			"Then storms of 64 requests with one key whose operation takes 50ms: time\n"+
 			"until every request has its answer. Creates three tables with random\n"+
-			"names and drops them. See docs/benchmarks.md.", stderr)
+			"names and drops them. See docs/benchmarks.md.\n\n"+
+			"With --http it measures the HTTP layer instead: loopback requests, each\n"+
+			"path (a fresh key, a replay) served through idemhttp in transaction mode\n"+
+			"and through a bare handler that calls Do in RunTx itself, in turn in\n"+
+			"every round, at --concurrency client workers (default 8). It prints the\n"+
+			"requests per second of both, the ratio (median of the rounds) and the\n"+
+			"heap allocations per request, client and server together.", stderr)
 	fs.StringVar(&dsn, "dsn", "", dsnUsage)
 	fs.StringVar(&driver, "driver", "", "for postgres:// DSNs, the driver: pgx (the default) or postgres (lib/pq)")
 	fs.IntVar(&cfg.Rounds, "rounds", 10, "rounds: each path runs once a round, beside a bare run")
@@ -44,8 +52,17 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&conc, "concurrency", "1,16", "worker counts, comma-separated")
 	fs.IntVar(&cfg.HotWorkers, "hot", 16, "workers replaying one hot key")
 	fs.IntVar(&storms, "storms", 5, "storms per mode, latencies pooled (0: none)")
+	fs.BoolVar(&httpMode, "http", false, "measure idemhttp against a bare handler calling Do, over loopback HTTP")
 	if err := parse(fs, args); err != nil {
 		return err
+	}
+	if httpMode {
+		conc = "8"
+		fs.Visit(func(f *flag.Flag) {
+			if f.Name == "concurrency" {
+				conc = f.Value.String()
+			}
+		})
 	}
 	if cfg.Rounds <= 0 || cfg.Duration <= 0 || cfg.HotWorkers <= 0 || storms < 0 {
 		return usageErr("bench: --rounds, --duration and --hot must be positive and --storms not negative")
@@ -84,6 +101,15 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	defer db.Close()
 	cfg.DB, cfg.Driver, cfg.Dialect = db, t.Driver, t.Dialect
+	if httpMode {
+		hc := bench.HTTPConfig{DB: db, Driver: t.Driver, Dialect: t.Dialect, Rounds: cfg.Rounds, Duration: cfg.Duration, Concurrency: cfg.Concurrency}
+		if _, err := bench.RunHTTP(ctx, hc, stdout); err != nil {
+			return fmt.Errorf("bench --http on %s: %w", t.Where, err)
+		}
+		fmt.Fprintf(stdout, "The ratio is idemhttp's requests per second over the bare handler's in\n"+
+			"the same round, median over %s.\n", plural(cfg.Rounds, "round"))
+		return nil
+	}
 	if _, err := bench.Run(ctx, cfg, stdout); err != nil {
 		return fmt.Errorf("bench on %s: %w", t.Where, err)
 	}
