@@ -341,7 +341,8 @@ func schedule(cells, round int) []step {
 
 // measure runs conc workers of p for d, each for at least one
 // transaction (so that a rate is never 0 and a ratio never NaN), and
-// returns committed transactions per second.
+// returns committed transactions per second. The workers are made before
+// the clock starts.
 func measure(ctx context.Context, e *Env, p path, conc int, d time.Duration) (float64, error) {
 	var (
 		done  atomic.Int64
@@ -351,10 +352,13 @@ func measure(ctx context.Context, e *Env, p path, conc int, d time.Duration) (fl
 	)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	bodies := make([]func(context.Context) error, conc)
+	for w := range bodies {
+		bodies[w] = p.worker(e, w)
+	}
 	start := time.Now()
 	deadline := start.Add(d)
-	for w := range conc {
-		body := p.worker(e, w)
+	for _, body := range bodies {
 		wg.Go(func() {
 			for ctx.Err() == nil {
 				if err := body(ctx); err != nil {
