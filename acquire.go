@@ -82,8 +82,13 @@ const restampAfter = 10 * time.Millisecond
 
 // take claims (Scope, Key) inside c and returns the claim's token, or
 // returns the stored result to replay. c is the caller's transaction in Do
-// and a short transaction of its own in Begin. The insert waits on the row
-// lock of any other open transaction that holds the key, so of concurrent
+// and a short transaction of its own in Begin. A key the Store has served
+// lately (completed), or a request ctx says is a retry (WithRetryHint), is
+// read first, with the read that follows a claim that finds a record, and
+// replayed from it when it finds the key completed within retention, a
+// state no other request leaves until retention passes; anything else it
+// finds goes on to the claim as if it had not run. The insert waits on the
+// row lock of any other open transaction that holds the key, so of concurrent
 // requests exactly one proceeds; the others see its committed outcome. A
 // record that is forgotten, released or whose lease expired is taken over
 // with an update fenced on the token read and on the record still being
@@ -96,7 +101,7 @@ const restampAfter = 10 * time.Millisecond
 // that a claim is never committed with its lease already run out.
 func (s *Store) take(ctx context.Context, c driver.Conn, req Request, by caller) (replay *Result, token int64, err error) {
 	lease, start := micros(s.lease), startWatch()
-	if s.completed.has(req) {
+	if s.completed.has(req) || retryHinted(ctx) {
 		rec, found, err := s.read(ctx, c, req)
 		if err != nil {
 			return nil, 0, err

@@ -1,9 +1,40 @@
 package idem
 
 import (
+	"context"
 	"hash/maphash"
 	"sync/atomic"
 )
+
+// retryHintKey is the context key of WithRetryHint.
+type retryHintKey struct{}
+
+// WithRetryHint returns a copy of ctx that tells [Store.Do] and
+// [Store.Begin] that the request is one its client has sent before: a
+// retry, which has most likely been served already, by this process or
+// by another instance of the service. They then read the key's record
+// before they claim the key, as they do for a key the [Store] has served
+// itself, so that the replay of a key that another instance completed is
+// one read instead of a claim statement that finds the record and then a
+// read (on MySQL's schema version 2 that claim writes a row and undoes
+// it, which costs the commit a flush of the log).
+//
+// It is a hint, never trusted: the read decides, and whatever it finds
+// other than a completed record within retention (no record, a claim in
+// flight, a record past retention) goes on to the claim as without the
+// hint, so a wrong hint costs one read and changes no outcome. A layer
+// that knows it is resending marks the request: idemclient's Transport
+// sends each retry with an Idempotency-Attempt header, which the HTTP
+// middleware turns into this hint.
+func WithRetryHint(ctx context.Context) context.Context {
+	return context.WithValue(ctx, retryHintKey{}, true)
+}
+
+// retryHinted reports whether ctx carries WithRetryHint.
+func retryHinted(ctx context.Context) bool {
+	hinted, _ := ctx.Value(retryHintKey{}).(bool)
+	return hinted
+}
 
 // completedSlots is how many keys a Store's completed remembers: 128 KiB
 // of hashes.

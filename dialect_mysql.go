@@ -370,6 +370,10 @@ func (mysqlDialect) retryable(err error) bool {
 	return false
 }
 
+// checkSession runs nothing: every InnoDB transaction makes a duplicate
+// wait for the claim.
+func (mysqlDialect) checkSession(context.Context, driver.Conn) error { return nil }
+
 // maxInline bounds the text of a statement whose arguments inline writes
 // into it; a statement with larger arguments (a big response body) is sent
 // with parameters, whose size only max_allowed_packet limits.
@@ -384,11 +388,7 @@ const maxInline = 64 << 10
 // frees), unless the DSN sets interpolateParams. The query's only "?" are
 // its placeholders: idem's SQL holds no string literal or identifier with
 // one.
-// checkSession runs nothing: every InnoDB transaction makes a duplicate
-// wait for the claim.
-func (mysqlDialect) checkSession(context.Context, driver.Conn) error { return nil }
-
-func (mysqlDialect) inline(q query) query {
+func (mysqlDialect) inline(_ driver.ExecQuerier, q query) query {
 	size := len(q.SQL)
 	for _, a := range q.Args {
 		switch v := a.(type) {
@@ -405,34 +405,46 @@ func (mysqlDialect) inline(q query) query {
 	if size > maxInline || strings.Count(q.SQL, "?") != len(q.Args) {
 		return q
 	}
-	b, rest := make([]byte, 0, size), q.SQL
+	var b strings.Builder
+	b.Grow(size)
+	rest := q.SQL
 	for _, a := range q.Args {
 		i := strings.IndexByte(rest, '?')
-		b = append(b, rest[:i]...)
+		b.WriteString(rest[:i])
 		rest = rest[i+1:]
 		switch v := a.(type) {
 		case string:
-			b = appendHex(b, v)
+			writeHexLiteral(&b, v)
 		case []byte:
 			if v == nil {
-				b = append(b, "NULL"...)
+				b.WriteString("NULL")
 			} else {
-				b = appendHex(b, v)
+				writeHexLiteral(&b, v)
 			}
 		case int:
-			b = strconv.AppendInt(b, int64(v), 10)
+			var buf [20]byte
+			b.Write(strconv.AppendInt(buf[:0], int64(v), 10))
 		case int64:
-			b = strconv.AppendInt(b, v, 10)
+			var buf [20]byte
+			b.Write(strconv.AppendInt(buf[:0], v, 10))
 		}
 	}
-	return query{SQL: string(append(b, rest...))}
+	b.WriteString(rest)
+	return query{SQL: b.String()}
 }
 
-func appendHex[T string | []byte](b []byte, v T) []byte {
+// writeHexLiteral writes v as MySQL's hexadecimal literal, X'6869'.
+func writeHexLiteral[T string | []byte](b *strings.Builder, v T) {
+	b.WriteString("X'")
+	writeHex(b, v)
+	b.WriteByte('\'')
+}
+
+// writeHex writes the bytes of v in lowercase hexadecimal.
+func writeHex[T string | []byte](b *strings.Builder, v T) {
 	const digits = "0123456789abcdef"
-	b = append(b, "X'"...)
 	for i := 0; i < len(v); i++ {
-		b = append(b, digits[v[i]>>4], digits[v[i]&15])
+		b.WriteByte(digits[v[i]>>4])
+		b.WriteByte(digits[v[i]&15])
 	}
-	return append(b, '\'')
 }

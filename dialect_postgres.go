@@ -3,10 +3,15 @@ package idem
 import (
 	"context"
 	"database/sql"
+	sqldriver "database/sql/driver"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"reflect"
+	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/idemkit/idem/internal/driver"
 	"github.com/idemkit/idem/schema"
@@ -328,7 +333,198 @@ func (postgresDialect) boundLockWait(ctx context.Context, c driver.Conn, d time.
 	return false, err
 }
 
-func (postgresDialect) inline(q query) query { return q }
+// inline writes the arguments into q as literals when db runs on lib/pq,
+// and leaves q as it is on any other driver. lib/pq sends a statement
+// with arguments in two round trips (Parse and Describe, then Bind and
+// Execute: the server parses it for the first and plans it for the
+// second), unless the DSN sets binary_parameters, and a statement without
+// arguments as one simple query, parsed and planned at once: idem's two
+// statements of a fresh Do then cost two round trips fewer, and a replay
+// one or two. pgx's database/sql driver prepares each distinct text once
+// per connection and runs it in one round trip from then on, so on pgx
+// the text stays the same for every key, with parameters.
+//
+// Strings are escape strings (E'...', backslash and quote doubled), which
+// mean the same whatever standard_conforming_strings says; byte slices
+// are hex bytea (E'\\x6869'::bytea), a nil one NULL; integers decimal. A
+// string with a NUL byte or that is not UTF-8 (which no literal can hold),
+// an argument of another type, or a statement whose text would pass
+// maxInline keeps its parameters. The query's only "$" are its
+// placeholders: idem's SQL holds no string literal or identifier with one.
+func (postgresDialect) inline(db driver.ExecQuerier, q query) query {
+	if len(q.Args) == 0 || !onLibPQ(db) {
+		return q
+	}
+	return pgLiterals(q)
+}
+
+// pgLiterals is q with its arguments written into its text as literals,
+// or q as it is when one of them cannot be (see inline).
+func pgLiterals(q query) query {
+	size := len(q.SQL)
+	for _, a := range q.Args {
+		switch v := a.(type) {
+		case string:
+			if strings.IndexByte(v, 0) >= 0 || !utf8.ValidString(v) {
+				return q
+			}
+			size += 3 + 2*len(v)
+		case []byte:
+			size += 13 + hex.EncodedLen(len(v))
+		case int, int64:
+			size += 22
+		default:
+			return q
+		}
+	}
+	if size > maxInline {
+		return q
+	}
+	var b strings.Builder
+	b.Grow(size)
+	rest := q.SQL
+	for {
+		i := strings.IndexByte(rest, '$')
+		if i < 0 {
+			break
+		}
+		j := i + 1
+		for j < len(rest) && rest[j] >= '0' && rest[j] <= '9' {
+			j++
+		}
+		n, err := strconv.Atoi(rest[i+1 : j])
+		if err != nil || n < 1 || n > len(q.Args) {
+			return q
+		}
+		b.WriteString(rest[:i])
+		writePgLiteral(&b, q.Args[n-1])
+		rest = rest[j:]
+	}
+	b.WriteString(rest)
+	return query{SQL: b.String()}
+}
+
+// writePgLiteral writes the literal of a, one of the types inline writes.
+func writePgLiteral(b *strings.Builder, a any) {
+	switch v := a.(type) {
+	case string:
+		b.WriteString("E'")
+		for i := 0; i < len(v); i++ {
+			if c := v[i]; c == '\\' || c == '\'' {
+				b.WriteByte(c)
+			}
+			b.WriteByte(v[i])
+		}
+		b.WriteByte('\'')
+	case []byte:
+		if v == nil {
+			b.WriteString("NULL")
+			return
+		}
+		b.WriteString(`E'\\x`)
+		writeHex(b, v)
+		b.WriteString("'::bytea")
+	case int:
+		writePgInt(b, int64(v))
+	case int64:
+		writePgInt(b, v)
+	default:
+		panic(fmt.Sprintf("idem: no PostgreSQL literal for %T", a))
+	}
+}
+
+// writePgInt writes n in decimal, in parentheses when it is negative, so
+// that a cast after it (-5::bigint) applies to the whole number.
+func writePgInt(b *strings.Builder, n int64) {
+	var buf [20]byte
+	if n < 0 {
+		b.WriteByte('(')
+		b.Write(strconv.AppendInt(buf[:0], n, 10))
+		b.WriteByte(')')
+		return
+	}
+	b.Write(strconv.AppendInt(buf[:0], n, 10))
+}
+
+// libpqPkg is lib/pq's package path.
+const libpqPkg = "github.com/lib/pq"
+
+// onLibPQ reports whether db is a transaction of lib/pq: a *sql.Tx, or a
+// struct that embeds one (*sqlx.Tx), begun on a *sql.DB whose connector
+// is lib/pq's (sql.Open("postgres", ...), pq.NewConnector). It reads the
+// transaction's *sql.DB and that one's connector by reflection: database/sql
+// has no method that names a transaction's driver, and idem imports none.
+// Both fields are set when the transaction and the pool are made and never
+// change. A handle it cannot read this way (another wrapper, a database/sql
+// whose fields have other names) is not lib/pq's, and keeps its parameters.
+func onLibPQ(db driver.ExecQuerier) bool {
+	tx := embeddedTx(db)
+	if tx == nil || txDB.Index == nil || dbConnector.Index == nil {
+		return false
+	}
+	pool := reflect.ValueOf(tx).Elem().FieldByIndex(txDB.Index)
+	if pool.Kind() != reflect.Pointer || pool.IsNil() {
+		return false
+	}
+	c := pool.Elem().FieldByIndex(dbConnector.Index)
+	if c.Kind() != reflect.Interface || c.IsNil() {
+		return false
+	}
+	c = c.Elem()
+	if t := c.Type(); t.Kind() == reflect.Struct && t.PkgPath() == "database/sql" {
+		// sql.Open's connector, dsnConnector{dsn, driver}: the driver is
+		// its field of the driver.Driver type.
+		c = driverField(c)
+	}
+	if !c.IsValid() {
+		return false
+	}
+	t := c.Type()
+	if t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	return t.PkgPath() == libpqPkg
+}
+
+// The fields onLibPQ reads: Tx.db and DB.connector, or no Index where
+// database/sql has no such field.
+var (
+	txDB, _        = reflect.TypeFor[sql.Tx]().FieldByName("db")
+	dbConnector, _ = reflect.TypeFor[sql.DB]().FieldByName("connector")
+	driverType     = reflect.TypeFor[sqldriver.Driver]()
+)
+
+// embeddedTx is db as a *sql.Tx, or the *sql.Tx in an exported field of
+// the struct db points to (*sqlx.Tx embeds one); nil when it is neither.
+func embeddedTx(db driver.ExecQuerier) *sql.Tx {
+	if tx, ok := db.(*sql.Tx); ok {
+		return tx
+	}
+	v := reflect.ValueOf(db)
+	if v.Kind() != reflect.Pointer || v.IsNil() || v.Elem().Kind() != reflect.Struct {
+		return nil
+	}
+	v = v.Elem()
+	for i := range v.NumField() {
+		if f := v.Field(i); f.Type() == txType && f.CanInterface() && !f.IsNil() {
+			return f.Interface().(*sql.Tx)
+		}
+	}
+	return nil
+}
+
+var txType = reflect.TypeFor[*sql.Tx]()
+
+// driverField is the value of the first field of the struct c whose type is
+// driver.Driver, with its dynamic type; the zero Value when there is none.
+func driverField(c reflect.Value) reflect.Value {
+	for i := range c.NumField() {
+		if f := c.Field(i); f.Type() == driverType && !f.IsNil() {
+			return f.Elem()
+		}
+	}
+	return reflect.Value{}
+}
 
 // checkSession runs nothing: every PostgreSQL transaction makes a
 // duplicate wait for the claim.

@@ -29,7 +29,7 @@ type rowQuerier interface {
 var _ driver.Conn = sqlConn{}
 
 func (c sqlConn) Exec(ctx context.Context, q query) (int64, error) {
-	q = c.d.inline(q)
+	q = c.d.inline(c.db, q)
 	res, err := c.db.ExecContext(ctx, q.SQL, q.Args...)
 	if err != nil {
 		return 0, err
@@ -38,7 +38,7 @@ func (c sqlConn) Exec(ctx context.Context, q query) (int64, error) {
 }
 
 func (c sqlConn) QueryRow(ctx context.Context, q query, dest ...any) error {
-	q = c.d.inline(q)
+	q = c.d.inline(c.db, q)
 	if r, ok := c.db.(rowQuerier); ok {
 		return r.QueryRowContext(ctx, q.SQL, q.Args...).Scan(dest...)
 	}
@@ -60,7 +60,7 @@ func (c sqlConn) QueryRow(ctx context.Context, q query, dest ...any) error {
 }
 
 func (c sqlConn) QueryRows(ctx context.Context, q query, each func(scan func(dest ...any) error) error) error {
-	q = c.d.inline(q)
+	q = c.d.inline(c.db, q)
 	rows, err := c.db.QueryContext(ctx, q.SQL, q.Args...)
 	if err != nil {
 		return err

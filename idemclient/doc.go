@@ -13,7 +13,10 @@
 //	Idempotency-Key: "8e03978e-40d5-43e8-bc93-6894a57f9324"
 //
 // A key the caller set is sent as it is. The key stays the same on every
-// attempt, and so does the body, which is sent whole each time. [Transport]
+// attempt, and so does the body, which is sent whole each time; each retry
+// also carries its number, Idempotency-Attempt: 2 and so on
+// ([HeaderAttempt]), so that the server can read the stored response
+// before it claims the key (idem.WithRetryHint). [Transport]
 // retries network errors (unless the request's context is done), 5xx
 // answers other than 501, 409 (the key is in flight) and 429, with
 // exponential backoff and full jitter, or after the time an answer's

@@ -18,6 +18,16 @@ import (
 // HeaderIdempotencyKey is the request header field that carries the key.
 const HeaderIdempotencyKey = "Idempotency-Key"
 
+// HeaderAttempt is the request header field that numbers a retry: absent
+// on the first attempt of a request, 2 on the second, and so on (an
+// sf-integer). It tells the server that the request was most likely
+// served before, here or by another instance behind the same load
+// balancer, so that it can look up the stored response before it claims
+// the key: idemhttp turns it into idem.WithRetryHint. A server that does
+// not know the field ignores it; what the server answers never depends on
+// it.
+const HeaderAttempt = "Idempotency-Attempt"
+
 // The defaults of [Transport]'s fields, used where a field is zero.
 const (
 	DefaultMaxAttempts   = 5                      // Transport.MaxAttempts
@@ -151,6 +161,7 @@ func (t *Transport) retry(base http.RoundTripper, r *http.Request, replay func()
 			}
 			a = r.Clone(ctx)
 			a.Body = body
+			a.Header.Set(HeaderAttempt, strconv.Itoa(attempt))
 		}
 		resp, err := base.RoundTrip(a)
 		switch {

@@ -16,10 +16,11 @@ import (
 
 // attempt is what the server saw of one attempt.
 type attempt struct {
-	keys []string // the Idempotency-Key field lines
-	body string
-	at   time.Time
-	err  error // reading the body
+	keys    []string // the Idempotency-Key field lines
+	numbers []string // the Idempotency-Attempt field lines
+	body    string
+	at      time.Time
+	err     error // reading the body
 }
 
 // server is a test server whose handler answers attempt n (0, 1, ...) as
@@ -39,7 +40,8 @@ func newServer(t *testing.T, answer func(w http.ResponseWriter, n int)) *server 
 		b, err := io.ReadAll(r.Body)
 		s.mu.Lock()
 		n := len(s.attempts)
-		s.attempts = append(s.attempts, attempt{keys: r.Header.Values(HeaderIdempotencyKey), body: string(b), at: time.Now(), err: err})
+		s.attempts = append(s.attempts, attempt{keys: r.Header.Values(HeaderIdempotencyKey), numbers: r.Header.Values(HeaderAttempt),
+			body: string(b), at: time.Now(), err: err})
 		s.mu.Unlock()
 		answer(w, n)
 	}))
@@ -125,6 +127,31 @@ func TestKeyAddedAndKeptAcrossAttempts(t *testing.T) {
 	}
 	if v := req.Header.Values(HeaderIdempotencyKey); v != nil {
 		t.Fatalf("the caller's request was changed: it has key %q", v)
+	}
+}
+
+// The first attempt goes as the caller made it; each retry carries its
+// number, so that the server can read the stored response first.
+func TestRetriesNumbered(t *testing.T) {
+	srv := newServer(t, statuses(503, 409, 201))
+	req := post(t, srv.URL, "{}")
+	req.Header.Set(HeaderAttempt, "7") // the caller's own is replaced on retries
+	if resp, _ := do(t, fast(srv.Client().Transport), req); resp.StatusCode != 201 {
+		t.Fatalf("got %d, want 201 from the third attempt", resp.StatusCode)
+	}
+	seen := srv.seen(t)
+	for i, want := range [][]string{{"7"}, {"2"}, {"3"}} {
+		if got := seen[i].numbers; strings.Join(got, ",") != strings.Join(want, ",") {
+			t.Errorf("attempt %d: %s %q, want %q", i+1, HeaderAttempt, got, want)
+		}
+	}
+	if v := req.Header.Values(HeaderAttempt); len(v) != 1 || v[0] != "7" {
+		t.Fatalf("the caller's request was changed: %s %q", HeaderAttempt, v)
+	}
+	srv = newServer(t, statuses(201))
+	do(t, fast(srv.Client().Transport), post(t, srv.URL, "{}"))
+	if got := srv.seen(t)[0].numbers; got != nil {
+		t.Fatalf("a first attempt carried %s %q", HeaderAttempt, got)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"github.com/idemkit/idem"
@@ -164,8 +165,13 @@ func (e *Env) Fresh(ctx context.Context) error {
 // inserts one order row, and checks that the result is a replay exactly
 // when replay is true.
 func (e *Env) Do(ctx context.Context, key string, replay bool) error {
+	return e.doOn(ctx, e.store, key, replay)
+}
+
+// doOn is Do through the Store s.
+func (e *Env) doOn(ctx context.Context, s *idem.Store, key string, replay bool) error {
 	return e.tx(ctx, func(tx *sql.Tx) error {
-		res, err := e.store.Do(ctx, tx, Request(key), func(ctx context.Context) (idem.Response, error) {
+		res, err := s.Do(ctx, tx, Request(key), func(ctx context.Context) (idem.Response, error) {
 			return response, e.order(ctx, tx, key)
 		})
 		if err != nil {
@@ -251,9 +257,49 @@ func (e *Env) Read(ctx context.Context, key string) error {
 	})
 }
 
+// crossKeys is how many completed keys each worker of the cross and
+// retry paths replays in turn, each once per Store: more than a worker
+// runs in one run of 300ms, so that its Store, made before the run,
+// seldom has to be made again during it (idem.New renders every statement
+// of the table: a quarter of a millisecond).
+const crossKeys = 512
+
+// crossKey is the i-th completed key worker w replays on the cross and
+// retry paths.
+func crossKey(w, i int) string { return fmt.Sprintf("cross-%d-%d", w, i) }
+
+// crossReplayer returns the loop body of worker w of the cross path, and
+// with hinted of the retry path: Do replaying a completed key through a
+// Store that has not served it, as a retry that reaches another instance
+// than the one that ran the request does; with hinted, in a context that
+// says the request is a retry (idem.WithRetryHint), as idemhttp's is when
+// idemclient resends. The worker replays its crossKeys keys in turn
+// through a Store made with it, on the same table, and through a new one
+// after each turn, so that no key it replays is one its Store has
+// completed or replayed (the completed-key hint is empty for it).
+func (e *Env) crossReplayer(w int, hinted bool) func(context.Context) error {
+	s, err := idem.New(e.dialect, idem.WithTable(e.store.Table()))
+	i := 0
+	return func(ctx context.Context) error {
+		if hinted {
+			ctx = idem.WithRetryHint(ctx)
+		}
+		if i > 0 && i%crossKeys == 0 {
+			s, err = idem.New(e.dialect, idem.WithTable(e.store.Table()))
+		}
+		if err != nil {
+			return fmt.Errorf("bench: %w", err)
+		}
+		key := crossKey(w, i%crossKeys)
+		i++
+		return e.doOn(ctx, s, key, true)
+	}
+}
+
 // Seed completes the keys that replays and reads use, in idem's table
 // and in the floor's: replayKey(w) for every worker w < workers, and the
-// hot key.
+// hot key; and in idem's table the keys of the cross path, crossKey(w, i)
+// for every worker w < workers and i < crossKeys, by workers at once.
 func (e *Env) Seed(ctx context.Context, workers int) error {
 	keys := []string{hotKey}
 	for w := range workers {
@@ -267,7 +313,19 @@ func (e *Env) Seed(ctx context.Context, workers int) error {
 			return err
 		}
 	}
-	return nil
+	errs := make([]error, workers)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for i := range crossKeys {
+				if errs[w] = e.Do(ctx, crossKey(w, i), false); errs[w] != nil {
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // order inserts one order row through tx.

@@ -86,7 +86,7 @@ type Report struct {
 
 // Result is one path at one concurrency.
 type Result struct {
-	Path        string    // bare, floor, fresh, read, replay, claim or hot
+	Path        string    // bare, floor, fresh, read, replay, cross, retry, claim or hot
 	Concurrency int       // concurrent workers, each with its own transaction
 	TxPerSec    float64   // committed transactions per second, median of the rounds
 	Ratio       float64   // TxPerSec over the bare transaction's in the same round, median of the rounds
@@ -94,7 +94,8 @@ type Result struct {
 	Ratios      []float64 // the ratio in each round
 
 	// Floor is the path this one is held against besides bare: "floor"
-	// for fresh, "read" for replay and hot; empty for the others.
+	// for fresh, "read" for replay, cross, retry and hot; empty for the
+	// others.
 	Floor       string
 	FloorRatio  float64   // TxPerSec over the floor's in the same round, median of the rounds
 	FloorRatios []float64 // that ratio in each round
@@ -148,6 +149,8 @@ var paths = []path{
 	{name: "replay", floor: "read", worker: func(e *Env, w int) func(context.Context) error {
 		return func(ctx context.Context) error { return e.Do(ctx, replayKey(w), true) }
 	}},
+	{name: "cross", floor: "read", worker: func(e *Env, w int) func(context.Context) error { return e.crossReplayer(w, false) }},
+	{name: "retry", floor: "read", worker: func(e *Env, w int) func(context.Context) error { return e.crossReplayer(w, true) }},
 	{name: "claim", worker: func(e *Env, _ int) func(context.Context) error { return e.Claim }},
 	{name: "hot", hot: true, floor: "read", worker: func(e *Env, _ int) func(context.Context) error {
 		return func(ctx context.Context) error { return e.Do(ctx, hotKey, true) }
@@ -338,7 +341,8 @@ func schedule(cells, round int) []step {
 
 // measure runs conc workers of p for d, each for at least one
 // transaction (so that a rate is never 0 and a ratio never NaN), and
-// returns committed transactions per second.
+// returns committed transactions per second. The workers are made before
+// the clock starts.
 func measure(ctx context.Context, e *Env, p path, conc int, d time.Duration) (float64, error) {
 	var (
 		done  atomic.Int64
@@ -348,10 +352,13 @@ func measure(ctx context.Context, e *Env, p path, conc int, d time.Duration) (fl
 	)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	bodies := make([]func(context.Context) error, conc)
+	for w := range bodies {
+		bodies[w] = p.worker(e, w)
+	}
 	start := time.Now()
 	deadline := start.Add(d)
-	for w := range conc {
-		body := p.worker(e, w)
+	for _, body := range bodies {
 		wg.Go(func() {
 			for ctx.Err() == nil {
 				if err := body(ctx); err != nil {

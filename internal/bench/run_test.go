@@ -86,12 +86,12 @@ func TestRun(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			// bare, floor, fresh, read, replay and claim at each
-			// concurrency, and hot.
-			if want := 6*len(cfg.Concurrency) + 1; len(rep.Results) != want {
+			// bare, floor, fresh, read, replay, cross, retry and claim at
+			// each concurrency, and hot.
+			if want := 8*len(cfg.Concurrency) + 1; len(rep.Results) != want {
 				t.Fatalf("%d results, want %d", len(rep.Results), want)
 			}
-			floors := map[string]string{"fresh": "floor", "replay": "read", "hot": "read"}
+			floors := map[string]string{"fresh": "floor", "replay": "read", "cross": "read", "retry": "read", "hot": "read"}
 			for _, r := range rep.Results {
 				if r.TxPerSec <= 0 || r.Ratio <= 0 {
 					t.Errorf("%+v: no transactions measured", r)

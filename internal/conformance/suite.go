@@ -37,6 +37,7 @@ var suite = []struct {
 	{"TestSessionUntouched", TestSessionUntouched},
 	{"TestStatementCounts", TestStatementCounts},
 	{"TestCompletedKeyHint", TestCompletedKeyHint},
+	{"TestRetryHint", TestRetryHint},
 	{"TestMigrate", TestMigrate},
 	{"TestUpgradeFromRelease1", TestUpgradeFromRelease1},
 	{"TestMigrateLeavesNewerLayout", TestMigrateLeavesNewerLayout},
