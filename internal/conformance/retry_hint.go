@@ -36,7 +36,7 @@ func TestRetryHint(t *testing.T) {
 				if res.Replayed || h.o.calls.Load() != 1 {
 					t.Fatalf("a new key, hinted: %+v, fn ran %d times; want one execution", res, h.o.calls.Load())
 				}
-				if want := e.settingsCheck() + 1 + h.freshStatements() + 1; n != want {
+				if want := e.settingsCheck + 1 + h.e.freshStatements + 1; n != want {
 					t.Errorf("a new key, hinted: %d statements, want %d (the read, the fresh path and fn's row)", n, want)
 				}
 				res, n, err = h.do(h.other(), fresh)
@@ -44,7 +44,7 @@ func TestRetryHint(t *testing.T) {
 				if !res.Replayed || h.o.calls.Load() != 1 {
 					t.Fatalf("a completed key, hinted, in another Store: %+v, fn ran %d times; want a replay", res, h.o.calls.Load())
 				}
-				if want := e.settingsCheck() + 1; n != want {
+				if want := e.settingsCheck + 1; n != want {
 					t.Errorf("a completed key, hinted, in another Store: %d statements, want %d (the read)", n, want)
 				}
 				changed := fresh
@@ -105,14 +105,6 @@ func (e *env) hinting(level sql.IsolationLevel) *hinting {
 
 // other is a Store on h's table that has served no key: another instance.
 func (h *hinting) other() *store { return h.e.elsewhere(h.s, idem.WithRetention(h.retention)) }
-
-// freshStatements is the number of statements of Do on a new key.
-func (h *hinting) freshStatements() int64 {
-	if h.e.readsToken() {
-		return 3
-	}
-	return 2
-}
 
 // do runs a hinted Do of req with h's operation through s, in a
 // transaction at h's level, retried as RunTx retries, and returns the
