@@ -2,6 +2,7 @@ package idemhttp
 
 import (
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/idemkit/idem"
@@ -15,7 +16,21 @@ const (
 	HeaderIdempotencyKey = "Idempotency-Key"
 	// HeaderIdempotentReplayed is set to "true" on every replayed response.
 	HeaderIdempotentReplayed = "Idempotent-Replayed"
+	// HeaderAttempt numbers a request its client sends again: 2 on the
+	// first retry, 3 on the next (idemclient's Transport sends it). A
+	// request with a number above 1 is most likely served already,
+	// perhaps by another instance: the middleware reads its key's record
+	// before it claims the key ([idem.WithRetryHint]). It is a hint: a
+	// wrong number costs one read and changes no answer.
+	HeaderAttempt = "Idempotency-Attempt"
 )
+
+// isRetry reports whether h numbers its request as a retry
+// (HeaderAttempt above 1).
+func isRetry(h http.Header) bool {
+	n, err := strconv.Atoi(strings.TrimSpace(h.Get(HeaderAttempt)))
+	return err == nil && n > 1
+}
 
 // parseKey reads the Idempotency-Key field of h. The value is an RFC 8941
 // sf-string ("abc", with the escapes \" and \\), as

@@ -85,6 +85,9 @@ func (m *Middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 		// stored for the client's retry, but it is bounded.
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), m.cfg.Timeout)
 		defer cancel()
+		if isRetry(r.Header) {
+			ctx = idem.WithRetryHint(ctx)
+		}
 		r = r.WithContext(ctx)
 	}
 	if m.cfg.Mode == ModeClaim {

@@ -5,8 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -388,6 +390,73 @@ func TestHTTPLockTimeoutBoundsEveryWait(t *testing.T) {
 		}
 		if n := e.count(biz, "bounded-1"); n != 1 || runs.Load() != 1 {
 			t.Fatalf("%d rows, %d runs; want 1 and 1", n, runs.Load())
+		}
+	})
+}
+
+// A retry its client numbers (Idempotency-Attempt above 1) reads its
+// key's record before it claims the key, at an instance that has not
+// served the key too. Seen on PostgreSQL, whose plain read waits for no
+// row lock: while a transaction holds the completed record deleted but
+// not committed, a numbered retry replays at once, where one without the
+// number waits for that transaction in its claim, to learn whether the
+// key is free, and replays once it rolls back.
+func TestHTTPRetryNumberReadsFirst(t *testing.T) {
+	forDialect(t, idem.Postgres, func(t *testing.T, e *env) {
+		api := e.chargeAPI()
+		first, s := e.serve(idemhttp.Config{}, api)
+		if r, err := post(http.DefaultClient, first.URL+"/v1/charges", `{"amount": 5}`, "numbered"); err != nil || r.status != http.StatusCreated {
+			t.Fatalf("first request: %+v, %v", r, err)
+		}
+		instance := func() string {
+			other, err := idem.New(e.dialect, idem.WithTable(s.Table()))
+			must(t, err)
+			srv, _ := e.serve(idemhttp.Config{Store: other}, api)
+			return srv.URL + "/v1/charges"
+		}
+		retry := func(url, attempt string) (response, error) {
+			req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(`{"amount": 5}`))
+			if err != nil {
+				return response{}, err
+			}
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set(callerHeader, "alice")
+			req.Header.Set(idemhttp.HeaderIdempotencyKey, "numbered")
+			if attempt != "" {
+				req.Header.Set(idemhttp.HeaderAttempt, attempt)
+			}
+			resp, err := (&http.Client{Timeout: 20 * time.Second}).Do(req)
+			if err != nil {
+				return response{}, err
+			}
+			defer resp.Body.Close()
+			b, err := io.ReadAll(resp.Body)
+			return response{status: resp.StatusCode, header: resp.Header, body: b}, err
+		}
+		holder := e.begin(nil)
+		if _, err := holder.Exec(e.rebind("DELETE FROM "+s.Table()+" WHERE idem_key = ?"), "numbered"); err != nil {
+			t.Fatal(err)
+		}
+		if r, err := retry(instance(), "2"); err != nil || r.status != http.StatusCreated || !r.replayed() {
+			t.Fatalf("a numbered retry beside the held record: %+v, %v; want the replay at once", r, err)
+		}
+		unnumbered := make(chan error, 1)
+		go func() {
+			r, err := retry(instance(), "")
+			if err == nil && (r.status != http.StatusCreated || !r.replayed()) {
+				err = fmt.Errorf("%d %s, want the replay", r.status, r.body)
+			}
+			unnumbered <- err
+		}()
+		select {
+		case err := <-unnumbered:
+			t.Fatalf("a retry without a number answered beside the held record (%v): it did not claim first", err)
+		case <-time.After(300 * time.Millisecond):
+		}
+		must(t, holder.Rollback())
+		must(t, <-unnumbered)
+		if n, calls := e.count(api.biz, "numbered"), api.calls.Load(); n != 1 || calls != 1 {
+			t.Fatalf("%d charge rows, the handler ran %d times; want 1 and 1", n, calls)
 		}
 	})
 }

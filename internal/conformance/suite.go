@@ -72,6 +72,7 @@ var suite = []struct {
 	{"TestHTTPRetryAfter", TestHTTPRetryAfter},
 	{"TestHTTPScopeIsolatesCallers", TestHTTPScopeIsolatesCallers},
 	{"TestHTTPTimeout", TestHTTPTimeout},
+	{"TestHTTPRetryNumberReadsFirst", TestHTTPRetryNumberReadsFirst},
 	{"TestHTTPLockTimeoutBoundsEveryWait", TestHTTPLockTimeoutBoundsEveryWait},
 	{"TestObserver", TestObserver},
 	{"TestObserverClaims", TestObserverClaims},
