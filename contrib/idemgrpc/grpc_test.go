@@ -833,3 +833,57 @@ func TestDuplicatesWaitInMemory(t *testing.T) {
 		}
 	})
 }
+
+// An attempt grpc-go's retry policy sends again (numbered in
+// grpc-previous-rpc-attempts) reads its key's record before it claims the
+// key, at an instance that has not served the key too. Seen on
+// PostgreSQL, whose plain read waits for no row lock: while a transaction
+// holds the completed record deleted but not committed, the numbered
+// attempt replays at once, where a first attempt waits for that
+// transaction in its claim, and replays once it rolls back.
+func TestRetriedAttemptReadsFirst(t *testing.T) {
+	forEachDB(t, func(t *testing.T, e *env) {
+		if e.dialect != idem.Postgres {
+			t.Skip("a locking read (MySQL's) waits for the held record either way")
+		}
+		a := e.api()
+		s := e.store()
+		first, _ := e.serveIdem(idemgrpc.Config{Store: s}, a)
+		ctx := t.Context()
+		if r := call(withKey(ctx, "retried-1"), dial(t, first.addr), methodCharge, 4); r.status.Code() != codes.OK {
+			t.Fatalf("first call: %v", r)
+		}
+		instance := func() *grpc.ClientConn {
+			srv, _ := e.serveIdem(idemgrpc.Config{Store: e.also(s), DB: e.open()}, a)
+			return dial(t, srv.addr)
+		}
+		holder, err := e.db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer holder.Rollback()
+		if _, err := holder.ExecContext(ctx, "DELETE FROM "+s.Table()+" WHERE idem_key = $1", "retried-1"); err != nil {
+			t.Fatal(err)
+		}
+		retry := metadata.AppendToOutgoingContext(withKey(ctx, "retried-1"), "grpc-previous-rpc-attempts", "1")
+		if r := call(retry, instance(), methodCharge, 4); r.status.Code() != codes.OK || !r.replayed {
+			t.Fatalf("a retried attempt beside the held record: %v; want the replay at once", r)
+		}
+		firstAttempt := make(chan result, 1)
+		go func() { firstAttempt <- call(withKey(ctx, "retried-1"), instance(), methodCharge, 4) }()
+		select {
+		case r := <-firstAttempt:
+			t.Fatalf("a first attempt answered beside the held record (%v): it did not claim first", r)
+		case <-time.After(300 * time.Millisecond):
+		}
+		if err := holder.Rollback(); err != nil {
+			t.Fatal(err)
+		}
+		if r := <-firstAttempt; r.status.Code() != codes.OK || !r.replayed {
+			t.Fatalf("the first attempt after the holder rolled back: %v; want the replay", r)
+		}
+		if got := e.rows(a.biz, "retried-1"); got != 1 || a.calls.Load() != 1 {
+			t.Fatalf("%d rows, handler ran %d times; want 1 and 1", got, a.calls.Load())
+		}
+	})
+}

@@ -93,6 +93,9 @@ func (i *Interceptor) serve(ctx context.Context, req any, method string, handler
 		var cancel context.CancelFunc
 		work, cancel = context.WithTimeout(context.WithoutCancel(ctx), i.cfg.Timeout)
 		defer cancel()
+		if retried(ctx) {
+			work = idem.WithRetryHint(work)
+		}
 	}
 	if i.cfg.Mode == ModeClaim {
 		return i.serveClaim(ctx, work, req, method, r, handler)

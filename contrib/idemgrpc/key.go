@@ -3,6 +3,7 @@ package idemgrpc
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -98,4 +99,20 @@ func declaredNoSideEffects(method string) bool {
 	}
 	sideEffectFree.Store(method, free)
 	return free
+}
+
+// retried reports whether the call is an attempt that grpc-go's retry
+// policy sends again (it numbers them in grpc-previous-rpc-attempts): one
+// most likely served already, here or at another instance, whose key's
+// record Do and Begin then read before they claim the key
+// ([idem.WithRetryHint]). It is a hint: a wrong one costs a read and
+// changes no answer.
+func retried(ctx context.Context) bool {
+	md, _ := metadata.FromIncomingContext(ctx)
+	v := md.Get("grpc-previous-rpc-attempts")
+	if len(v) != 1 {
+		return false
+	}
+	n, err := strconv.Atoi(v[0])
+	return err == nil && n > 0
 }
