@@ -11,7 +11,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/idemkit/idem/internal/driver"
 	"github.com/idemkit/idem/schema"
@@ -347,9 +346,13 @@ func (postgresDialect) boundLockWait(ctx context.Context, c driver.Conn, d time.
 // Strings are escape strings (E'...', backslash and quote doubled), which
 // mean the same whatever standard_conforming_strings says; byte slices
 // are hex bytea (E'\\x6869'::bytea), a nil one NULL; integers decimal. A
-// string with a NUL byte or that is not UTF-8 (which no literal can hold),
-// an argument of another type, or a statement whose text would pass
-// maxInline keeps its parameters. The query's only "$" are its
+// string with a byte outside printable ASCII (0x20..0x7E) keeps its
+// parameters, so that no client encoding can read a byte of it as part
+// of a character that swallows the backslash doubled after it (SJIS,
+// BIG5 and GBK have such characters; lib/pq asks for UTF8 when it
+// connects, but a session can SET client_encoding later); so does an
+// argument of another type, or a statement whose text would pass
+// maxInline. The query's only "$" are its
 // placeholders: idem's SQL holds no string literal or identifier with one.
 func (postgresDialect) inline(db driver.ExecQuerier, q query) query {
 	if len(q.Args) == 0 || !onLibPQ(db) {
@@ -365,7 +368,7 @@ func pgLiterals(q query) query {
 	for _, a := range q.Args {
 		switch v := a.(type) {
 		case string:
-			if strings.IndexByte(v, 0) >= 0 || !utf8.ValidString(v) {
+			if !printableASCII(v) {
 				return q
 			}
 			size += 3 + 2*len(v)
@@ -402,6 +405,16 @@ func pgLiterals(q query) query {
 	}
 	b.WriteString(rest)
 	return query{SQL: b.String()}
+}
+
+// printableASCII reports whether every byte of v is printable ASCII.
+func printableASCII(v string) bool {
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; c < 0x20 || c > 0x7E {
+			return false
+		}
+	}
+	return true
 }
 
 // writePgLiteral writes the literal of a, one of the types inline writes.

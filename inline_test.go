@@ -31,7 +31,10 @@ func TestPostgresInline(t *testing.T) {
 		t.Errorf("literals = %q, %v; want %q, nil", q.SQL, q.Args, want)
 	}
 	big := strings.Repeat("x", maxInline)
-	for _, args := range [][]any{{big}, {1.5}, {"a\x00b"}, {"\xff"}, {nil}} {
+	// Too long, another type, NUL, invalid UTF-8, a character beyond
+	// ASCII (whose bytes some client encodings read otherwise), a control
+	// character.
+	for _, args := range [][]any{{big}, {1.5}, {"a\x00b"}, {"\xff"}, {"Á\\'"}, {"tab\there"}, {nil}} {
 		got := pgLiterals(query{SQL: "SELECT $1", Args: args})
 		if got.SQL != "SELECT $1" || len(got.Args) != len(args) {
 			t.Errorf("literals of %T %q: %q, %d args; want the query and arguments unchanged", args[0], args[0], got.SQL, len(got.Args))
