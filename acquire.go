@@ -69,7 +69,7 @@ func (s *Store) acquire(ctx context.Context, c driver.Conn, req Request, by call
 	case timedOut:
 		return nil, 0, inFlight(s.lockWait)
 	case err != nil && err != takeErr:
-		return nil, 0, stmtErr("claim", req, err)
+		return nil, 0, s.stmtErr("claim", req, err)
 	}
 	return replay, token, err
 }
@@ -113,7 +113,7 @@ func (s *Store) take(ctx context.Context, c driver.Conn, req Request, by caller)
 	for range maxContention {
 		ok, token, waited, err := s.claimRow(ctx, c, req, s.st.insert(req, lease), byInsert, by)
 		if err != nil {
-			return nil, 0, stmtErr("claim", req, err)
+			return nil, 0, s.stmtErr("claim", req, err)
 		}
 		if ok {
 			return nil, token, s.restamp(ctx, c, req, by, token, waited)
@@ -137,7 +137,7 @@ func (s *Store) take(ctx context.Context, c driver.Conn, req Request, by caller)
 		}
 		ok, token, waited, err = s.claimRow(ctx, c, req, s.st.takeover(req, rec.token, lease, micros(s.retention)), byTakeover, by)
 		if err != nil {
-			return nil, 0, stmtErr("take over", req, err)
+			return nil, 0, s.stmtErr("take over", req, err)
 		}
 		if ok {
 			s.observe(ctx, Event{Kind: EventTakeover, Scope: req.Scope, Key: req.Key, Operation: req.Operation, Duration: start.elapsed(), Token: rec.token})
@@ -213,7 +213,7 @@ func (s *Store) restamp(ctx context.Context, c driver.Conn, req Request, by call
 		err = fmt.Errorf("%d records changed, want 1", n)
 	}
 	if err != nil {
-		return stmtErr("count the lease from the claim", req, err)
+		return s.stmtErr("count the lease from the claim", req, err)
 	}
 	return nil
 }
@@ -232,7 +232,7 @@ func (s *Store) read(ctx context.Context, c driver.Conn, req Request) (rec recor
 		return record{}, false, nil
 	}
 	if err != nil {
-		return record{}, false, stmtErr("read the record", req, err)
+		return record{}, false, s.stmtErr("read the record", req, err)
 	}
 	rec.leaseLeft = time.Duration(leaseLeft) * time.Microsecond
 	rec.resp.StatusCode = int(status.Int64)
@@ -250,7 +250,7 @@ func (s *Store) store(ctx context.Context, c driver.Conn, req Request, token int
 	n, err := c.Exec(ctx, s.st.complete(req, token, resp, encodeHeader(resp.Header)))
 	switch {
 	case err != nil:
-		return stmtErr("store the response", req, err)
+		return s.stmtErr("store the response", req, err)
 	case n != 1:
 		return txEnded("store the response", req, token, nil)
 	}
@@ -272,15 +272,8 @@ func (s *Store) unclaim(ctx context.Context, c driver.Conn, req Request, token i
 
 // stmtErr reports that one of idem's statements failed: what idem was
 // doing, for which key, the database's error, and what to do next.
-func stmtErr(what string, req Request, err error) error {
-	next := nextRollBack
-	switch fix := fixFor(err); {
-	case fix != "":
-		next = fix + "; " + nextRollBack
-	case IsRetryable(err):
-		next = nextRetry
-	}
-	return &Error{Op: what, Scope: req.Scope, Key: req.Key, Err: err, Next: next}
+func (s *Store) stmtErr(what string, req Request, err error) error {
+	return &Error{Op: what, Scope: req.Scope, Key: req.Key, Err: err, Next: s.next(err)}
 }
 
 // txEnded reports that Do's statement after fn (what) found no claim of

@@ -173,11 +173,7 @@ func (c *Claim) fenced(ctx context.Context, sc driver.Conn, q query, what, advic
 	}
 	n, err := sc.Exec(ctx, q)
 	if err != nil {
-		next := nextRollBack
-		if IsRetryable(err) {
-			next = nextRetry
-		}
-		return fail(err, next)
+		return fail(err, c.s.next(err))
 	}
 	if n == 1 {
 		return nil

@@ -165,6 +165,32 @@ const (
 	noSchema                         // the table's schema does not exist (MySQL: its database; SQLite: the attached database)
 )
 
+// advice says what to do about err, an error of a statement on the
+// Store's table: about the table when the dialect reads err as one about
+// it (schemaAdvice), else the fix the dialect names for err (fix), else
+// otherwise. Every message of a failed statement ends with it.
+func (s *Store) advice(err error, otherwise string) string {
+	if a := s.schemaAdvice(err); a != "" {
+		return a
+	}
+	if fix := fixFor(err); fix != "" {
+		return fix
+	}
+	return otherwise
+}
+
+// next is advice for a statement inside a transaction (Do's, a Claim's):
+// roll it back, or run it again whole where a retry may cure err.
+func (s *Store) next(err error) string {
+	switch a := s.advice(err, ""); {
+	case a != "":
+		return a + "; " + nextRollBack
+	case IsRetryable(err):
+		return nextRetry
+	}
+	return nextRollBack
+}
+
 // schemaAdvice says what to do about err, an error of a statement on the
 // Store's table, when the dialect reads it as one about the table itself;
 // "" when it does not.

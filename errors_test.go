@@ -32,11 +32,15 @@ func TestErrorReads(t *testing.T) {
 // When Retry gives up, the last error no longer tells the caller to retry:
 // it says Retry gave up, and keeps the cause and the request.
 func TestGaveUpDropsTheAdviceToRetry(t *testing.T) {
-	last := stmtErr("claim", Request{Scope: "s", Key: "k"}, errContended)
+	s, err := New(Postgres)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := s.stmtErr("claim", Request{Scope: "s", Key: "k"}, errContended)
 	if !strings.Contains(last.Error(), nextRetry) {
 		t.Fatalf("a retryable statement error does not advise a retry: %v", last)
 	}
-	err := gaveUp(maxAttempts, last)
+	err = gaveUp(maxAttempts, last)
 	for _, want := range []string{"gave up after 10 attempts", `claim for key "k" in scope "s"`, "changed hands"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("%q does not say %q", err, want)

@@ -133,7 +133,7 @@ func (c *recordColumns) fill(rec *Record) error {
 // with what to do when the database says the table is not there or not
 // idem's.
 func (s *Store) inspectError(what string, err error) error {
-	if advice := s.schemaAdvice(err); advice != "" {
+	if advice := s.advice(err, ""); advice != "" {
 		return fmt.Errorf("idem: %s of %s: %w; %s", what, s.table, err, advice)
 	}
 	return fmt.Errorf("idem: %s of %s: %w", what, s.table, err)

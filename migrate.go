@@ -29,13 +29,13 @@ func (s *Store) migrate(ctx context.Context, c driver.Conn) error {
 	v, err := s.schemaVersion(ctx, c)
 	if err != nil {
 		return fmt.Errorf("idem: migrate table %s: read its schema version: %w; %s", s.table, err,
-			s.migrateAdvice(err, "check that the database user may read the catalog, then run Migrate again (it is safe to repeat)"))
+			s.advice(err, "check that the database user may read the catalog, then run Migrate again (it is safe to repeat)"))
 	}
 	if v > 0 {
 		noRows := func(func(...any) error) error { return nil }
 		if err := c.QueryRows(ctx, s.st.columns(), noRows); err != nil {
 			return fmt.Errorf("idem: migrate table %s: read its columns: %w; %s; Migrate changed nothing", s.table, err,
-				s.migrateAdvice(err, "check that the database user may read the table, then run Migrate again (it is safe to repeat)"))
+				s.advice(err, "check that the database user may read the table, then run Migrate again (it is safe to repeat)"))
 		}
 	}
 	for v < len(steps) {
@@ -47,25 +47,11 @@ func (s *Store) migrate(ctx context.Context, c driver.Conn) error {
 		now, verr := s.schemaVersion(ctx, c)
 		if verr != nil || now <= v {
 			return fmt.Errorf("idem: migrate table %s from schema version %d to %d: %w; %s", s.table, v, v+1, err,
-				s.migrateAdvice(err, "check that the database user may create and alter tables and indexes, then run Migrate again (it is safe to repeat)"))
+				s.advice(err, "check that the database user may create and alter tables and indexes, then run Migrate again (it is safe to repeat)"))
 		}
 		v = now
 	}
 	return nil
-}
-
-// migrateAdvice says what to do after a statement of Migrate failed with
-// err: about the table or its schema when the dialect reads err as such,
-// the fix a dialect names for it (fixFor: a pooler that lost the driver's
-// prepared statements), else otherwise.
-func (s *Store) migrateAdvice(err error, otherwise string) string {
-	if advice := s.schemaAdvice(err); advice != "" {
-		return advice
-	}
-	if fix := fixFor(err); fix != "" {
-		return fix + ", then run Migrate again (it is safe to repeat)"
-	}
-	return otherwise
 }
 
 // migrateStep runs the statements of one migration in order.

@@ -47,7 +47,7 @@ func (s *Store) purge(ctx context.Context, inTx driver.TxRunner, batch int) (int
 		n, err := s.deleteBatch(ctx, inTx, batch)
 		if err != nil {
 			return total, &opError{fmt.Sprintf("purge %s stopped after deleting %d records", s.table, total), err,
-				s.purgeAdvice(err, "the deleted ones stay deleted, run Purge again")}
+				s.advice(err, "the deleted ones stay deleted, run Purge again")}
 		}
 		total += n
 		if n < int64(batch) {
@@ -75,19 +75,9 @@ func (s *Store) purgeBatch(ctx context.Context, inTx driver.TxRunner, limit int)
 	}
 	n, err := s.deleteBatch(ctx, inTx, limit)
 	if err != nil {
-		return n, &opError{"purge " + s.table, err, s.purgeAdvice(err, "nothing of this batch was deleted, run it again")}
+		return n, &opError{"purge " + s.table, err, s.advice(err, "nothing of this batch was deleted, run it again")}
 	}
 	return n, nil
-}
-
-// purgeAdvice says what to do after a purge batch failed with err: about
-// the table when the dialect reads err as an error about it (running the
-// batch again would fail again), else otherwise.
-func (s *Store) purgeAdvice(err error, otherwise string) string {
-	if advice := s.schemaAdvice(err); advice != "" {
-		return advice
-	}
-	return otherwise
 }
 
 // deleteBatch deletes one batch in a transaction of the dialect's purge
