@@ -94,7 +94,7 @@ func (c *Claim) Extend(ctx context.Context, db DBTX, d time.Duration) error {
 	if err := c.check(db, "Extend"); err != nil {
 		return err
 	}
-	return c.extend(ctx, sqlConn{db, c.s.dialect}, d)
+	return c.extend(ctx, newSQLConn(db, c.s.dialect), d)
 }
 
 func (c *Claim) extend(ctx context.Context, db driver.Conn, d time.Duration) (err error) {
@@ -122,7 +122,7 @@ func (c *Claim) Complete(ctx context.Context, tx DBTX, resp Response) error {
 	if err != nil {
 		return err
 	}
-	return c.complete(ctx, sqlConn{tx, c.s.dialect}, resp)
+	return c.complete(ctx, newSQLConn(tx, c.s.dialect), resp)
 }
 
 func (c *Claim) complete(ctx context.Context, tx driver.Conn, resp Response) (err error) {
@@ -146,7 +146,7 @@ func (c *Claim) Release(ctx context.Context, db DBTX) error {
 	if err := c.check(db, "Release"); err != nil {
 		return err
 	}
-	return c.release(ctx, sqlConn{db, c.s.dialect})
+	return c.release(ctx, newSQLConn(db, c.s.dialect))
 }
 
 func (c *Claim) release(ctx context.Context, db driver.Conn) (err error) {

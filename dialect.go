@@ -48,10 +48,12 @@ type Dialect interface {
 	// reports that fn failed because a wait ran out; c is then usable,
 	// with nothing fn did in it.
 	boundLockWait(ctx context.Context, c driver.Conn, d time.Duration, fn func() error) (timedOut bool, err error)
-	// inline returns q as the driver behind db should be sent it: with its
-	// arguments written into its text where that saves the driver a round
-	// trip (MySQL; PostgreSQL through lib/pq), else unchanged.
-	inline(db driver.ExecQuerier, q query) query
+	// literals returns the function that writes a statement's arguments
+	// into its text, for the statements idem sends through db, where the
+	// driver behind db then sends each in fewer round trips (MySQL;
+	// PostgreSQL through lib/pq); nil where they go with parameters. It
+	// is asked once per handle, not per statement.
+	literals(db driver.ExecQuerier) func(q query) query
 	// schemaFault reads an error of the database as one about the table a
 	// statement named (it does not exist, its columns are not those of
 	// idem's table, its schema does not exist), or noSchemaFault.

@@ -374,12 +374,15 @@ func (mysqlDialect) retryable(err error) bool {
 // wait for the claim.
 func (mysqlDialect) checkSession(context.Context, driver.Conn) error { return nil }
 
-// maxInline bounds the text of a statement whose arguments inline writes
+// maxInline bounds the text of a statement whose arguments literals writes
 // into it; a statement with larger arguments (a big response body) is sent
 // with parameters, whose size only max_allowed_packet limits.
 const maxInline = 64 << 10
 
-// inline writes the arguments into the query as literals: strings and
+// literals: every statement, whatever the handle, goes as text.
+func (mysqlDialect) literals(driver.ExecQuerier) func(query) query { return myLiterals }
+
+// myLiterals writes the arguments into the query as literals: strings and
 // byte slices as hexadecimal literals (X'6869'), which mean the same bytes
 // whatever the connection's character set or sql_mode, a nil byte slice as
 // NULL, integers in decimal. go-sql-driver/mysql then sends the statement
@@ -388,7 +391,7 @@ const maxInline = 64 << 10
 // frees), unless the DSN sets interpolateParams. The query's only "?" are
 // its placeholders: idem's SQL holds no string literal or identifier with
 // one.
-func (mysqlDialect) inline(_ driver.ExecQuerier, q query) query {
+func myLiterals(q query) query {
 	size := len(q.SQL)
 	for _, a := range q.Args {
 		switch v := a.(type) {

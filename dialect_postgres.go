@@ -332,8 +332,9 @@ func (postgresDialect) boundLockWait(ctx context.Context, c driver.Conn, d time.
 	return false, err
 }
 
-// inline writes the arguments into q as literals when db runs on lib/pq,
-// and leaves q as it is on any other driver. lib/pq sends a statement
+// literals writes the arguments into a statement as literals when db
+// runs on lib/pq (pgLiterals), and leaves them parameters on any other
+// driver (nil). lib/pq sends a statement
 // with arguments in two round trips (Parse and Describe, then Bind and
 // Execute: the server parses it for the first and plans it for the
 // second), unless the DSN sets binary_parameters, and a statement without
@@ -354,16 +355,20 @@ func (postgresDialect) boundLockWait(ctx context.Context, c driver.Conn, d time.
 // argument of another type, or a statement whose text would pass
 // maxInline. The query's only "$" are its
 // placeholders: idem's SQL holds no string literal or identifier with one.
-func (postgresDialect) inline(db driver.ExecQuerier, q query) query {
-	if len(q.Args) == 0 || !onLibPQ(db) {
-		return q
+func (postgresDialect) literals(db driver.ExecQuerier) func(query) query {
+	if !onLibPQ(db) {
+		return nil
 	}
-	return pgLiterals(q)
+	return pgLiterals
 }
 
 // pgLiterals is q with its arguments written into its text as literals,
-// or q as it is when one of them cannot be (see inline).
+// or q as it is when there are none or one of them cannot be (see
+// literals).
 func pgLiterals(q query) query {
+	if len(q.Args) == 0 {
+		return q
+	}
 	size := len(q.SQL)
 	for _, a := range q.Args {
 		switch v := a.(type) {
@@ -417,7 +422,8 @@ func printableASCII(v string) bool {
 	return true
 }
 
-// writePgLiteral writes the literal of a, one of the types inline writes.
+// writePgLiteral writes the literal of a, one of the types pgLiterals
+// writes.
 func writePgLiteral(b *strings.Builder, a any) {
 	switch v := a.(type) {
 	case string:

@@ -260,7 +260,7 @@ func (sqliteDialect) boundLockWait(context.Context, driver.Conn, time.Duration, 
 	return false, errors.New("idem: WithLockTimeout is not supported by the sqlite dialect")
 }
 
-func (sqliteDialect) inline(_ driver.ExecQuerier, q query) query { return q }
+func (sqliteDialect) literals(driver.ExecQuerier) func(query) query { return nil }
 
 // checkSession runs nothing: SQLite has one writer at a time.
 func (sqliteDialect) checkSession(context.Context, driver.Conn) error { return nil }

@@ -136,7 +136,7 @@ func (s *Store) Migrate(ctx context.Context, db DBTX) error {
 	if db == nil {
 		return errors.New("idem: Migrate needs a database handle, got nil")
 	}
-	return s.migrate(ctx, sqlConn{db, s.dialect})
+	return s.migrate(ctx, newSQLConn(db, s.dialect))
 }
 
 // Do runs fn at most once per (Scope, Key) among all transactions that
@@ -163,7 +163,7 @@ func (s *Store) Do(ctx context.Context, tx DBTX, req Request, fn func(ctx contex
 	if err != nil {
 		return Result{}, err
 	}
-	return s.do(ctx, sqlConn{tx, s.dialect}, req, fn)
+	return s.do(ctx, newSQLConn(tx, s.dialect), req, fn)
 }
 
 // do is Do in the transaction c, whatever its driver.

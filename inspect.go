@@ -38,7 +38,7 @@ func (s *Store) Inspect(ctx context.Context, db DBTX, scope, key string) (*Recor
 	if db == nil {
 		return nil, errors.New("idem: Inspect needs a database handle, got nil")
 	}
-	return s.inspect(ctx, sqlConn{db, s.dialect}, scope, key)
+	return s.inspect(ctx, newSQLConn(db, s.dialect), scope, key)
 }
 
 func (s *Store) inspect(ctx context.Context, c driver.Conn, scope, key string) (*Record, error) {
@@ -70,7 +70,7 @@ func (s *Store) InspectKey(ctx context.Context, db DBTX, key string, limit int) 
 	if db == nil {
 		return nil, errors.New("idem: InspectKey needs a database handle, got nil")
 	}
-	return s.inspectKey(ctx, sqlConn{db, s.dialect}, key, limit)
+	return s.inspectKey(ctx, newSQLConn(db, s.dialect), key, limit)
 }
 
 func (s *Store) inspectKey(ctx context.Context, c driver.Conn, key string, limit int) ([]Record, error) {
@@ -166,7 +166,7 @@ func (s *Store) Stats(ctx context.Context, db DBTX) (Stats, error) {
 	if db == nil {
 		return Stats{}, errors.New("idem: Stats needs a database handle, got nil")
 	}
-	return s.stats(ctx, sqlConn{db, s.dialect})
+	return s.stats(ctx, newSQLConn(db, s.dialect))
 }
 
 func (s *Store) stats(ctx context.Context, c driver.Conn) (Stats, error) {

@@ -22,10 +22,10 @@ func init() { driver.Engine = native{} }
 // not, so they are no part of package idem's API.
 type native struct{}
 
-func (native) SQL(s *Store, db driver.ExecQuerier) driver.Conn { return sqlConn{db, s.dialect} }
+func (native) SQL(s *Store, db driver.ExecQuerier) driver.Conn { return newSQLConn(db, s.dialect) }
 
 func (native) ClaimSQL(c *Claim, db driver.ExecQuerier) driver.Conn {
-	return sqlConn{db, c.s.dialect}
+	return newSQLConn(db, c.s.dialect)
 }
 
 func (native) Do(ctx context.Context, s *Store, tx driver.Conn, req Request, fn func(ctx context.Context) (Response, error)) (Result, error) {

@@ -12,13 +12,25 @@ type query = driver.Query
 
 // sqlConn is database/sql's [driver.Conn]: it runs the engine's statements
 // through a DBTX, or a handle with only its ExecContext and QueryContext
-// (ent's Tx, through contrib/idement), each as its dialect has it sent
-// (inline). A native driver's package adapts its own handles to
-// driver.Conn the same way (idempgx), and reaches the engine through
-// native.go.
+// (ent's Tx, through contrib/idement), each as its dialect has it sent:
+// with its arguments as literals where lit says so. A native driver's
+// package adapts its own handles to driver.Conn the same way (idempgx),
+// and reaches the engine through native.go.
 type sqlConn struct {
-	db driver.ExecQuerier
-	d  Dialect
+	db  driver.ExecQuerier
+	lit func(query) query // the dialect's literals for db; nil: parameters
+}
+
+// newSQLConn is the sqlConn of db for dialect d, which is asked once how
+// db's driver should be sent statements.
+func newSQLConn(db driver.ExecQuerier, d Dialect) sqlConn { return sqlConn{db, d.literals(db)} }
+
+// sent is q as the driver should be sent it.
+func (c sqlConn) sent(q query) query {
+	if c.lit == nil {
+		return q
+	}
+	return c.lit(q)
 }
 
 // rowQuerier is what a DBTX has beside a driver.ExecQuerier.
@@ -29,7 +41,7 @@ type rowQuerier interface {
 var _ driver.Conn = sqlConn{}
 
 func (c sqlConn) Exec(ctx context.Context, q query) (int64, error) {
-	q = c.d.inline(c.db, q)
+	q = c.sent(q)
 	res, err := c.db.ExecContext(ctx, q.SQL, q.Args...)
 	if err != nil {
 		return 0, err
@@ -38,7 +50,7 @@ func (c sqlConn) Exec(ctx context.Context, q query) (int64, error) {
 }
 
 func (c sqlConn) QueryRow(ctx context.Context, q query, dest ...any) error {
-	q = c.d.inline(c.db, q)
+	q = c.sent(q)
 	if r, ok := c.db.(rowQuerier); ok {
 		return r.QueryRowContext(ctx, q.SQL, q.Args...).Scan(dest...)
 	}
@@ -60,7 +72,7 @@ func (c sqlConn) QueryRow(ctx context.Context, q query, dest ...any) error {
 }
 
 func (c sqlConn) QueryRows(ctx context.Context, q query, each func(scan func(dest ...any) error) error) error {
-	q = c.d.inline(c.db, q)
+	q = c.sent(q)
 	rows, err := c.db.QueryContext(ctx, q.SQL, q.Args...)
 	if err != nil {
 		return err
@@ -74,7 +86,7 @@ func (c sqlConn) QueryRows(ctx context.Context, q query, each func(scan func(des
 func sqlTx(db *sql.DB, d Dialect) driver.TxRunner {
 	return func(ctx context.Context, iso sql.IsolationLevel, fn func(c driver.Conn) error) error {
 		return RunTx(ctx, db, &sql.TxOptions{Isolation: iso}, func(tx *sql.Tx) error {
-			return fn(sqlConn{tx, d})
+			return fn(newSQLConn(tx, d))
 		})
 	}
 }
