@@ -133,15 +133,9 @@ func RunTx(ctx context.Context, db *sql.DB, opts *sql.TxOptions, fn func(tx *sql
 	}
 	return Retry(ctx, func() error {
 		tx, err := db.BeginTx(ctx, opts)
-		return driver.Attempt(ctx, sqlEnder{tx}, err, func(e sqlEnder) error { return fn(e.Tx) })
+		return driver.Attempt(ctx, driver.NoContext[*sql.Tx]{Tx: tx}, err, func(e driver.NoContext[*sql.Tx]) error { return fn(e.Tx) })
 	})
 }
-
-// sqlEnder is a *sql.Tx as a driver.Ender.
-type sqlEnder struct{ *sql.Tx }
-
-func (e sqlEnder) Commit(context.Context) error   { return e.Tx.Commit() }
-func (e sqlEnder) Rollback(context.Context) error { return e.Tx.Rollback() }
 
 // Retry is RunTx's retry loop around any function that runs one whole
 // transaction, such as an ORM's transaction helper:

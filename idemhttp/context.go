@@ -37,7 +37,7 @@ func TxFrom(ctx context.Context) *sql.Tx {
 	if tx == nil {
 		return nil
 	}
-	return tx.(sqlTx).tx
+	return tx.(sqlTx).Tx
 }
 
 // RequestFrom returns the [idem.Request] (scope, key, operation,

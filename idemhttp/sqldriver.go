@@ -5,6 +5,7 @@ import (
 	"database/sql"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/driver"
 	"github.com/idemkit/idem/internal/httpdriver"
 )
 
@@ -17,11 +18,11 @@ type sqlDriver struct {
 }
 
 func (d *sqlDriver) RunTx(ctx context.Context, fn func(tx httpdriver.Tx) error) error {
-	return idem.RunTx(ctx, d.db, d.opts, func(tx *sql.Tx) error { return fn(sqlTx{tx}) })
+	return idem.RunTx(ctx, d.db, d.opts, func(tx *sql.Tx) error { return fn(sqlTx{Tx: tx}) })
 }
 
 func (d *sqlDriver) Do(ctx context.Context, tx httpdriver.Tx, req idem.Request, fn func(ctx context.Context) (idem.Response, error)) (idem.Result, error) {
-	return d.store.Do(ctx, tx.(sqlTx).tx, req, fn)
+	return d.store.Do(ctx, tx.(sqlTx).Tx, req, fn)
 }
 
 func (d *sqlDriver) Begin(ctx context.Context, req idem.Request) (httpdriver.Claim, *idem.Result, error) {
@@ -37,14 +38,11 @@ func (d *sqlDriver) BeginTx(ctx context.Context) (httpdriver.Tx, error) {
 	if err != nil {
 		return nil, err
 	}
-	return sqlTx{tx}, nil
+	return sqlTx{Tx: tx}, nil
 }
 
 // sqlTx is a *sql.Tx; it ends on the context it began with.
-type sqlTx struct{ tx *sql.Tx }
-
-func (t sqlTx) Commit(context.Context) error   { return t.tx.Commit() }
-func (t sqlTx) Rollback(context.Context) error { return t.tx.Rollback() }
+type sqlTx = driver.NoContext[*sql.Tx]
 
 // sqlClaim is an *idem.Claim, released on the pool it was begun on.
 type sqlClaim struct {
@@ -53,7 +51,7 @@ type sqlClaim struct {
 }
 
 func (c *sqlClaim) Complete(ctx context.Context, tx httpdriver.Tx, resp idem.Response) error {
-	return c.c.Complete(ctx, tx.(sqlTx).tx, resp)
+	return c.c.Complete(ctx, tx.(sqlTx).Tx, resp)
 }
 
 func (c *sqlClaim) Release(ctx context.Context) error { return c.c.Release(ctx, c.db) }

@@ -76,14 +76,8 @@ func RunTx[T Tx](ctx context.Context, begin func(ctx context.Context, opts *sql.
 
 func runTxOnce[T Tx](ctx context.Context, begin func(context.Context, *sql.TxOptions) (T, error), opts *sql.TxOptions, fn func(tx T) error) error {
 	tx, err := begin(ctx, opts)
-	return driver.Attempt(ctx, entEnder[T]{tx}, err, func(e entEnder[T]) error { return fn(e.tx) })
+	return driver.Attempt(ctx, driver.NoContext[T]{Tx: tx}, err, func(e driver.NoContext[T]) error { return fn(e.Tx) })
 }
-
-// entEnder is ent's Tx as a driver.Ender.
-type entEnder[T Tx] struct{ tx T }
-
-func (e entEnder[T]) Commit(context.Context) error   { return e.tx.Commit() }
-func (e entEnder[T]) Rollback(context.Context) error { return e.tx.Rollback() }
 
 // isNil reports whether tx is nil, or a nil pointer in an interface.
 func isNil(tx Tx) bool {

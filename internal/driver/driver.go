@@ -69,12 +69,22 @@ type TxRunner func(ctx context.Context, iso sql.IsolationLevel, fn func(c Conn) 
 // idem.)
 var Engine any
 
-// Ender ends a transaction: a pgx.Tx is one, and package idem adapts a
-// *sql.Tx to it.
+// Ender ends a transaction: a pgx.Tx is one, and NoContext makes one of
+// a *sql.Tx or ent's Tx.
 type Ender interface {
 	Commit(ctx context.Context) error
 	Rollback(ctx context.Context) error
 }
+
+// NoContext is a transaction whose Commit and Rollback take no context
+// (*sql.Tx, ent's Tx) as an Ender.
+type NoContext[T interface {
+	Commit() error
+	Rollback() error
+}] struct{ Tx T }
+
+func (e NoContext[T]) Commit(context.Context) error   { return e.Tx.Commit() }
+func (e NoContext[T]) Rollback(context.Context) error { return e.Tx.Rollback() }
 
 // Attempt is one attempt of a transaction that the caller has begun (tx,
 // or beginErr when the begin failed): it runs fn in tx and commits it.
