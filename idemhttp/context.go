@@ -26,18 +26,11 @@ const requestKey ctxKey = iota
 // returns nil and begins nothing: the handler's pgx.Tx is
 // idempgx.TxFrom's.
 func TxFrom(ctx context.Context) *sql.Tx {
-	h := httpdriver.HolderFrom(ctx)
-	if h == nil {
+	tx, ok := httpdriver.TxFrom[*sqlDriver, sqlTx](ctx)
+	if !ok {
 		return nil
 	}
-	if _, ok := h.Driver().(*sqlDriver); !ok {
-		return nil
-	}
-	tx, _ := h.Tx()
-	if tx == nil {
-		return nil
-	}
-	return tx.(sqlTx).Tx
+	return tx.Tx
 }
 
 // RequestFrom returns the [idem.Request] (scope, key, operation,

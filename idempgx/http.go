@@ -57,18 +57,8 @@ func Middleware(pool *pgxpool.Pool, opts pgx.TxOptions, cfg idemhttp.Config) (*i
 // begin, and the middleware then rolls back and answers 500 in place of
 // any 2xx, 3xx or 4xx the handler writes.
 func TxFrom(ctx context.Context) pgx.Tx {
-	h := httpdriver.HolderFrom(ctx)
-	if h == nil {
-		return nil
-	}
-	if _, ok := h.Driver().(*httpDriver); !ok {
-		return nil
-	}
-	tx, _ := h.Tx()
-	if tx == nil {
-		return nil
-	}
-	return tx.(httpTx).tx
+	tx, _ := httpdriver.TxFrom[*httpDriver, pgx.Tx](ctx)
+	return tx
 }
 
 // ClaimFrom returns the claim the middleware of [Middleware] holds for the
@@ -92,11 +82,11 @@ type httpDriver struct {
 }
 
 func (d *httpDriver) RunTx(ctx context.Context, fn func(tx httpdriver.Tx) error) error {
-	return RunTx(ctx, d.pool, d.opts, func(tx pgx.Tx) error { return fn(httpTx{tx}) })
+	return RunTx(ctx, d.pool, d.opts, func(tx pgx.Tx) error { return fn(tx) })
 }
 
 func (d *httpDriver) Do(ctx context.Context, tx httpdriver.Tx, req idem.Request, fn func(ctx context.Context) (idem.Response, error)) (idem.Result, error) {
-	return d.store.Do(ctx, tx.(httpTx).tx, req, fn)
+	return d.store.Do(ctx, tx.(pgx.Tx), req, fn)
 }
 
 func (d *httpDriver) Begin(ctx context.Context, req idem.Request) (httpdriver.Claim, *idem.Result, error) {
@@ -112,14 +102,8 @@ func (d *httpDriver) BeginTx(ctx context.Context) (httpdriver.Tx, error) {
 	if err != nil {
 		return nil, err
 	}
-	return httpTx{tx}, nil
+	return tx, nil
 }
-
-// httpTx is a pgx.Tx of the middleware's.
-type httpTx struct{ tx pgx.Tx }
-
-func (t httpTx) Commit(ctx context.Context) error   { return t.tx.Commit(ctx) }
-func (t httpTx) Rollback(ctx context.Context) error { return t.tx.Rollback(ctx) }
 
 // httpClaim is a claim of the middleware's, released on its pool.
 type httpClaim struct {
@@ -128,7 +112,7 @@ type httpClaim struct {
 }
 
 func (c *httpClaim) Complete(ctx context.Context, tx httpdriver.Tx, resp idem.Response) error {
-	return c.c.Complete(ctx, tx.(httpTx).tx, resp)
+	return c.c.Complete(ctx, tx.(pgx.Tx), resp)
 }
 
 func (c *httpClaim) Release(ctx context.Context) error { return c.c.Release(ctx, c.pool) }

@@ -74,10 +74,6 @@ func Open(d Driver, tx Tx) *Holder { return &Holder{driver: d, tx: tx} }
 // call of Tx.
 func Lazy(d Driver, begin func() (Tx, error)) *Holder { return &Holder{driver: d, begin: begin} }
 
-// Driver is the Driver the transaction is of: a package's TxFrom returns
-// nil for a Holder of another package's driver, without beginning it.
-func (h *Holder) Driver() Driver { return h.driver }
-
 // Tx returns the transaction, beginning it on the first call of a Lazy
 // Holder, or why it could not begin (then the Tx is nil), or nil and nil
 // once Rollback kept it from beginning.
@@ -116,6 +112,24 @@ func WithHolder(ctx context.Context, h *Holder) context.Context {
 func HolderFrom(ctx context.Context) *Holder {
 	h, _ := ctx.Value(holderKey{}).(*Holder)
 	return h
+}
+
+// TxFrom is a driver package's TxFrom: the transaction of the Holder ctx
+// carries, begun now if it is lazy, as T, the transaction type of the
+// driver D. ok is false outside the middleware, behind the middleware of
+// another driver (whose transaction it does not begin), and when the
+// transaction could not begin.
+func TxFrom[D Driver, T Tx](ctx context.Context) (tx T, ok bool) {
+	h := HolderFrom(ctx)
+	if h == nil {
+		return tx, false
+	}
+	if _, mine := h.driver.(D); !mine {
+		return tx, false
+	}
+	t, _ := h.Tx()
+	tx, ok = t.(T)
+	return tx, ok
 }
 
 // WithClaim returns ctx carrying c, for the handler's ClaimFrom.
