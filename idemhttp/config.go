@@ -13,6 +13,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/httpdriver"
+	"github.com/idemkit/idem/internal/keygate"
 )
 
 const (
@@ -159,7 +160,9 @@ func newMiddleware(cfg Config, d httpdriver.Driver) (*Middleware, error) {
 	if cfg.MaxBody == 0 {
 		cfg.MaxBody = DefaultMaxBody
 	}
-	if err := timeouts(&cfg); err != nil {
+	var err error
+	cfg.Timeout, cfg.RetryAfter, err = keygate.Bounds("idemhttp", cfg.Store, cfg.Mode == ModeClaim, cfg.Timeout, cfg.RetryAfter, DefaultTimeout, DefaultRetryAfter)
+	if err != nil {
 		return nil, err
 	}
 	if cfg.Methods == nil {
@@ -183,26 +186,6 @@ func newMiddleware(cfg Config, d httpdriver.Driver) (*Middleware, error) {
 		m.replayable[c] = true
 	}
 	return m, nil
-}
-
-// timeouts checks and defaults Timeout and RetryAfter.
-func timeouts(cfg *Config) error {
-	if cfg.Timeout < 0 || cfg.RetryAfter < 0 {
-		return fmt.Errorf("idemhttp: Timeout and RetryAfter must not be negative, got %v and %v", cfg.Timeout, cfg.RetryAfter)
-	}
-	if cfg.RetryAfter == 0 {
-		cfg.RetryAfter = DefaultRetryAfter
-	}
-	lease := cfg.Store.Lease()
-	switch {
-	case cfg.Timeout == 0 && cfg.Mode == ModeClaim:
-		cfg.Timeout = min(DefaultTimeout, lease)
-	case cfg.Timeout == 0:
-		cfg.Timeout = DefaultTimeout
-	case cfg.Mode == ModeClaim && cfg.Timeout > lease:
-		return fmt.Errorf("idemhttp: Timeout %v exceeds the Store's lease %v: in ModeClaim a retry may take over a claim whose handler is still running; lower Timeout or raise the lease (idem.WithLease)", cfg.Timeout, lease)
-	}
-	return nil
 }
 
 func defaultOperation(r *http.Request) string {

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/keygate"
 )
 
 const (
@@ -142,7 +143,9 @@ func New(cfg Config) (*Interceptor, error) {
 	if cfg.KeyField != "" && !protoreflect.Name(cfg.KeyField).IsValid() {
 		return nil, fmt.Errorf("idemgrpc: KeyField %q is not a protobuf field name (letters, digits and underscores, e.g. request_id)", cfg.KeyField)
 	}
-	if err := timeouts(&cfg); err != nil {
+	var err error
+	cfg.Timeout, cfg.RetryAfter, err = keygate.Bounds("idemgrpc", cfg.Store, cfg.Mode == ModeClaim, cfg.Timeout, cfg.RetryAfter, DefaultTimeout, DefaultRetryAfter)
+	if err != nil {
 		return nil, err
 	}
 	if cfg.Logger == nil {
@@ -179,26 +182,6 @@ func checkMetadataKey(k string) error {
 	}
 	if strings.HasPrefix(k, "grpc-") {
 		return fmt.Errorf("metadata key %q is gRPC's own: it is never stored or replayed", k)
-	}
-	return nil
-}
-
-// timeouts checks and defaults Timeout and RetryAfter.
-func timeouts(cfg *Config) error {
-	if cfg.Timeout < 0 || cfg.RetryAfter < 0 {
-		return fmt.Errorf("idemgrpc: Timeout and RetryAfter must not be negative, got %v and %v", cfg.Timeout, cfg.RetryAfter)
-	}
-	if cfg.RetryAfter == 0 {
-		cfg.RetryAfter = DefaultRetryAfter
-	}
-	lease := cfg.Store.Lease()
-	switch {
-	case cfg.Timeout == 0 && cfg.Mode == ModeClaim:
-		cfg.Timeout = min(DefaultTimeout, lease)
-	case cfg.Timeout == 0:
-		cfg.Timeout = DefaultTimeout
-	case cfg.Mode == ModeClaim && cfg.Timeout > lease:
-		return fmt.Errorf("idemgrpc: Timeout %v exceeds the Store's lease %v: in ModeClaim a retry may take over a claim whose handler is still running; lower Timeout or raise the lease (idem.WithLease)", cfg.Timeout, lease)
 	}
 	return nil
 }

@@ -1,5 +1,6 @@
-// Package keygate is the in-memory wait of duplicates that arrive at one
-// process, shared by idemhttp's middleware and idemgrpc's interceptor: one
+// Package keygate is what idemhttp's middleware and idemgrpc's interceptor
+// share as layers that hold keys: the bounds of their work (Bounds), and
+// the in-memory wait of duplicates that arrive at one process: one
 // request per (scope, key) at a time goes through to the database, and
 // the others wait here, holding no pooled connection, instead of each
 // waiting on the first one's row lock. They wait as long as a duplicate
@@ -10,11 +11,39 @@ package keygate
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
 	"github.com/idemkit/idem"
 )
+
+// Bounds checks and defaults the bounds a layer that holds keys gives its
+// work (timeout: how long work that holds a key may take, and a
+// duplicate wait without a lock timeout) and its Retry-After (retryAfter),
+// as idemhttp's and idemgrpc's Config have them; pkg names the layer in
+// its errors. Zero means the default: defaultTimeout, or in claim mode
+// the Store's lease when that is shorter, and defaultRetryAfter. In claim
+// mode the timeout must not exceed the lease, so that no retry takes over
+// a claim whose work may still be running.
+func Bounds(pkg string, s *idem.Store, claim bool, timeout, retryAfter, defaultTimeout, defaultRetryAfter time.Duration) (time.Duration, time.Duration, error) {
+	if timeout < 0 || retryAfter < 0 {
+		return 0, 0, fmt.Errorf("%s: Timeout and RetryAfter must not be negative, got %v and %v", pkg, timeout, retryAfter)
+	}
+	if retryAfter == 0 {
+		retryAfter = defaultRetryAfter
+	}
+	lease := s.Lease()
+	switch {
+	case timeout == 0 && claim:
+		timeout = min(defaultTimeout, lease)
+	case timeout == 0:
+		timeout = defaultTimeout
+	case claim && timeout > lease:
+		return 0, 0, fmt.Errorf("%s: Timeout %v exceeds the Store's lease %v: in ModeClaim a retry may take over a claim whose handler is still running; lower Timeout or raise the lease (idem.WithLease)", pkg, timeout, lease)
+	}
+	return timeout, retryAfter, nil
+}
 
 // Gate lets one request per (scope, key) at a time through. Its zero
 // value is ready; entries exist only while a request holds or waits for
