@@ -74,6 +74,9 @@ start() {
 	configure
 	local run=()
 	if [ "$(id -u)" = 0 ]; then
+		# The log is opened by this shell (nohup's output below) and by
+		# PgBouncer: made before the chown, it is the other user's too.
+		: >>"$DIR/pgbouncer.log"
 		chown -R "$RUN_AS" "$DIR"
 		run=(runuser -u "$RUN_AS" --)
 	fi
