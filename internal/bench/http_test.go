@@ -13,7 +13,7 @@ import (
 
 // TestRunHTTP runs every HTTP path briefly through both handlers and
 // checks the report's shape. With IDEM_BENCH set it runs the full
-// measurement at 8 workers (IDEM_BENCH_ROUNDS rounds, default 10) and
+// measurement at 8 workers, as RunHTTP's default (IDEM_BENCH_ROUNDS rounds, default 10) and
 // prints it: the numbers of `idem bench --http`.
 func TestRunHTTP(t *testing.T) {
 	for _, tg := range targets {
@@ -21,7 +21,7 @@ func TestRunHTTP(t *testing.T) {
 			cfg := HTTPConfig{DB: tg.open(t), Driver: tg.driver, Dialect: tg.dialect, Rounds: 2, Duration: 50 * time.Millisecond, Concurrency: []int{2}}
 			if os.Getenv("IDEM_BENCH") != "" {
 				rounds, _ := strconv.Atoi(os.Getenv("IDEM_BENCH_ROUNDS"))
-				cfg = HTTPConfig{DB: cfg.DB, Driver: tg.driver, Dialect: tg.dialect, Rounds: cmp.Or(rounds, 10)}
+				cfg = HTTPConfig{DB: cfg.DB, Driver: tg.driver, Dialect: tg.dialect, Rounds: cmp.Or(rounds, 10), Concurrency: []int{8}}
 			}
 			var out strings.Builder
 			rs, err := RunHTTP(context.Background(), cfg, &out)
