@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math"
+	"math/rand/v2"
 	"time"
 
 	"github.com/idemkit/idem/internal/driver"
@@ -111,7 +113,7 @@ func (s *Store) take(ctx context.Context, c driver.Conn, req Request, by caller)
 		}
 	}
 	for range maxContention {
-		ok, token, waited, err := s.claimRow(ctx, c, req, s.st.insert(req, lease), byInsert, by)
+		ok, token, waited, err := s.claimNew(ctx, c, req, lease, by)
 		if err != nil {
 			return nil, 0, s.stmtErr("claim", req, err)
 		}
@@ -159,6 +161,31 @@ func (s *Store) replayed(req Request, rec record) (*Result, int64, error) {
 	s.completed.add(req)
 	return &Result{Response: rec.resp, Replayed: true}, 0, nil
 }
+
+// claimNew claims req's key as a new record for by. Do's claim carries a
+// token of Do's own (ownToken), so its statement returns nothing and is
+// followed by no read; Begin's takes its token from the database clock,
+// which claimRow reads.
+func (s *Store) claimNew(ctx context.Context, c driver.Conn, req Request, lease int64, by caller) (ok bool, token int64, waited time.Duration, err error) {
+	if by == forBegin {
+		return s.claimRow(ctx, c, req, s.st.insert(req, lease), byInsert, by)
+	}
+	token = ownToken()
+	ok, err = s.dialect.inserted(c.Exec(ctx, s.st.insertOwn(req, token, lease)))
+	return ok, token, 0, err
+}
+
+// ownToken is the token of a new claim of Do's: a random negative number.
+// The token of a claim of Begin's is the database clock in microseconds
+// since the Unix epoch (positive), or grows from the token before it, and
+// orders its claims, because it leaves the process (Claim.Token, for the
+// provider's fencing). Do's claim never leaves the caller's transaction:
+// its token only has to differ from that of every other claim of the key,
+// so that its statements after fn, fenced on it, change nothing once the
+// claim is not this transaction's own. A takeover of its record later
+// grows the token from the clock (GREATEST(token + 1, now)), as from any
+// token before it.
+func ownToken() int64 { return -1 - rand.Int64N(math.MaxInt64) }
 
 // claimStatement is which statement claims a record.
 type claimStatement bool

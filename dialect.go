@@ -29,7 +29,7 @@ type Dialect interface {
 	// statements returns the statements for a validated, possibly
 	// schema-qualified table name.
 	statements(table []string) statements
-	// inserted reads the outcome of the insert statement, run with exec: n
+	// inserted reads the outcome of an insert statement, run with exec: n
 	// rows changed, or err. It is true when the row was inserted, false
 	// when the key already had one.
 	inserted(n int64, err error) (bool, error)
@@ -84,11 +84,15 @@ type statements interface {
 	// version reads whether the table exists (a boolean) and its comment,
 	// in which the migrations from version 2 on record the version.
 	version() query
-	// insert claims a new key as PROCESSING, or does nothing (or fails
-	// with a duplicate-key error that inserted recognises) when it exists.
-	// It waits for an open transaction that holds the key. What it
-	// returns, returns says.
+	// insert claims a new key as PROCESSING with a token from the
+	// database clock (Begin's claim), or does nothing (or fails with a
+	// duplicate-key error that inserted recognises) when it exists. It
+	// waits for an open transaction that holds the key. What it returns,
+	// returns says.
 	insert(r Request, lease int64) query
+	// insertOwn is insert with the claim's token given (Do's, ownToken)
+	// instead of one from the clock. It returns nothing.
+	insertOwn(r Request, token, lease int64) query
 	// takeover makes the record a new PROCESSING claim and grows its
 	// token, if the token is still the one read and the record may still
 	// be taken over (released, lease ended, or past retention) as the

@@ -49,6 +49,7 @@ func newMyStatements(parts []string, ddl []schema.Migration, insert, read, state
 		schemaName:     schemaName,
 		base:           base,
 		insertSQL:      r(insert),
+		insertOwnSQL:   r(myInsertOwn),
 		takeoverSQL:    r(myTakeover),
 		claimedSQL:     r(myClaimed),
 		readSQL:        r(read),
@@ -71,7 +72,7 @@ type myStatements struct {
 	steps      [][]string
 	schemaName any // nil: the connection's database
 	base       string
-	insertSQL, takeoverSQL, claimedSQL, readSQL, stateSQL, completeSQL,
+	insertSQL, insertOwnSQL, takeoverSQL, claimedSQL, readSQL, stateSQL, completeSQL,
 	extendSQL, releaseSQL, removeSQL, purgeWindowSQL, purgeSQL, inspectSQL, inspectKeySQL, columnsSQL, statsSQL string
 	insertReturnsToken bool // insertSQL returns the token (MariaDB)
 }
@@ -85,13 +86,21 @@ WHERE table_schema = COALESCE(?, DATABASE()) AND table_name = ?`, Args: []any{s.
 
 // A token is the clock in microseconds since the Unix epoch,
 // TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)), or
-// one more than the token before it.
+// one more than the token before it, but for a new claim of Do's, whose
+// token Do chose (insertOwn).
 const myInsert = `INSERT INTO idempotency_keys (scope, idem_key, operation, fingerprint, status, token, lease_until, created_at)
 VALUES (?, ?, ?, ?, 'processing', TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)),
   UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, UTC_TIMESTAMP(6))`
 
 func (s *myStatements) insert(r Request, lease int64) query {
 	return query{SQL: s.insertSQL, Args: []any{r.Scope, r.Key, r.Operation, r.Fingerprint, lease}}
+}
+
+const myInsertOwn = `INSERT INTO idempotency_keys (scope, idem_key, operation, fingerprint, status, token, lease_until, created_at)
+VALUES (?, ?, ?, ?, 'processing', ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, UTC_TIMESTAMP(6))`
+
+func (s *myStatements) insertOwn(r Request, token, lease int64) query {
+	return query{SQL: s.insertOwnSQL, Args: []any{r.Scope, r.Key, r.Operation, r.Fingerprint, token, lease}}
 }
 
 // MySQL evaluates SET from left to right; token is read before it is

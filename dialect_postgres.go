@@ -27,7 +27,8 @@ import (
 // Times come from statement_timestamp(): the database clock when the
 // statement arrived, the same for every use within one statement. A token
 // is that clock in microseconds since the Unix epoch, or one more than the
-// token before it.
+// token before it, but for a new claim of Do's, whose token Do chose
+// (insertOwn).
 var Postgres Dialect = postgresDialect{}
 
 type postgresDialect struct{}
@@ -42,6 +43,7 @@ func (postgresDialect) statements(parts []string) statements {
 		steps:          migrationStatements(schema.Postgres, quoted, base),
 		quoted:         quoted,
 		insertSQL:      r(pgInsert),
+		insertOwnSQL:   r(pgInsertOwn),
 		takeoverSQL:    r(pgTakeover),
 		readSQL:        r(pgRead),
 		stateSQL:       r(pgState),
@@ -62,7 +64,7 @@ func (postgresDialect) statements(parts []string) statements {
 type pgStatements struct {
 	steps  [][]string
 	quoted string
-	insertSQL, takeoverSQL, readSQL, stateSQL, completeSQL, extendSQL,
+	insertSQL, insertOwnSQL, takeoverSQL, readSQL, stateSQL, completeSQL, extendSQL,
 	releaseSQL, removeSQL, purgeWindowSQL, purgeSQL, inspectSQL, inspectKeySQL, columnsSQL, statsSQL string
 }
 
@@ -86,6 +88,14 @@ RETURNING token, ((extract(epoch FROM clock_timestamp()) - extract(epoch FROM cr
 
 func (s *pgStatements) insert(r Request, lease int64) query {
 	return query{SQL: s.insertSQL, Args: []any{r.Scope, r.Key, r.Operation, r.Fingerprint, lease}}
+}
+
+const pgInsertOwn = `INSERT INTO idempotency_keys (scope, idem_key, operation, fingerprint, status, token, lease_until, created_at)
+VALUES ($1, $2, $3, $4, 'processing', $5, statement_timestamp() + $6::bigint * interval '1 microsecond', statement_timestamp())
+ON CONFLICT (scope, idem_key) DO NOTHING`
+
+func (s *pgStatements) insertOwn(r Request, token, lease int64) query {
+	return query{SQL: s.insertOwnSQL, Args: []any{r.Scope, r.Key, r.Operation, r.Fingerprint, token, lease}}
 }
 
 // Under READ COMMITTED, an update that waited for another transaction

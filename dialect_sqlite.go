@@ -70,6 +70,7 @@ func (sqliteDialect) statements(parts []string) statements {
 		schemaName:     schemaName,
 		base:           base,
 		insertSQL:      r(sqInsert),
+		insertOwnSQL:   r(sqInsertOwn),
 		takeoverSQL:    r(sqTakeover),
 		readSQL:        r(sqRead),
 		stateSQL:       r(sqState),
@@ -90,7 +91,7 @@ func (sqliteDialect) statements(parts []string) statements {
 type sqStatements struct {
 	steps            [][]string
 	schemaName, base string
-	insertSQL, takeoverSQL, readSQL, stateSQL, completeSQL, extendSQL,
+	insertSQL, insertOwnSQL, takeoverSQL, readSQL, stateSQL, completeSQL, extendSQL,
 	releaseSQL, removeSQL, purgeWindowSQL, purgeSQL, inspectSQL, inspectKeySQL, columnsSQL, statsSQL string
 }
 
@@ -106,7 +107,8 @@ func (*sqStatements) returns(claimStatement) (token, lag bool) { return true, tr
 
 // sqNow is the database clock in microseconds since the Unix epoch. SQLite's
 // 'now' has millisecond resolution and is the same for every use within one
-// statement. A token is that clock, or one more than the token before it.
+// statement. A token is that clock, or one more than the token before it,
+// but for a new claim of Do's, whose token Do chose (insertOwn).
 const sqNow = "(CAST(ROUND(unixepoch('now', 'subsec') * 1000) AS INTEGER) * 1000)"
 
 // A claim statement never waits for another transaction that holds the
@@ -120,6 +122,14 @@ RETURNING token, 0`
 
 func (s *sqStatements) insert(r Request, lease int64) query {
 	return query{SQL: s.insertSQL, Args: []any{r.Scope, r.Key, r.Operation, r.Fingerprint, lease}}
+}
+
+const sqInsertOwn = `INSERT INTO idempotency_keys (scope, idem_key, operation, fingerprint, status, token, lease_until, created_at)
+VALUES (?, ?, ?, ?, 'processing', ?, ` + sqNow + ` + ?, ` + sqNow + `)
+ON CONFLICT (scope, idem_key) DO NOTHING`
+
+func (s *sqStatements) insertOwn(r Request, token, lease int64) query {
+	return query{SQL: s.insertOwnSQL, Args: []any{r.Scope, r.Key, r.Operation, r.Fingerprint, token, lease}}
 }
 
 // A writer holds the database's only write lock, so the WHERE reads the

@@ -25,6 +25,7 @@
 //	fingerprint       digest of the request payload
 //	status            'processing', 'completed' or 'released'
 //	token             fencing token: grows with every takeover, never repeats
+//	                  (a new claim of Do's: a random negative number)
 //	lease_until       end of a PROCESSING claim's lease (database clock, UTC)
 //	created_at        when the current claim was made (the purge's order)
 //	completed_at      when the response was stored

@@ -230,7 +230,7 @@ func TestOperate(t *testing.T) {
 			if err := json.Unmarshal([]byte(r.stdout), &rec); err != nil {
 				t.Fatalf("inspect --json: %v\n%s", err, r.stdout)
 			}
-			if rec.Status != "completed" || rec.Token <= 0 || rec.Response == nil || rec.Response.Status != 201 ||
+			if rec.Status != "completed" || rec.Token == 0 || rec.Response == nil || rec.Response.Status != 201 ||
 				rec.Response.Body == nil || *rec.Response.Body != `{"order":42}` || rec.AgeSeconds < 0 || rec.AgeSeconds > 60 {
 				t.Errorf("inspect --json: %s", r.stdout)
 			}

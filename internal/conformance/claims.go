@@ -502,7 +502,7 @@ func TestLockTimeout(t *testing.T) {
 			must(t, err)
 			must(t, tx.QueryRow(e.sessionProbe).Scan(&after))
 			must(t, tx.Commit())
-			want := e.freshStatements + extra
+			want := freshStatements + extra
 			if path == "replay" {
 				want = 1 + extra // s completed the key: it reads the record, no claim statement
 			}

@@ -94,11 +94,6 @@ type facts struct {
 
 	// What idem costs there.
 
-	// freshStatements is what Do runs on a fresh key: the claim and the
-	// response stored, and a read of the claim's token after the INSERT
-	// where the INSERT cannot return it (MySQL, TiDB; MariaDB's INSERT
-	// ... RETURNING can).
-	freshStatements int64
 	// settingsCheck is what Do and Begin run before the claim to check
 	// the transaction's settings: TiDB's one (its optimistic mode would
 	// let duplicates through).
@@ -205,7 +200,6 @@ var postgresFacts = facts{
 	release1:       release1Postgres,
 	upgraded:       []string{"autovacuum_vacuum_scale_factor=0.01", "fillfactor=90", "toast:autovacuum_vacuum_scale_factor=0.01", "comment:idem schema 2"},
 
-	freshStatements:       2,
 	lockTimeoutStatements: 4,
 	lockWaitUnit:          time.Millisecond,
 
@@ -247,7 +241,6 @@ var mysqlFacts = facts{
 	migrations:            schema.MySQL,
 	release1:              release1MySQL,
 	upgraded:              []string{"PRIMARY KEY (`created_at`,`scope`,`idem_key`)", "UNIQUE KEY `T_scope_key` (`scope`,`idem_key`)", "COMMENT='idem schema 2'"},
-	freshStatements:       3,
 	lockTimeoutStatements: 3,
 	lockWaitUnit:          time.Second,
 
@@ -256,14 +249,6 @@ var mysqlFacts = facts{
 	readLocks:       true,
 	pastWindowWaits: "SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE trx_state = 'LOCK WAIT' AND trx_query LIKE ?",
 }
-
-// mariadbFacts are MySQL's, but for the INSERT ... RETURNING that gives
-// the claim's token, so a fresh key costs no read of it.
-var mariadbFacts = func() facts {
-	f := mysqlFacts
-	f.freshStatements = 2
-	return f
-}()
 
 // tidbFacts are MySQL's (TiDB speaks its SQL), but for what is said
 // here.
@@ -316,8 +301,6 @@ var sqliteFacts = facts{
 	migrations:  schema.SQLite,
 	release1:    release1SQLite,
 	upgraded:    []string{"PRIMARY KEY (scope, idem_key)", "WITHOUT ROWID"},
-
-	freshStatements: 2,
 
 	snapshotRetryable: true,
 	snapshotBegin:     "BEGIN DEFERRED",

@@ -36,7 +36,7 @@ func TestRetryHint(t *testing.T) {
 				if res.Replayed || h.o.calls.Load() != 1 {
 					t.Fatalf("a new key, hinted: %+v, fn ran %d times; want one execution", res, h.o.calls.Load())
 				}
-				if want := e.settingsCheck + 1 + h.e.freshStatements + 1; n != want {
+				if want := e.settingsCheck + 1 + freshStatements + 1; n != want {
 					t.Errorf("a new key, hinted: %d statements, want %d (the read, the fresh path and fn's row)", n, want)
 				}
 				res, n, err = h.do(h.other(), fresh)

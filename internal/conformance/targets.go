@@ -100,7 +100,7 @@ var targets = []target{
 	{name: "postgres-pgx", dialect: idem.Postgres, driver: "pgx", server: testdb.Postgres, measure: true, cachesStatements: true, facts: &postgresFacts},
 	{name: "postgres-pgxnative", dialect: idem.Postgres, native: true, server: testdb.Postgres, measure: true, cachesStatements: true, facts: &postgresFacts},
 	{name: "mysql", dialect: idem.MySQL, driver: "mysql", server: testdb.MySQL, measure: true, facts: &mysqlFacts},
-	{name: "mariadb", dialect: idem.MariaDB, driver: "mysql", server: testdb.MariaDB, measure: true, facts: &mariadbFacts},
+	{name: "mariadb", dialect: idem.MariaDB, driver: "mysql", server: testdb.MariaDB, measure: true, facts: &mysqlFacts},
 	{name: "tidb", dialect: idem.TiDB, driver: "mysql", server: testdb.TiDB, measure: true, facts: &tidbFacts},
 	{name: "sqlite", dialect: idem.SQLite, driver: "sqlite", measure: true, facts: &sqliteFacts},
 	// Behind PgBouncer in transaction mode (scripts/pgbouncer.sh), in the
