@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"net/http"
 	"time"
 
 	"github.com/idemkit/idem/internal/driver"
@@ -86,10 +87,10 @@ const restampAfter = 10 * time.Millisecond
 // returns the stored result to replay. c is the caller's transaction in Do
 // and a short transaction of its own in Begin. A key the Store has served
 // lately (completed), or a request ctx says is a retry (WithRetryHint), is
-// read first, with the read that follows a claim that finds a record, and
-// replayed from it when it finds the key completed within retention, a
-// state no other request leaves until retention passes; anything else it
-// finds goes on to the claim as if it had not run. The insert waits on the
+// read first, by a read that finds only a record completed within
+// retention (readCompleted), a state no other request leaves until
+// retention passes, and replayed from it; when it finds none, the key goes
+// on to the claim as if it had not run. The insert waits on the
 // row lock of any other open transaction that holds the key, so of concurrent
 // requests exactly one proceeds; the others see its committed outcome. A
 // record that is forgotten, released or whose lease expired is taken over
@@ -104,11 +105,11 @@ const restampAfter = 10 * time.Millisecond
 func (s *Store) take(ctx context.Context, c driver.Conn, req Request, by caller) (replay *Result, token int64, err error) {
 	lease, start := micros(s.lease), startWatch()
 	if s.completed.has(req) || retryHinted(ctx) {
-		rec, found, err := s.read(ctx, c, req)
+		rec, found, err := s.readCompleted(ctx, c, req)
 		if err != nil {
 			return nil, 0, err
 		}
-		if found && !rec.forgotten && rec.status == StatusCompleted {
+		if found {
 			return s.replayed(req, rec)
 		}
 	}
@@ -263,12 +264,44 @@ func (s *Store) read(ctx context.Context, c driver.Conn, req Request) (rec recor
 	}
 	rec.leaseLeft = time.Duration(leaseLeft) * time.Microsecond
 	rec.resp.StatusCode = int(status.Int64)
-	if rec.resp.Header, err = decodeHeader(header); err != nil {
-		return record{}, false, &Error{Op: "read the record", Scope: req.Scope, Key: req.Key,
+	if rec.resp.Header, err = storedHeader(req, header); err != nil {
+		return record{}, false, err
+	}
+	return rec, true, nil
+}
+
+// readCompleted reads the record of (Scope, Key) when it is completed and
+// within retention, with what its replay needs; found is false for any
+// other record, and when there is none.
+func (s *Store) readCompleted(ctx context.Context, c driver.Conn, req Request) (rec record, found bool, err error) {
+	var (
+		status sql.NullInt64
+		header []byte
+	)
+	err = c.QueryRow(ctx, s.st.readCompleted(req, micros(s.retention)),
+		&rec.operation, &rec.fingerprint, &status, &header, &rec.resp.Body)
+	if errors.Is(err, sql.ErrNoRows) {
+		return record{}, false, nil
+	}
+	if err != nil {
+		return record{}, false, s.stmtErr("read the record", req, err)
+	}
+	rec.resp.StatusCode = int(status.Int64)
+	if rec.resp.Header, err = storedHeader(req, header); err != nil {
+		return record{}, false, err
+	}
+	return rec, true, nil
+}
+
+// storedHeader decodes the header of req's record as read.
+func storedHeader(req Request, header []byte) (http.Header, error) {
+	h, err := decodeHeader(header)
+	if err != nil {
+		return nil, &Error{Op: "read the record", Scope: req.Scope, Key: req.Key,
 			Err:  fmt.Errorf("%w (not written by idem?)", err),
 			Next: "delete the record by hand (docs/operations.md) or wait for it to pass retention"}
 	}
-	return rec, true, nil
+	return h, nil
 }
 
 // store stores resp as the final result of Do's claim, fenced on its

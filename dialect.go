@@ -113,6 +113,11 @@ type statements interface {
 	// header and body. It sees the latest committed row whatever the
 	// transaction's snapshot (on MySQL a locking read).
 	read(r Request, retention int64) query
+	// readCompleted is read of a record that is completed and within
+	// retention, and of what its replay needs: operation, fingerprint,
+	// response status, header and body. Any other record is no row. It
+	// sees and locks what read does.
+	readCompleted(r Request, retention int64) query
 	// state reads a record's status and token as last committed, to
 	// explain why a fenced statement changed nothing.
 	state(r Request) query

@@ -22,7 +22,7 @@ type mariadbDialect struct{ mysqlDialect }
 func (mariadbDialect) Name() string { return "mariadb" }
 
 func (mariadbDialect) statements(parts []string) statements {
-	s := newMyStatements(parts, schema.MySQL, mariadbInsert, myRead, myState)
+	s := newMyStatements(parts, schema.MySQL, mariadbInsert, myRead, myReadCompleted, myState)
 	s.insertReturnsToken = true
 	return s
 }

@@ -30,13 +30,13 @@ type mysqlDialect struct{}
 func (mysqlDialect) Name() string { return "mysql" }
 
 func (mysqlDialect) statements(parts []string) statements {
-	return newMyStatements(parts, schema.MySQL, myInsert, myRead, myState)
+	return newMyStatements(parts, schema.MySQL, myInsert, myRead, myReadCompleted, myState)
 }
 
 // newMyStatements renders the MySQL family's statements for a table, with
-// the migrations, the insert and the two locking reads (read and state) of
-// one database.
-func newMyStatements(parts []string, ddl []schema.Migration, insert, read, state string) *myStatements {
+// the migrations, the insert and the three locking reads (read,
+// readCompleted and state) of one database.
+func newMyStatements(parts []string, ddl []schema.Migration, insert, read, readCompleted, state string) *myStatements {
 	quoted := "`" + strings.Join(parts, "`.`") + "`"
 	base := parts[len(parts)-1]
 	r := func(sql string) string { return render(sql, quoted, base) }
@@ -53,6 +53,7 @@ func newMyStatements(parts []string, ddl []schema.Migration, insert, read, state
 		takeoverSQL:    r(myTakeover),
 		claimedSQL:     r(myClaimed),
 		readSQL:        r(read),
+		readDoneSQL:    r(readCompleted),
 		stateSQL:       r(state),
 		completeSQL:    r(myComplete),
 		extendSQL:      r(myExtend),
@@ -72,7 +73,7 @@ type myStatements struct {
 	steps      [][]string
 	schemaName any // nil: the connection's database
 	base       string
-	insertSQL, insertOwnSQL, takeoverSQL, claimedSQL, readSQL, stateSQL, completeSQL,
+	insertSQL, insertOwnSQL, takeoverSQL, claimedSQL, readSQL, readDoneSQL, stateSQL, completeSQL,
 	extendSQL, releaseSQL, removeSQL, purgeWindowSQL, purgeSQL, inspectSQL, inspectKeySQL, columnsSQL, statsSQL string
 	insertReturnsToken bool // insertSQL returns the token (MariaDB)
 }
@@ -148,6 +149,17 @@ const myRead = myReadRecord + ` LOCK IN SHARE MODE`
 
 func (s *myStatements) read(r Request, retention int64) query {
 	return query{SQL: s.readSQL, Args: []any{retention, r.Scope, r.Key}}
+}
+
+// myReadCompletedRecord is readCompleted without its locking clause.
+const myReadCompletedRecord = `SELECT operation, fingerprint, response_status, response_headers, response_body
+FROM idempotency_keys WHERE scope = ? AND idem_key = ?
+  AND status = 'completed' AND completed_at + INTERVAL ? MICROSECOND > UTC_TIMESTAMP(6)`
+
+const myReadCompleted = myReadCompletedRecord + ` LOCK IN SHARE MODE`
+
+func (s *myStatements) readCompleted(r Request, retention int64) query {
+	return query{SQL: s.readDoneSQL, Args: []any{r.Scope, r.Key, retention}}
 }
 
 const myStateRecord = `SELECT status, token FROM idempotency_keys WHERE scope = ? AND idem_key = ?`

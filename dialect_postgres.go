@@ -46,6 +46,7 @@ func (postgresDialect) statements(parts []string) statements {
 		insertOwnSQL:   r(pgInsertOwn),
 		takeoverSQL:    r(pgTakeover),
 		readSQL:        r(pgRead),
+		readDoneSQL:    r(pgReadCompleted),
 		stateSQL:       r(pgState),
 		completeSQL:    r(pgComplete),
 		extendSQL:      r(pgExtend),
@@ -64,7 +65,7 @@ func (postgresDialect) statements(parts []string) statements {
 type pgStatements struct {
 	steps  [][]string
 	quoted string
-	insertSQL, insertOwnSQL, takeoverSQL, readSQL, stateSQL, completeSQL, extendSQL,
+	insertSQL, insertOwnSQL, takeoverSQL, readSQL, readDoneSQL, stateSQL, completeSQL, extendSQL,
 	releaseSQL, removeSQL, purgeWindowSQL, purgeSQL, inspectSQL, inspectKeySQL, columnsSQL, statsSQL string
 }
 
@@ -125,6 +126,14 @@ FROM idempotency_keys WHERE scope = $2 AND idem_key = $3`
 
 func (s *pgStatements) read(r Request, retention int64) query {
 	return query{SQL: s.readSQL, Args: []any{retention, r.Scope, r.Key}}
+}
+
+const pgReadCompleted = `SELECT operation, fingerprint, response_status, response_headers, response_body
+FROM idempotency_keys WHERE scope = $1 AND idem_key = $2
+  AND status = 'completed' AND completed_at + $3::bigint * interval '1 microsecond' > statement_timestamp()`
+
+func (s *pgStatements) readCompleted(r Request, retention int64) query {
+	return query{SQL: s.readDoneSQL, Args: []any{r.Scope, r.Key, retention}}
 }
 
 const pgState = `SELECT status, token FROM idempotency_keys WHERE scope = $1 AND idem_key = $2`

@@ -73,6 +73,7 @@ func (sqliteDialect) statements(parts []string) statements {
 		insertOwnSQL:   r(sqInsertOwn),
 		takeoverSQL:    r(sqTakeover),
 		readSQL:        r(sqRead),
+		readDoneSQL:    r(sqReadCompleted),
 		stateSQL:       r(sqState),
 		completeSQL:    r(sqComplete),
 		extendSQL:      r(sqExtend),
@@ -91,7 +92,7 @@ func (sqliteDialect) statements(parts []string) statements {
 type sqStatements struct {
 	steps            [][]string
 	schemaName, base string
-	insertSQL, insertOwnSQL, takeoverSQL, readSQL, stateSQL, completeSQL, extendSQL,
+	insertSQL, insertOwnSQL, takeoverSQL, readSQL, readDoneSQL, stateSQL, completeSQL, extendSQL,
 	releaseSQL, removeSQL, purgeWindowSQL, purgeSQL, inspectSQL, inspectKeySQL, columnsSQL, statsSQL string
 }
 
@@ -158,6 +159,14 @@ FROM idempotency_keys WHERE scope = ? AND idem_key = ?`
 
 func (s *sqStatements) read(r Request, retention int64) query {
 	return query{SQL: s.readSQL, Args: []any{retention, r.Scope, r.Key}}
+}
+
+const sqReadCompleted = `SELECT operation, fingerprint, response_status, response_headers, response_body
+FROM idempotency_keys WHERE scope = ? AND idem_key = ?
+  AND status = 'completed' AND completed_at + ? > ` + sqNow
+
+func (s *sqStatements) readCompleted(r Request, retention int64) query {
+	return query{SQL: s.readDoneSQL, Args: []any{r.Scope, r.Key, retention}}
 }
 
 const sqState = `SELECT status, token FROM idempotency_keys WHERE scope = ? AND idem_key = ?`

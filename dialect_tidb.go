@@ -60,14 +60,15 @@ type tidbDialect struct{ mysqlDialect }
 func (tidbDialect) Name() string { return "tidb" }
 
 func (tidbDialect) statements(parts []string) statements {
-	return newMyStatements(parts, schema.TiDB, myInsert, tidbRead, tidbState)
+	return newMyStatements(parts, schema.TiDB, myInsert, tidbRead, tidbReadCompleted, tidbState)
 }
 
 // FOR UPDATE is a current read in a pessimistic transaction: it sees the
 // latest committed row whatever the transaction's snapshot.
 const (
-	tidbRead  = myReadRecord + ` FOR UPDATE`
-	tidbState = myStateRecord + ` FOR UPDATE`
+	tidbRead          = myReadRecord + ` FOR UPDATE`
+	tidbReadCompleted = myReadCompletedRecord + ` FOR UPDATE`
+	tidbState         = myStateRecord + ` FOR UPDATE`
 )
 
 // tidbSettings reads what checkSession decides on: the session's mode,
