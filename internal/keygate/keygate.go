@@ -67,28 +67,42 @@ type entry struct {
 // one, else timeout. Past that it returns what that duplicate gets, an
 // *idem.InFlightError whose RetryAfter is the lock timeout rounded up to
 // a second (retryAfter without one); when ctx ends first, ctx's error.
+// A request whose key nobody holds goes through at once, without a timer.
 func (g *Gate) Wait(ctx context.Context, s *idem.Store, req idem.Request, timeout, retryAfter time.Duration) (leave func(), err error) {
+	k := key{scope: req.Scope, key: req.Key}
+	e := g.join(k)
+	leave = func() {
+		<-e.token
+		g.unref(k, e)
+	}
+	select {
+	case e.token <- struct{}{}:
+		return leave, nil
+	default:
+	}
 	bound := timeout
 	if d, ok := s.LockTimeout(); ok {
 		bound, retryAfter = d, max((d+time.Second-1)/time.Second, 1)*time.Second
 	}
-	wctx, cancel := context.WithTimeout(ctx, bound)
-	defer cancel()
-	leave, err = g.enter(wctx, key{scope: req.Scope, key: req.Key})
-	switch {
-	case err == nil:
+	wait := time.NewTimer(bound)
+	defer wait.Stop()
+	select {
+	case e.token <- struct{}{}:
 		return leave, nil
-	case ctx.Err() != nil:
+	case <-ctx.Done():
+		g.unref(k, e)
 		return nil, ctx.Err()
+	case <-wait.C:
+		g.unref(k, e)
+		return nil, &idem.InFlightError{RetryAfter: retryAfter}
 	}
-	return nil, &idem.InFlightError{RetryAfter: retryAfter}
 }
 
-// enter waits until no other request with k is through, then lets this
-// one through and returns the leave function that lets the next one in.
-// It returns ctx's error if ctx ends first.
-func (g *Gate) enter(ctx context.Context, k key) (leave func(), err error) {
+// join counts a request with k as holding or waiting for k's entry, and
+// returns the entry.
+func (g *Gate) join(k key) *entry {
 	g.mu.Lock()
+	defer g.mu.Unlock()
 	if g.entries == nil {
 		g.entries = map[key]*entry{}
 	}
@@ -98,17 +112,7 @@ func (g *Gate) enter(ctx context.Context, k key) (leave func(), err error) {
 		g.entries[k] = e
 	}
 	e.refs++
-	g.mu.Unlock()
-	select {
-	case e.token <- struct{}{}:
-		return func() {
-			<-e.token
-			g.unref(k, e)
-		}, nil
-	case <-ctx.Done():
-		g.unref(k, e)
-		return nil, ctx.Err()
-	}
+	return e
 }
 
 func (g *Gate) unref(k key, e *entry) {

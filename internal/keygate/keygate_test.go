@@ -16,8 +16,15 @@ import (
 // wait; a waiter whose context ends leaves; keys do not wait for each
 // other; and the map is empty once nobody holds or waits.
 func TestGate(t *testing.T) {
+	s, err := idem.New(idem.Postgres)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var g Gate
+	enter := func(ctx context.Context, scope, key string) (func(), error) {
+		return g.Wait(ctx, s, idem.Request{Scope: scope, Key: key}, time.Hour, time.Second)
+	}
 	var (
-		g       Gate
 		wg      sync.WaitGroup
 		through [3]atomic.Int64
 		most    [3]atomic.Int64
@@ -29,7 +36,7 @@ func TestGate(t *testing.T) {
 			k := i % 3
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			leave, err := g.enter(ctx, key{scope: "s", key: fmt.Sprint(k)})
+			leave, err := enter(ctx, "s", fmt.Sprint(k))
 			if err != nil {
 				mu.Lock()
 				errs = append(errs, err)
@@ -57,11 +64,11 @@ func TestGate(t *testing.T) {
 		t.Fatalf("%d entries left after every request left", n)
 	}
 
-	leave, err := g.enter(context.Background(), key{key: "held"})
+	leave, err := enter(context.Background(), "", "held")
 	if err != nil {
 		t.Fatal(err)
 	}
-	other, err := g.enter(context.Background(), key{scope: "other", key: "held"})
+	other, err := enter(context.Background(), "other", "held")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +76,7 @@ func TestGate(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	waited := make(chan error, 1)
 	go func() {
-		_, err := g.enter(ctx, key{key: "held"})
+		_, err := enter(ctx, "", "held")
 		waited <- err
 	}()
 	cancel()
@@ -78,7 +85,7 @@ func TestGate(t *testing.T) {
 	}
 	expired, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
 	defer cancel()
-	if _, err := g.enter(expired, key{key: "held"}); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := enter(expired, "", "held"); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("a waiter past its deadline got %v, want context.DeadlineExceeded", err)
 	}
 	leave()
