@@ -72,9 +72,9 @@ func (m *Middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 			return
 		}
 		req = &idem.Request{Scope: scope, Key: key, Operation: m.cfg.Operation(withBody(r, body)), Fingerprint: fingerprint(r, body)}
-		r = r.WithContext(context.WithValue(r.Context(), requestKey, *req))
+		ctx := context.WithValue(r.Context(), requestKey, *req)
 		if m.cfg.Mode == ModeTransaction {
-			leave, ok := m.wait(w, r, *req)
+			leave, ok := m.wait(ctx, w, r, *req)
 			if !ok {
 				return
 			}
@@ -83,7 +83,7 @@ func (m *Middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 		// From here the request holds its key: the work is not cancelled
 		// when the client goes, so that it finishes and its result is
 		// stored for the client's retry, but it is bounded.
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), m.cfg.Timeout)
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.Timeout)
 		defer cancel()
 		if isRetry(r.Header) {
 			ctx = idem.WithRetryHint(ctx)
@@ -104,16 +104,17 @@ func (m *Middleware) refuse(w http.ResponseWriter, r *http.Request, key string, 
 	p.ServeHTTP(w, r)
 }
 
-// wait lets the request through the gate of its key once no other
-// request with that key in this process is at the database, so that it
-// waits in memory, not on a pooled connection, as long as a duplicate in
-// another process waits on the row lock (keygate). Then it answers what
-// that one gets, a 409, or nothing when the client went first.
-func (m *Middleware) wait(w http.ResponseWriter, r *http.Request, req idem.Request) (leave func(), ok bool) {
-	leave, err := m.gate.Wait(r.Context(), m.cfg.Store, req, m.cfg.Timeout, m.cfg.RetryAfter)
+// wait lets the request r, whose context is now ctx, through the gate
+// of its key once no other request with that key in this process is at
+// the database, so that it waits in memory, not on a pooled connection,
+// as long as a duplicate in another process waits on the row lock
+// (keygate). Then it answers what that one gets, a 409, or nothing when
+// the client went first.
+func (m *Middleware) wait(ctx context.Context, w http.ResponseWriter, r *http.Request, req idem.Request) (leave func(), ok bool) {
+	leave, err := m.gate.Wait(ctx, m.cfg.Store, req, m.cfg.Timeout, m.cfg.RetryAfter)
 	if err != nil {
-		m.cfg.Store.Report(r.Context(), idem.Event{Kind: idem.EventInFlight, Scope: req.Scope, Key: req.Key, Operation: req.Operation})
-		if r.Context().Err() == nil {
+		m.cfg.Store.Report(ctx, idem.Event{Kind: idem.EventInFlight, Scope: req.Scope, Key: req.Key, Operation: req.Operation})
+		if ctx.Err() == nil {
 			m.answerError(w, r, err)
 		}
 		return nil, false
