@@ -55,8 +55,9 @@ func canonicalJSON(b []byte) []byte {
 // canonicaliser walks a text that json.Valid accepted, so it needs no
 // error handling of its own; json.Valid also bounds the nesting depth.
 type canonicaliser struct {
-	b []byte
-	i int
+	b     []byte
+	i     int
+	names []byte // the folded names of the members, one after another
 }
 
 type member struct{ key, name, value []byte }
@@ -66,13 +67,14 @@ func (c *canonicaliser) value(out []byte) []byte {
 	switch c.b[c.i] {
 	case '{':
 		c.i++
-		var ms []member
+		var few [8]member
+		ms := few[:0]
 		for !c.end('}') {
 			c.space()
 			key := c.str()
 			c.space()
 			c.i++ // ':'
-			ms = append(ms, member{key: key, name: foldedName(key), value: c.value(nil)})
+			ms = append(ms, member{key: key, name: c.fold(key), value: c.member()})
 		}
 		slices.SortStableFunc(ms, func(a, b member) int { return bytes.Compare(a.name, b.name) })
 		out = append(out, '{')
@@ -93,15 +95,31 @@ func (c *canonicaliser) value(out []byte) []byte {
 			out = c.value(out)
 		}
 		return append(out, ']')
-	case '"':
-		return append(out, c.str()...)
-	default: // a number, true, false or null
-		start := c.i
-		for c.i < len(c.b) && !strings.ContainsRune(" \t\r\n,]}", rune(c.b[c.i])) {
-			c.i++
-		}
-		return append(out, c.b[start:c.i]...)
+	default:
+		return append(out, c.scalar()...)
 	}
+}
+
+// member returns the canonical form of the value of an object's member:
+// a string, number, true, false or null as written, without a copy.
+func (c *canonicaliser) member() []byte {
+	c.space()
+	if b := c.b[c.i]; b == '{' || b == '[' {
+		return c.value(nil)
+	}
+	return c.scalar()
+}
+
+// scalar returns a string, number, true, false or null token as written.
+func (c *canonicaliser) scalar() []byte {
+	if c.b[c.i] == '"' {
+		return c.str()
+	}
+	start := c.i
+	for c.i < len(c.b) && !strings.ContainsRune(" \t\r\n,]}", rune(c.b[c.i])) {
+		c.i++
+	}
+	return c.b[start:c.i]
 }
 
 // end consumes a separating comma, or the closing delimiter and reports true.
@@ -135,18 +153,39 @@ func (c *canonicaliser) space() {
 	}
 }
 
-// foldedName is a member name token as a decoder compares it: unescaped the
-// way encoding/json unescapes it (invalid UTF-8 and lone surrogates become
-// U+FFFD) and every rune replaced by the smallest rune of its simple case
-// folding orbit, so two names are equal under strings.EqualFold exactly
-// when their folded names are equal.
-func foldedName(token []byte) []byte {
+// fold returns the folded name (foldedName) of a member name token,
+// written after the others in c.names. Earlier names stay valid when
+// c.names grows: they keep the array they were written in.
+func (c *canonicaliser) fold(token []byte) []byte {
+	start := len(c.names)
+	c.names = foldedName(c.names, token)
+	return c.names[start:]
+}
+
+// foldedName appends to out a member name token as a decoder compares it:
+// unescaped the way encoding/json unescapes it (invalid UTF-8 and lone
+// surrogates become U+FFFD) and every rune replaced by the smallest rune
+// of its simple case folding orbit, so two names are equal under
+// strings.EqualFold exactly when their folded names are equal. A name of
+// ASCII without escapes, the usual one, folds without decoding: the
+// smallest rune of an ASCII letter's orbit is its upper case (K and S
+// included: their other runes, U+212A and U+017F, are larger).
+func foldedName(out, token []byte) []byte {
+	name := token[1 : len(token)-1]
+	if plainASCII(name) {
+		for _, b := range name {
+			if 'a' <= b && b <= 'z' {
+				b -= 'a' - 'A'
+			}
+			out = append(out, b)
+		}
+		return out
+	}
 	// The token is from a text json.Valid accepted, so this cannot fail;
 	// if it did, the name would be "" and its member keep its place.
-	var name string
-	_ = json.Unmarshal(token, &name)
-	out := make([]byte, 0, len(name))
-	for _, r := range name {
+	var s string
+	_ = json.Unmarshal(token, &s)
+	for _, r := range s {
 		least := r
 		for f := unicode.SimpleFold(r); f != r; f = unicode.SimpleFold(f) {
 			least = min(least, f)
@@ -154,4 +193,14 @@ func foldedName(token []byte) []byte {
 		out = utf8.AppendRune(out, least)
 	}
 	return out
+}
+
+// plainASCII reports whether name has only ASCII bytes and no escape.
+func plainASCII(name []byte) bool {
+	for _, b := range name {
+		if b >= utf8.RuneSelf || b == '\\' {
+			return false
+		}
+	}
+	return true
 }

@@ -4,6 +4,8 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"unicode"
+	"unicode/utf8"
 )
 
 func TestCanonicalJSON(t *testing.T) {
@@ -106,5 +108,27 @@ func TestFingerprintDuplicateNames(t *testing.T) {
 	}
 	if fp(`{"amount":1,"\u0061mount":1000,"currency":"eur"}`) != fp(`{"currency":"eur","amount":1,"\u0061mount":1000}`) {
 		t.Error("moving a member with another name changed the fingerprint")
+	}
+}
+
+// The fold of a plain ASCII name, done without decoding it, is the fold
+// of the decoded name for every byte a name can hold unescaped.
+func TestFoldedNameASCII(t *testing.T) {
+	for b := byte(0x20); b < 0x7F; b++ {
+		if b == '"' || b == '\\' {
+			continue
+		}
+		token := []byte{'"', b, '"'}
+		want := []byte{}
+		for _, r := range string(b) {
+			least := r
+			for f := unicode.SimpleFold(r); f != r; f = unicode.SimpleFold(f) {
+				least = min(least, f)
+			}
+			want = utf8.AppendRune(want, least)
+		}
+		if got := foldedName(nil, token); string(got) != string(want) {
+			t.Errorf("foldedName(%s) = %q, want %q", token, got, want)
+		}
 	}
 }
