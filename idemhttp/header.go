@@ -28,7 +28,11 @@ const (
 // isRetry reports whether h numbers its request as a retry
 // (HeaderAttempt above 1).
 func isRetry(h http.Header) bool {
-	n, err := strconv.Atoi(strings.TrimSpace(h.Get(HeaderAttempt)))
+	v := strings.TrimSpace(h.Get(HeaderAttempt))
+	if v == "" {
+		return false
+	}
+	n, err := strconv.Atoi(v)
 	return err == nil && n > 1
 }
 
