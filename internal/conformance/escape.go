@@ -36,12 +36,12 @@ func (e *env) waitingOn(table string) (bool, error) {
 // deadlock makes tx the victim of a deadlock: tx locks row 1, another
 // transaction that has changed every other row (so that InnoDB, which rolls
 // back the transaction that changed least, picks tx) locks row 2, tx waits
-// for row 2, and the other one closes the cycle by asking for row 1. On
-// Postgres tx checks for the deadlock first (deadlockSetup makes its
-// deadlock_timeout the shorter), so it is the one aborted. Where the
-// detector rolls back the transaction that closes the cycle (cycleCloser)
-// tx asks last (deadlockAskingLast). It returns tx's error and, once the
-// other transaction has committed, that one's.
+// for row 2, and the other one closes the cycle by asking for row 1.
+// Where the victim must be the transaction that closes the cycle
+// (cycleCloser: TiDB, and Postgres, where tx's shorter deadlock_timeout
+// from deadlockSetup makes it check first) tx asks last
+// (deadlockAskingLast). It returns tx's error and, once the other
+// transaction has committed, that one's.
 func (e *env) deadlock(tx txn, locks string) (txErr, otherErr error) {
 	if e.deadlockSetup != "" {
 		if _, err := tx.ExecContext(ctx, e.deadlockSetup); err != nil {
@@ -93,11 +93,11 @@ func (e *env) deadlock(tx txn, locks string) (txErr, otherErr error) {
 	return txErr, <-otherDone
 }
 
-// deadlockAskingLast is deadlock where the detector rolls back the
-// transaction whose lock request closes the cycle (TiDB): other asks for
-// row 1 first and waits (cycleCloser's lock view shows it), then tx asks
-// for row 2. The database rolls back tx whole, so other gets row 1 and
-// commits.
+// deadlockAskingLast is deadlock where the victim must close the cycle
+// (cycleCloser): other asks for row 1 first and waits (cycleCloser's lock
+// view shows it), then tx asks for row 2. The database rolls back tx
+// (Postgres keeps it open and aborted, its locks released), so other
+// gets row 1 and commits.
 func (e *env) deadlockAskingLast(tx, other txn, locks string) (txErr, otherErr error) {
 	var txID uint64
 	if err := tx.QueryRowContext(ctx, e.cycleCloser.txID).Scan(&txID); err != nil {

@@ -49,11 +49,14 @@ type facts struct {
 	// has none the fault history can use.
 	timeoutQueries []string
 	deadlockSetup  string // run first in a deadlock's victim, so that it is the one that detects the deadlock; "" where it needs nothing
-	// cycleCloser is set where the deadlock detector rolls back the
-	// transaction whose lock request closes the cycle (TiDB), which
-	// deadlock then makes the victim's; nil where it picks by what each
-	// transaction changed (InnoDB rolls back the one that changed least)
-	// or by who checks first (Postgres: the shorter deadlock_timeout).
+	// cycleCloser is set where the victim must be the transaction whose
+	// lock request closes the cycle, which deadlock then makes the
+	// victim's: TiDB's detector rolls that one back, and Postgres checks
+	// a wait once, deadlock_timeout after it begins (deadlockSetup makes
+	// the victim's the shorter), so the victim's check finds the cycle
+	// only if it was closed when the victim began to wait. nil where the
+	// detector picks by what each transaction changed (InnoDB rolls back
+	// the one that changed least).
 	cycleCloser *lockView
 	// qualifiedTable names a fresh table in a schema other than the
 	// unqualified name's, which the test may use: made where it must be,
@@ -188,6 +191,10 @@ var postgresFacts = facts{
 	// statement_timeout for the rest of the transaction only.
 	timeoutQueries: []string{"SET LOCAL statement_timeout = '20ms'", "SELECT pg_sleep(1)"},
 	deadlockSetup:  "SET LOCAL deadlock_timeout = '50ms'",
+	cycleCloser: &lockView{
+		txID:    "SELECT pg_backend_pid()",
+		waitsOn: "SELECT COUNT(*) FROM pg_stat_activity WHERE ? = ANY(pg_blocking_pids(pid))",
+	},
 	qualifiedTable: pgQualifiedTable,
 	seedRecords:    sqlseq.Records.Postgres,
 	settle:         "VACUUM ANALYZE ",
