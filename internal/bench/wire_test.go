@@ -215,9 +215,15 @@ func TestRoundTrips(t *testing.T) {
 				if p.hot {
 					continue
 				}
+				// Twice, to fill the statement caches: a replay whose key
+				// a later key pushed out of the Store's completed-key hint
+				// claims and reads the first time, and only from then on
+				// reads first, with a statement of its own.
 				body := p.worker(e, 0)
-				if err := body(ctx); err != nil { // fills the statement caches
-					t.Fatal(err)
+				for range 2 {
+					if err := body(ctx); err != nil {
+						t.Fatal(err)
+					}
 				}
 				start := barrier()
 				for range ops {
