@@ -45,26 +45,26 @@ func newMyStatements(parts []string, ddl []schema.Migration, insert, read, readC
 		schemaName = parts[0]
 	}
 	return &myStatements{
-		steps:          migrationStatements(ddl, quoted, base),
-		schemaName:     schemaName,
-		base:           base,
-		insertSQL:      r(insert),
-		insertOwnSQL:   r(myInsertOwn),
-		takeoverSQL:    r(myTakeover),
-		claimedSQL:     r(myClaimed),
-		readSQL:        r(read),
-		readDoneSQL:    r(readCompleted),
-		stateSQL:       r(state),
-		completeSQL:    r(myComplete),
-		extendSQL:      r(myExtend),
-		releaseSQL:     r(myRelease),
-		removeSQL:      r(myRemove),
-		purgeSQL:       r(myPurge),
-		purgeWindowSQL: r(myPurgeWindow),
-		inspectSQL:     r(myInspect),
-		inspectKeySQL:  r(myInspectKey),
-		columnsSQL:     r(columnsProbe),
-		statsSQL:       r(myStats),
+		steps:            migrationStatements(ddl, quoted, base),
+		schemaName:       schemaName,
+		base:             base,
+		insertSQL:        r(insert),
+		insertOwnSQL:     r(myInsertOwn),
+		takeoverSQL:      r(myTakeover),
+		claimedSQL:       r(myClaimed),
+		readSQL:          r(read),
+		readCompletedSQL: r(readCompleted),
+		stateSQL:         r(state),
+		completeSQL:      r(myComplete),
+		extendSQL:        r(myExtend),
+		releaseSQL:       r(myRelease),
+		removeSQL:        r(myRemove),
+		purgeSQL:         r(myPurge),
+		purgeWindowSQL:   r(myPurgeWindow),
+		inspectSQL:       r(myInspect),
+		inspectKeySQL:    r(myInspectKey),
+		columnsSQL:       r(columnsProbe),
+		statsSQL:         r(myStats),
 	}
 }
 
@@ -73,7 +73,7 @@ type myStatements struct {
 	steps      [][]string
 	schemaName any // nil: the connection's database
 	base       string
-	insertSQL, insertOwnSQL, takeoverSQL, claimedSQL, readSQL, readDoneSQL, stateSQL, completeSQL,
+	insertSQL, insertOwnSQL, takeoverSQL, claimedSQL, readSQL, readCompletedSQL, stateSQL, completeSQL,
 	extendSQL, releaseSQL, removeSQL, purgeWindowSQL, purgeSQL, inspectSQL, inspectKeySQL, columnsSQL, statsSQL string
 	insertReturnsToken bool // insertSQL returns the token (MariaDB)
 }
@@ -159,7 +159,7 @@ FROM idempotency_keys WHERE scope = ? AND idem_key = ?
 const myReadCompleted = myReadCompletedRecord + ` LOCK IN SHARE MODE`
 
 func (s *myStatements) readCompleted(r Request, retention int64) query {
-	return query{SQL: s.readDoneSQL, Args: []any{r.Scope, r.Key, retention}}
+	return query{SQL: s.readCompletedSQL, Args: []any{r.Scope, r.Key, retention}}
 }
 
 const myStateRecord = `SELECT status, token FROM idempotency_keys WHERE scope = ? AND idem_key = ?`

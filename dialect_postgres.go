@@ -40,24 +40,24 @@ func (postgresDialect) statements(parts []string) statements {
 	base := parts[len(parts)-1]
 	r := func(sql string) string { return render(sql, quoted, base) }
 	return &pgStatements{
-		steps:          migrationStatements(schema.Postgres, quoted, base),
-		quoted:         quoted,
-		insertSQL:      r(pgInsert),
-		insertOwnSQL:   r(pgInsertOwn),
-		takeoverSQL:    r(pgTakeover),
-		readSQL:        r(pgRead),
-		readDoneSQL:    r(pgReadCompleted),
-		stateSQL:       r(pgState),
-		completeSQL:    r(pgComplete),
-		extendSQL:      r(pgExtend),
-		releaseSQL:     r(pgRelease),
-		removeSQL:      r(pgRemove),
-		purgeSQL:       r(pgPurge),
-		purgeWindowSQL: r(pgPurgeWindow),
-		inspectSQL:     r(pgInspect),
-		inspectKeySQL:  r(pgInspectKey),
-		columnsSQL:     r(columnsProbe),
-		statsSQL:       r(pgStats),
+		steps:            migrationStatements(schema.Postgres, quoted, base),
+		quoted:           quoted,
+		insertSQL:        r(pgInsert),
+		insertOwnSQL:     r(pgInsertOwn),
+		takeoverSQL:      r(pgTakeover),
+		readSQL:          r(pgRead),
+		readCompletedSQL: r(pgReadCompleted),
+		stateSQL:         r(pgState),
+		completeSQL:      r(pgComplete),
+		extendSQL:        r(pgExtend),
+		releaseSQL:       r(pgRelease),
+		removeSQL:        r(pgRemove),
+		purgeSQL:         r(pgPurge),
+		purgeWindowSQL:   r(pgPurgeWindow),
+		inspectSQL:       r(pgInspect),
+		inspectKeySQL:    r(pgInspectKey),
+		columnsSQL:       r(columnsProbe),
+		statsSQL:         r(pgStats),
 	}
 }
 
@@ -65,7 +65,7 @@ func (postgresDialect) statements(parts []string) statements {
 type pgStatements struct {
 	steps  [][]string
 	quoted string
-	insertSQL, insertOwnSQL, takeoverSQL, readSQL, readDoneSQL, stateSQL, completeSQL, extendSQL,
+	insertSQL, insertOwnSQL, takeoverSQL, readSQL, readCompletedSQL, stateSQL, completeSQL, extendSQL,
 	releaseSQL, removeSQL, purgeWindowSQL, purgeSQL, inspectSQL, inspectKeySQL, columnsSQL, statsSQL string
 }
 
@@ -133,7 +133,7 @@ FROM idempotency_keys WHERE scope = $1 AND idem_key = $2
   AND status = 'completed' AND completed_at + $3::bigint * interval '1 microsecond' > statement_timestamp()`
 
 func (s *pgStatements) readCompleted(r Request, retention int64) query {
-	return query{SQL: s.readDoneSQL, Args: []any{r.Scope, r.Key, retention}}
+	return query{SQL: s.readCompletedSQL, Args: []any{r.Scope, r.Key, retention}}
 }
 
 const pgState = `SELECT status, token FROM idempotency_keys WHERE scope = $1 AND idem_key = $2`

@@ -66,25 +66,25 @@ func (sqliteDialect) statements(parts []string) statements {
 		}
 	}
 	return &sqStatements{
-		steps:          steps,
-		schemaName:     schemaName,
-		base:           base,
-		insertSQL:      r(sqInsert),
-		insertOwnSQL:   r(sqInsertOwn),
-		takeoverSQL:    r(sqTakeover),
-		readSQL:        r(sqRead),
-		readDoneSQL:    r(sqReadCompleted),
-		stateSQL:       r(sqState),
-		completeSQL:    r(sqComplete),
-		extendSQL:      r(sqExtend),
-		releaseSQL:     r(sqRelease),
-		removeSQL:      r(sqRemove),
-		purgeSQL:       r(sqPurge),
-		purgeWindowSQL: r(sqPurgeWindow),
-		inspectSQL:     r(sqInspect),
-		inspectKeySQL:  r(sqInspectKey),
-		columnsSQL:     r(columnsProbe),
-		statsSQL:       r(sqStats),
+		steps:            steps,
+		schemaName:       schemaName,
+		base:             base,
+		insertSQL:        r(sqInsert),
+		insertOwnSQL:     r(sqInsertOwn),
+		takeoverSQL:      r(sqTakeover),
+		readSQL:          r(sqRead),
+		readCompletedSQL: r(sqReadCompleted),
+		stateSQL:         r(sqState),
+		completeSQL:      r(sqComplete),
+		extendSQL:        r(sqExtend),
+		releaseSQL:       r(sqRelease),
+		removeSQL:        r(sqRemove),
+		purgeSQL:         r(sqPurge),
+		purgeWindowSQL:   r(sqPurgeWindow),
+		inspectSQL:       r(sqInspect),
+		inspectKeySQL:    r(sqInspectKey),
+		columnsSQL:       r(columnsProbe),
+		statsSQL:         r(sqStats),
 	}
 }
 
@@ -92,7 +92,7 @@ func (sqliteDialect) statements(parts []string) statements {
 type sqStatements struct {
 	steps            [][]string
 	schemaName, base string
-	insertSQL, insertOwnSQL, takeoverSQL, readSQL, readDoneSQL, stateSQL, completeSQL, extendSQL,
+	insertSQL, insertOwnSQL, takeoverSQL, readSQL, readCompletedSQL, stateSQL, completeSQL, extendSQL,
 	releaseSQL, removeSQL, purgeWindowSQL, purgeSQL, inspectSQL, inspectKeySQL, columnsSQL, statsSQL string
 }
 
@@ -166,7 +166,7 @@ FROM idempotency_keys WHERE scope = ? AND idem_key = ?
   AND status = 'completed' AND completed_at + ? > ` + sqNow
 
 func (s *sqStatements) readCompleted(r Request, retention int64) query {
-	return query{SQL: s.readDoneSQL, Args: []any{r.Scope, r.Key, retention}}
+	return query{SQL: s.readCompletedSQL, Args: []any{r.Scope, r.Key, retention}}
 }
 
 const sqState = `SELECT status, token FROM idempotency_keys WHERE scope = ? AND idem_key = ?`
