@@ -13,8 +13,8 @@ import (
 
 // TestRunHTTP runs every HTTP path briefly through both handlers and
 // checks the report's shape. With IDEM_BENCH set it runs the full
-// measurement at 8 workers, as RunHTTP's default (IDEM_BENCH_ROUNDS rounds, default 10) and
-// prints it: the numbers of `idem bench --http`.
+// measurement at 8 workers, RunHTTP's default (IDEM_BENCH_ROUNDS rounds,
+// default 10), and prints it: the numbers of `idem bench --http`.
 func TestRunHTTP(t *testing.T) {
 	for _, tg := range targets {
 		t.Run(tg.driver, func(t *testing.T) {
