@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/idemkit/idem/internal/driver"
 )
 
 // maxContention bounds how often acquire looks again after losing a race
@@ -52,7 +51,7 @@ const (
 // WithLockTimeout: a wait that runs out is an *InFlightError, and c is
 // left as it was before. A statement of the bound that fails is reported
 // like one of take's.
-func (s *Store) acquire(ctx context.Context, c driver.Conn, req Request, by caller) (*Result, int64, error) {
+func (s *Store) acquire(ctx context.Context, c conn, req Request, by caller) (*Result, int64, error) {
 	if err := s.dialect.checkSession(ctx, c); err != nil {
 		return nil, 0, err
 	}
@@ -64,7 +63,7 @@ func (s *Store) acquire(ctx context.Context, c driver.Conn, req Request, by call
 		token   int64
 		takeErr error
 	)
-	timedOut, err := s.dialect.boundLockWait(ctx, c, s.lockWait, func() error {
+	timedOut, err := s.dialect.(lockWaiter).boundLockWait(ctx, c, s.lockWait, func() error {
 		replay, token, takeErr = s.take(ctx, c, req, by)
 		return takeErr
 	})
@@ -102,7 +101,7 @@ const restampAfter = 10 * time.Millisecond
 // forBegin), whose claim outlives c, a claim statement that waited longer
 // than restampAfter for the key has its lease counted again from now, so
 // that a claim is never committed with its lease already run out.
-func (s *Store) take(ctx context.Context, c driver.Conn, req Request, by caller) (replay *Result, token int64, err error) {
+func (s *Store) take(ctx context.Context, c conn, req Request, by caller) (replay *Result, token int64, err error) {
 	lease, start := micros(s.lease), startWatch()
 	if s.completed.has(req) || retryHinted(ctx) {
 		rec, found, err := s.readCompleted(ctx, c, req)
@@ -138,7 +137,8 @@ func (s *Store) take(ctx context.Context, c driver.Conn, req Request, by caller)
 				return nil, 0, inFlight(rec.leaseLeft)
 			}
 		}
-		ok, token, waited, err = s.claimRow(ctx, c, req, s.st.takeover(req, rec.token, lease, micros(s.retention)), byTakeover, by)
+		takeover := s.st.query(s.st.takeover, &values{req: req, token: rec.token, lease: lease, retention: micros(s.retention)})
+		ok, token, waited, err = s.claimRow(ctx, c, req, takeover, byTakeover, by)
 		if err != nil {
 			return nil, 0, s.stmtErr("take over", req, err)
 		}
@@ -149,7 +149,9 @@ func (s *Store) take(ctx context.Context, c driver.Conn, req Request, by caller)
 		// Another request took the record over, or its owner completed or
 		// extended it, since the read: look again.
 	}
-	return nil, 0, errContended
+	return nil, 0, &Error{Op: "claim", Scope: req.Scope, Key: req.Key, Err: errContended,
+		Detail: "the key changed hands repeatedly while being claimed: each time, another request took it over or it was deleted first",
+		Hint:   hintRetry}
 }
 
 // replayed returns the response of rec, a completed record within
@@ -167,12 +169,12 @@ func (s *Store) replayed(req Request, rec record) (*Result, int64, error) {
 // token of Do's own (ownToken), so its statement returns nothing and is
 // followed by no read; Begin's takes its token from the database clock,
 // which claimRow reads.
-func (s *Store) claimNew(ctx context.Context, c driver.Conn, req Request, lease int64, by caller) (ok bool, token int64, waited time.Duration, err error) {
+func (s *Store) claimNew(ctx context.Context, c conn, req Request, lease int64, by caller) (ok bool, token int64, waited time.Duration, err error) {
 	if by == forBegin {
-		return s.claimRow(ctx, c, req, s.st.insert(req, lease), byInsert, by)
+		return s.claimRow(ctx, c, req, s.st.query(s.st.insert, &values{req: req, lease: lease}), byInsert, by)
 	}
 	token = ownToken()
-	ok, err = s.dialect.inserted(c.Exec(ctx, s.st.insertOwn(req, token, lease)))
+	ok, err = s.dialect.inserted(c.exec(ctx, s.st.query(s.st.insertOwn, &values{req: req, token: token, lease: lease})))
 	return ok, token, 0, err
 }
 
@@ -200,20 +202,23 @@ const (
 // claimed the record, the claim's token and, for Begin, how long after
 // the statement's start the claim was granted: from q itself where the
 // dialect's statement returns them, else by reading them in c.
-func (s *Store) claimRow(ctx context.Context, c driver.Conn, req Request, q query, stmt claimStatement, by caller) (ok bool, token int64, waited time.Duration, err error) {
+func (s *Store) claimRow(ctx context.Context, c conn, req Request, q Query, stmt claimStatement, by caller) (ok bool, token int64, waited time.Duration, err error) {
 	var lag int64
-	returnsToken, returnsLag := s.st.returns(stmt)
+	returns := s.st.takeoverReturns
+	if stmt == byInsert {
+		returns = s.st.insertReturns
+	}
 	n := int64(1) // rows claimed; a row returned is one
-	if returnsToken {
+	if returns.token {
 		dest := []any{&token, &lag}
-		if !returnsLag {
+		if !returns.lag {
 			dest = dest[:1]
 		}
-		if err = c.QueryRow(ctx, q, dest...); errors.Is(err, sql.ErrNoRows) {
+		if err = c.queryRow(ctx, q, dest...); errors.Is(err, sql.ErrNoRows) {
 			n, err = 0, nil
 		}
 	} else {
-		n, err = c.Exec(ctx, q)
+		n, err = c.exec(ctx, q)
 	}
 	ok = err == nil && n == 1
 	if stmt == byInsert {
@@ -222,8 +227,8 @@ func (s *Store) claimRow(ctx context.Context, c driver.Conn, req Request, q quer
 	if err != nil || !ok {
 		return false, 0, 0, err
 	}
-	if !returnsToken || by == forBegin && !returnsLag {
-		if err := c.QueryRow(ctx, s.st.claimed(req), &token, &lag); err != nil {
+	if !returns.token || by == forBegin && !returns.lag {
+		if err := c.queryRow(ctx, s.st.query(s.st.claimed, &values{req: req}), &token, &lag); err != nil {
 			return false, 0, 0, err
 		}
 	}
@@ -232,11 +237,11 @@ func (s *Store) claimRow(ctx context.Context, c driver.Conn, req Request, q quer
 
 // restamp moves the lease of Begin's claim to a full lease from now when
 // its statement waited longer than restampAfter, fenced on its token.
-func (s *Store) restamp(ctx context.Context, c driver.Conn, req Request, by caller, token int64, waited time.Duration) error {
+func (s *Store) restamp(ctx context.Context, c conn, req Request, by caller, token int64, waited time.Duration) error {
 	if by != forBegin || waited <= restampAfter {
 		return nil
 	}
-	n, err := c.Exec(ctx, s.st.extend(req, token, micros(s.lease)))
+	n, err := c.exec(ctx, s.st.query(s.st.extend, &values{req: req, token: token, lease: micros(s.lease)}))
 	if err == nil && n != 1 {
 		err = fmt.Errorf("%d records changed, want 1", n)
 	}
@@ -247,13 +252,13 @@ func (s *Store) restamp(ctx context.Context, c driver.Conn, req Request, by call
 }
 
 // read reads the record of (Scope, Key); found is false when there is none.
-func (s *Store) read(ctx context.Context, c driver.Conn, req Request) (rec record, found bool, err error) {
+func (s *Store) read(ctx context.Context, c conn, req Request) (rec record, found bool, err error) {
 	var (
 		leaseLeft int64
 		status    sql.NullInt64
 		header    []byte
 	)
-	err = c.QueryRow(ctx, s.st.read(req, micros(s.retention)),
+	err = c.queryRow(ctx, s.st.query(s.st.read, &values{req: req, retention: micros(s.retention)}),
 		&rec.operation, &rec.fingerprint, &rec.status, &rec.token, &rec.forgotten, &leaseLeft,
 		&status, &header, &rec.resp.Body)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -273,12 +278,12 @@ func (s *Store) read(ctx context.Context, c driver.Conn, req Request) (rec recor
 // readCompleted reads the record of (Scope, Key) when it is completed and
 // within retention, with what its replay needs; found is false for any
 // other record, and when there is none.
-func (s *Store) readCompleted(ctx context.Context, c driver.Conn, req Request) (rec record, found bool, err error) {
+func (s *Store) readCompleted(ctx context.Context, c conn, req Request) (rec record, found bool, err error) {
 	var (
 		status sql.NullInt64
 		header []byte
 	)
-	err = c.QueryRow(ctx, s.st.readCompleted(req, micros(s.retention)),
+	err = c.queryRow(ctx, s.st.query(s.st.readCompleted, &values{req: req, retention: micros(s.retention)}),
 		&rec.operation, &rec.fingerprint, &status, &header, &rec.resp.Body)
 	if errors.Is(err, sql.ErrNoRows) {
 		return record{}, false, nil
@@ -297,17 +302,17 @@ func (s *Store) readCompleted(ctx context.Context, c driver.Conn, req Request) (
 func storedHeader(req Request, header []byte) (http.Header, error) {
 	h, err := decodeHeader(header)
 	if err != nil {
-		return nil, &Error{Op: "read the record", Scope: req.Scope, Key: req.Key,
-			Err:  fmt.Errorf("%w (not written by idem?)", err),
-			Next: "delete the record by hand (docs/operations.md) or wait for it to pass retention"}
+		return nil, &Error{Op: "read the record", Scope: req.Scope, Key: req.Key, Err: err,
+			Detail: "its stored response header is corrupt (not written by idem?)",
+			Hint:   "delete the record by hand (docs/operations.md) or wait for it to pass retention"}
 	}
 	return h, nil
 }
 
 // store stores resp as the final result of Do's claim, fenced on its
 // token. A claim that is gone means the database ended the transaction.
-func (s *Store) store(ctx context.Context, c driver.Conn, req Request, token int64, resp Response) error {
-	n, err := c.Exec(ctx, s.st.complete(req, token, resp, encodeHeader(resp.Header)))
+func (s *Store) store(ctx context.Context, c conn, req Request, token int64, resp Response) error {
+	n, err := c.exec(ctx, s.st.query(s.st.complete, &values{req: req, token: token, resp: resp, header: encodeHeader(resp.Header)}))
 	switch {
 	case err != nil:
 		return s.stmtErr("store the response", req, err)
@@ -323,8 +328,8 @@ func (s *Store) store(ctx context.Context, c driver.Conn, req Request, token int
 // caller commits anyway, the key stays free. A statement that fails means
 // the transaction is unusable and must be rolled back, which cause says;
 // a claim that is gone means the database ended the transaction.
-func (s *Store) unclaim(ctx context.Context, c driver.Conn, req Request, token int64, cause error) error {
-	if n, err := c.Exec(ctx, s.st.remove(req, token)); err == nil && n == 0 {
+func (s *Store) unclaim(ctx context.Context, c conn, req Request, token int64, cause error) error {
+	if n, err := c.exec(ctx, s.st.query(s.st.remove, &values{req: req, token: token})); err == nil && n == 0 {
 		return txEnded("remove the claim", req, token, cause)
 	}
 	return cause
@@ -333,7 +338,7 @@ func (s *Store) unclaim(ctx context.Context, c driver.Conn, req Request, token i
 // stmtErr reports that one of idem's statements failed: what idem was
 // doing, for which key, the database's error, and what to do next.
 func (s *Store) stmtErr(what string, req Request, err error) error {
-	return &Error{Op: what, Scope: req.Scope, Key: req.Key, Err: err, Next: s.next(err)}
+	return &Error{Op: what, Scope: req.Scope, Key: req.Key, Err: err, Hint: s.next(err)}
 }
 
 // txEnded reports that Do's statement after fn (what) found no claim of
@@ -344,15 +349,15 @@ func (s *Store) stmtErr(what string, req Request, err error) error {
 // token, changed nothing. A retry of the whole transaction replays the
 // result of whoever holds the key now, or runs again.
 func txEnded(what string, req Request, token int64, cause error) error {
-	const why = "it changed nothing: the claim this transaction made is gone: the database ended the transaction " +
-		"(a deadlock or an interrupted statement does so on MySQL and SQLite while the *sql.Tx stays open), " +
-		"or a statement in it deleted or changed the claim"
-	err := fmt.Errorf("%w: %s", errTxEnded, why)
+	e := &Error{Op: what, Scope: req.Scope, Key: req.Key, Token: token, Err: errTxEnded,
+		Detail: "the transaction was rolled back by the database: this statement changed nothing, since the claim this transaction made is gone " +
+			"(a deadlock or an interrupted statement ends the transaction on MySQL and SQLite while the *sql.Tx stays open; or a statement in it deleted or changed the claim)",
+		Hint: "roll back and retry (RunTx and Retry do so): the retry replays the result of whoever holds the key now, or runs again"}
 	if cause != nil {
-		err = fmt.Errorf("%w: %s; fn's error: %w", errTxEnded, why, cause)
+		e.Err = fmt.Errorf("%w; fn's error: %w", errTxEnded, cause)
+		e.Detail += "; fn's error: " + reason(cause)
 	}
-	return &Error{Op: what, Scope: req.Scope, Key: req.Key, Token: token, Err: err,
-		Next: "roll back and retry (RunTx and Retry do so): the retry replays the result of whoever holds the key now, or runs again"}
+	return e
 }
 
 // mismatch reports that req's key has a record of another request.
@@ -361,7 +366,7 @@ func mismatch(req Request, rec record) error {
 	if rec.operation != req.Operation {
 		what = fmt.Sprintf("operation %q", rec.operation)
 	}
-	return &Error{Op: "claim", Scope: req.Scope, Key: req.Key,
-		Err:  fmt.Errorf("%w: the key was first used with another %s", ErrMismatch, what),
-		Next: "use a new key for a new request"}
+	return &Error{Op: "claim", Scope: req.Scope, Key: req.Key, Err: ErrMismatch,
+		Detail: "idempotency key reused with a different request: the key was first used with another " + what,
+		Hint:   "use a new key for a new request"}
 }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/idemkit/idem/internal/driver"
 )
 
 // Claim is the right to run one operation, committed by Begin as a
@@ -43,19 +42,24 @@ func (s *Store) Begin(ctx context.Context, db *sql.DB, req Request) (claim *Clai
 	if db == nil {
 		return nil, nil, errors.New("idem: Begin needs a *sql.DB, got nil")
 	}
-	return s.begin(ctx, sqlTx(db, s.dialect), req)
+	return s.BeginOn(ctx, NewSQLRunner(db, nil), req)
 }
 
-// begin is Begin with its transactions run by inTx, whatever its driver.
-func (s *Store) begin(ctx context.Context, inTx driver.TxRunner, req Request) (claim *Claim, replay *Result, err error) {
+// BeginOn is [Store.Begin] on r, a pool through any driver's adapter
+// (idempgx.New for a *pgxpool.Pool): its short transaction is one of
+// r's, begun with r's options.
+func (s *Store) BeginOn(ctx context.Context, r Runner, req Request) (claim *Claim, replay *Result, err error) {
+	if r == nil {
+		return nil, nil, errors.New("idem: Begin needs a pool, got nil")
+	}
 	defer s.observeBegin(ctx, req, startWatch(), &claim, &replay, &err)
 	if err := req.validate(); err != nil {
 		return nil, nil, err
 	}
 	var token int64
-	err = inTx(ctx, sql.LevelDefault, func(c driver.Conn) error {
+	err = InTx(ctx, r, sql.LevelDefault, func(tx Tx) error {
 		var err error
-		replay, token, err = s.acquire(ctx, c, req, forBegin)
+		replay, token, err = s.acquire(ctx, s.conn(tx), req, forBegin)
 		return err
 	})
 	switch {
@@ -91,18 +95,24 @@ func (c *Claim) RelayKey() string {
 // changes nothing and returns an error wrapping [ErrLeaseLost], and the
 // caller should stop the work and not complete it. db may be a *sql.DB.
 func (c *Claim) Extend(ctx context.Context, db DBTX, d time.Duration) error {
+	if db == nil {
+		return c.ExtendOn(ctx, nil, d)
+	}
+	return c.ExtendOn(ctx, sqlConn{db}, d)
+}
+
+// ExtendOn is [Claim.Extend] on db, through any driver's adapter (a
+// Runner is one: a pool works).
+func (c *Claim) ExtendOn(ctx context.Context, db Conn, d time.Duration) (err error) {
 	if err := c.check(db, "Extend"); err != nil {
 		return err
 	}
-	return c.extend(ctx, newSQLConn(db, c.s.dialect), d)
-}
-
-func (c *Claim) extend(ctx context.Context, db driver.Conn, d time.Duration) (err error) {
 	defer c.observeClaim(ctx, 0, startWatch(), &err)
 	if err := checkDuration("Extend's duration", d); err != nil {
 		return err
 	}
-	return c.fenced(ctx, db, c.s.st.extend(c.req, c.token, micros(d)), "extend the lease", "stop the work and do not complete it")
+	q := c.s.st.query(c.s.st.extend, &values{req: c.req, token: c.token, lease: micros(d)})
+	return c.fenced(ctx, c.s.conn(db), q, "extend the lease", "stop the work and do not complete it")
 }
 
 // Complete stores resp as the final result of the claim, through tx: the
@@ -116,21 +126,28 @@ func (c *Claim) extend(ctx context.Context, db driver.Conn, d time.Duration) (er
 // business rows, since the new owner runs the operation.
 func (c *Claim) Complete(ctx context.Context, tx DBTX, resp Response) error {
 	if c == nil || c.s == nil {
-		return c.check(tx, "Complete")
+		return c.check(sqlConn{tx}, "Complete")
 	}
 	tx, err := txOf(tx, "Complete")
 	if err != nil {
 		return err
 	}
-	return c.complete(ctx, newSQLConn(tx, c.s.dialect), resp)
+	return c.CompleteOn(ctx, sqlTx{sqlConn{tx}}, resp)
 }
 
-func (c *Claim) complete(ctx context.Context, tx driver.Conn, resp Response) (err error) {
+// CompleteOn is [Claim.Complete] in tx, the transaction that writes the
+// operation's business rows, through any driver's adapter (idempgx.Tx
+// for a pgx.Tx). CompleteOn never commits or rolls back tx.
+func (c *Claim) CompleteOn(ctx context.Context, tx Tx, resp Response) (err error) {
+	if err := c.check(tx, "Complete"); err != nil {
+		return err
+	}
 	defer c.observeClaim(ctx, EventExecuted, startWatch(), &err)
 	if err := resp.validate(); err != nil {
 		return err
 	}
-	if err := c.fenced(ctx, tx, c.s.st.complete(c.req, c.token, resp, encodeHeader(resp.Header)), "complete", "roll back this transaction"); err != nil {
+	q := c.s.st.query(c.s.st.complete, &values{req: c.req, token: c.token, resp: resp, header: encodeHeader(resp.Header)})
+	if err := c.fenced(ctx, c.s.conn(tx), q, "complete", "roll back this transaction"); err != nil {
 		return err
 	}
 	c.s.completed.add(c.req)
@@ -143,19 +160,25 @@ func (c *Claim) complete(ctx context.Context, tx driver.Conn, resp Response) (er
 // token. A release of a claim that is no longer current changes nothing and
 // returns an error wrapping [ErrLeaseLost]. db may be a *sql.DB.
 func (c *Claim) Release(ctx context.Context, db DBTX) error {
+	if db == nil {
+		return c.ReleaseOn(ctx, nil)
+	}
+	return c.ReleaseOn(ctx, sqlConn{db})
+}
+
+// ReleaseOn is [Claim.Release] on db, through any driver's adapter (a
+// Runner is one: a pool works).
+func (c *Claim) ReleaseOn(ctx context.Context, db Conn) (err error) {
 	if err := c.check(db, "Release"); err != nil {
 		return err
 	}
-	return c.release(ctx, newSQLConn(db, c.s.dialect))
-}
-
-func (c *Claim) release(ctx context.Context, db driver.Conn) (err error) {
 	defer c.observeClaim(ctx, EventReleased, startWatch(), &err)
-	return c.fenced(ctx, db, c.s.st.release(c.req, c.token), "release", "the key is no longer this claim's to release")
+	q := c.s.st.query(c.s.st.release, &values{req: c.req, token: c.token})
+	return c.fenced(ctx, c.s.conn(db), q, "release", "the key is no longer this claim's to release")
 }
 
 // check refuses a nil Claim or handle, before any statement.
-func (c *Claim) check(db DBTX, method string) error {
+func (c *Claim) check(db Conn, method string) error {
 	switch {
 	case c == nil || c.s == nil:
 		return fmt.Errorf("idem: %s on a nil Claim; use the claim Begin returned", method)
@@ -167,13 +190,13 @@ func (c *Claim) check(db DBTX, method string) error {
 
 // fenced runs a statement fenced on the claim's token. When it changes
 // nothing, fenced reads the record to say why.
-func (c *Claim) fenced(ctx context.Context, sc driver.Conn, q query, what, advice string) error {
-	fail := func(err error, next string) error {
-		return &Error{Op: what, Scope: c.req.Scope, Key: c.req.Key, Token: c.token, Err: err, Next: next}
+func (c *Claim) fenced(ctx context.Context, sc conn, q Query, what, advice string) error {
+	fail := func(err error, detail, hint string) error {
+		return &Error{Op: what, Scope: c.req.Scope, Key: c.req.Key, Token: c.token, Err: err, Detail: detail, Hint: hint}
 	}
-	n, err := sc.Exec(ctx, q)
+	n, err := sc.exec(ctx, q)
 	if err != nil {
-		return fail(err, c.s.next(err))
+		return fail(err, "", c.s.next(err))
 	}
 	if n == 1 {
 		return nil
@@ -182,13 +205,13 @@ func (c *Claim) fenced(ctx context.Context, sc driver.Conn, q query, what, advic
 		status Status
 		token  int64
 	)
-	err = sc.QueryRow(ctx, c.s.st.state(c.req), &status, &token)
+	err = sc.queryRow(ctx, c.s.st.query(c.s.st.state, &values{req: c.req}), &status, &token)
 	var why string
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		why = "no longer exists (purged)"
 	case err != nil:
-		return fail(fmt.Errorf("%w: it changed nothing, and reading the key failed: %v", ErrLeaseLost, err), advice)
+		return fail(fmt.Errorf("%w: %w", ErrLeaseLost, err), "lease lost: it changed nothing, and reading the key failed: "+err.Error(), advice)
 	case token != c.token:
 		why = fmt.Sprintf("was taken over by another request, whose token is %d", token)
 	case status == StatusCompleted:
@@ -198,7 +221,7 @@ func (c *Claim) fenced(ctx context.Context, sc driver.Conn, q query, what, advic
 	default:
 		why = fmt.Sprintf("is %s and did not change", status)
 	}
-	return fail(fmt.Errorf("%w: the key %s", ErrLeaseLost, why), advice)
+	return fail(ErrLeaseLost, "lease lost: the key "+why, advice)
 }
 
 // observeBegin reports the outcome of a Begin that began at start. It is

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/idemkit/idem/internal/driver"
 	"github.com/idemkit/idem/schema"
 )
 
@@ -19,16 +18,15 @@ import (
 //
 // Adding a database is a dialect file of its own (dialect_NAME.go), its
 // schema, and one row of the conformance suite's targets with one value
-// of its facts: docs/dialects.md, "Adding a database", lists the steps and
-// why each is there.
+// of its facts: docs/architecture.md says what each place is for.
 type Dialect interface {
 	// Name is the dialect's name: "postgres", "mysql", "mariadb", "tidb"
 	// or "sqlite".
 	Name() string
 
 	// statements returns the statements for a validated, possibly
-	// schema-qualified table name.
-	statements(table []string) statements
+	// schema-qualified table name: see [statements].
+	statements(parts []string) *statements
 	// inserted reads the outcome of an insert statement, run with exec: n
 	// rows changed, or err. It is true when the row was inserted, false
 	// when the key already had one.
@@ -36,24 +34,16 @@ type Dialect interface {
 	// retryable reports a serialization failure, deadlock or lock timeout.
 	retryable(err error) bool
 	// fix names what to change for an error of its drivers where the
-	// advice of idem's messages (a missing permission, a retry) would send
+	// hint of idem's errors (a missing permission, a retry) would send
 	// the user the wrong way (a pooler that lost the driver's prepared
 	// statements), or returns "".
 	fix(err error) string
-	// lockWaits reports whether boundLockWait can bound a lock wait inside
-	// a transaction (WithLockTimeout).
-	lockWaits() bool
-	// boundLockWait runs fn with every lock wait of c's session bounded by
-	// d, and leaves the session's own bound as it found it. timedOut
-	// reports that fn failed because a wait ran out; c is then usable,
-	// with nothing fn did in it.
-	boundLockWait(ctx context.Context, c driver.Conn, d time.Duration, fn func() error) (timedOut bool, err error)
 	// literals returns the function that writes a statement's arguments
-	// into its text, for the statements idem sends through db, where the
-	// driver behind db then sends each in fewer round trips (MySQL;
+	// into its text, for the statements idem sends through c, where the
+	// driver behind c then sends each in fewer round trips (MySQL;
 	// PostgreSQL through lib/pq); nil where they go with parameters. It
 	// is asked once per handle, not per statement.
-	literals(db driver.ExecQuerier) func(q query) query
+	literals(c Conn) func(q Query) Query
 	// schemaFault reads an error of the database as one about the table a
 	// statement named (it does not exist, its columns are not those of
 	// idem's table, its schema does not exist), or noSchemaFault.
@@ -63,107 +53,245 @@ type Dialect interface {
 	// transactions), with an error that names the setting and how to
 	// change it. Where no mode is unsafe it runs no statement and returns
 	// nil.
-	checkSession(ctx context.Context, c driver.Conn) error
+	checkSession(ctx context.Context, c conn) error
 }
 
-// statements are a dialect's statements for one table. Each method returns
-// one statement whole, with its arguments; the doc comment says what it
-// returns. Times come from the database clock; durations are in
+// lockWaiter is a Dialect that can bound a lock wait inside a
+// transaction, for WithLockTimeout; SQLite cannot (a duplicate waits at
+// BEGIN IMMEDIATE, before idem runs).
+type lockWaiter interface {
+	// boundLockWait runs fn with every lock wait of c's session bounded by
+	// d, and leaves the session's own bound as it found it. timedOut
+	// reports that fn failed because a wait ran out; c is then usable,
+	// with nothing fn did in it.
+	boundLockWait(ctx context.Context, c conn, d time.Duration, fn func() error) (timedOut bool, err error)
+}
+
+// table is a Store's table name, as the statements name it.
+type table struct {
+	parts  []string // one, or a schema and the table
+	quoted string   // the whole name, quoted in the dialect's way
+	// schemaName is the schema of a table named without one, as the
+	// statements name it: nil for the connection's (MySQL: DATABASE()).
+	schemaName any
+}
+
+// base is the table's own name, without its schema: the prefix of its
+// indexes' names.
+func (t table) base() string { return t.parts[len(t.parts)-1] }
+
+// schema is the table's schema, or schemaName when it was named without
+// one.
+func (t table) schema() any {
+	if len(t.parts) == 2 {
+		return t.parts[0]
+	}
+	return t.schemaName
+}
+
+// statements are a dialect's statements for one table, as data: each
+// statement's text, whole, with the table's name in it, and the order of
+// its arguments. Times come from the database clock; durations are in
 // microseconds. The statements that change a claim after it was made
 // (complete, extend, release, remove) are fenced: they change the record
 // only while it is the PROCESSING claim with the given token, and then
 // always change a column, so that MySQL, which counts changed rows,
 // reports the match; so one that ran after its transaction ended, or
 // after another request took the key, changes nothing.
-type statements interface {
+type statements struct {
 	// migrations is the DDL of each schema version, in order: the
 	// statements at index i bring a table of version i (0: absent) to
 	// version i+1. Each is safe to run again once it has run, or fails
 	// without changing anything.
-	migrations() [][]string
+	migrations [][]string
 	// version reads whether the table exists (a boolean) and its comment,
 	// in which the migrations from version 2 on record the version.
-	version() query
+	version statement
 	// insert claims a new key as PROCESSING with a token from the
 	// database clock (Begin's claim), or does nothing (or fails with a
 	// duplicate-key error that inserted recognises) when it exists. It
 	// waits for an open transaction that holds the key. What it returns,
-	// returns says.
-	insert(r Request, lease int64) query
+	// insertReturns says.
+	insert statement
 	// insertOwn is insert with the claim's token given (Do's, ownToken)
 	// instead of one from the clock. It returns nothing.
-	insertOwn(r Request, token, lease int64) query
+	insertOwn statement
 	// takeover makes the record a new PROCESSING claim and grows its
 	// token, if the token is still the one read and the record may still
 	// be taken over (released, lease ended, or past retention) as the
 	// statement sees it: a Complete or Extend that committed between
-	// acquire's read and this write wins. What it returns, returns says.
-	takeover(r Request, token, lease, retention int64) query
-	// returns reports what the claim statement stmt (insert or
-	// takeover) returns when it claims: token, the claim's token; and lag, after the token, how
-	// long after the statement's start the claim was granted, in µs.
-	// What they do not return (MySQL: neither; MariaDB's insert: the
-	// lag), claimed reads where it is needed.
-	returns(stmt claimStatement) (token, lag bool)
+	// acquire's read and this write wins. What it returns,
+	// takeoverReturns says.
+	takeover statement
+	// insertReturns and takeoverReturns are what insert and takeover
+	// return when they claim.
+	insertReturns, takeoverReturns returning
 	// claimed reads the token of the claim the transaction has just made,
-	// and how long ago, in µs, its claim statement started.
-	claimed(r Request) query
+	// and how long ago, in µs, its claim statement started: what the claim
+	// statements do not return. Empty where they return both.
+	claimed statement
 	// read reads a record: operation, fingerprint, status, token,
 	// forgotten (past retention), lease left in µs, response status,
 	// header and body. It sees the latest committed row whatever the
 	// transaction's snapshot (on MySQL a locking read).
-	read(r Request, retention int64) query
+	read statement
 	// readCompleted is read of a record that is completed and within
 	// retention, and of what its replay needs: operation, fingerprint,
 	// response status, header and body. Any other record is no row. It
 	// sees and locks what read does.
-	readCompleted(r Request, retention int64) query
+	readCompleted statement
 	// state reads a record's status and token as last committed, to
 	// explain why a fenced statement changed nothing.
-	state(r Request) query
+	state statement
 	// complete stores the final response of the claim. Fenced.
-	complete(r Request, token int64, resp Response, header []byte) query
+	complete statement
 	// extend moves the lease's end to at least lease from now, and at
 	// least one microsecond later than it was. Fenced.
-	extend(r Request, token, lease int64) query
+	extend statement
 	// release ends the claim without a result: the next attempt takes the
 	// record over at once. Fenced.
-	release(r Request, token int64) query
+	release statement
 	// remove deletes Do's claim after fn failed. Fenced.
-	remove(r Request, token int64) query
-	// purgeWindow reads what purge(from, retention, limit) would delete,
-	// locking nothing: how many records, and the created_at of the last
-	// (newest) of them, in µs since the Unix epoch (0 when none).
-	purgeWindow(from, retention int64, limit int) query
+	remove statement
+	// purgeWindow reads what purge (with the same arguments) would
+	// delete, locking nothing: how many records, and the created_at of the
+	// last (newest) of them, in µs since the Unix epoch (0 when none).
+	purgeWindow statement
 	// purge deletes at most limit records past retention, oldest first,
 	// among those created at from (µs since the Unix epoch) or later;
 	// never a live claim.
-	purge(from, retention int64, limit int) query
+	purge statement
 	// purgeIsolation is the isolation level of the short transaction each
 	// purge batch runs in.
-	purgeIsolation() sql.IsolationLevel
+	purgeIsolation sql.IsolationLevel
 	// inspect reads a record for a person: operation, fingerprint, status,
 	// token, lease_until, created_at and completed_at (µs since the Unix
 	// epoch; completed_at may be NULL), the database clock (µs), forgotten,
 	// response status, header and body. A plain read that locks nothing.
-	inspect(scope, key string, retention int64) query
+	inspect statement
 	// inspectKey reads the records of key in every scope, in scope order,
 	// at most limit of them: scope, then what inspect reads. The table is
 	// indexed by (scope, key), so this reads all of it. A plain read that
 	// locks nothing.
-	inspectKey(key string, retention int64, limit int) query
+	inspectKey statement
 	// columns reads no row but names every column of idem's table, so that
 	// on a table that is not idem's it fails with an error schemaFault
 	// reads as notIdemTable.
-	columns() query
+	columns statement
 	// stats counts the records per status: status, count, oldest
 	// created_at (µs since the Unix epoch), how many are past retention
 	// (what purge would delete), and the database clock (µs).
-	stats(retention int64) query
+	stats statement
 	// size reads the bytes of the table and of its indexes (NULL where the
 	// database cannot tell).
-	size() query
+	size statement
+	// table is the table they are for.
+	table table
 }
+
+// statement is one statement of a dialect's, whole, with what it takes in
+// place of each of its placeholders, in order.
+type statement struct {
+	sql  string
+	args []arg
+}
+
+// returning is what a claim statement returns: token, the claim's token;
+// and lag, after the token, how long after the statement's start the
+// claim was granted, in µs.
+type returning struct{ token, lag bool }
+
+// arg is what a statement takes in place of one placeholder.
+type arg uint8
+
+const (
+	argScope       arg = iota // the request's
+	argKey                    // the request's
+	argOperation              // the request's
+	argFingerprint            // the request's
+	argToken                  // the claim's fencing token
+	argLease                  // a lease, in µs
+	argRetention              // the retention, in µs
+	argStatus                 // the response's status code
+	argHeader                 // the response's header, encoded
+	argBody                   // the response's body
+	argFrom                   // the purge's cursor, µs since the Unix epoch
+	argLimit                  // at most this many records
+	argSchema                 // the table's schema; NULL for the connection's
+	argBase                   // the table's own name
+	argQuoted                 // the table's whole name, quoted
+	argIndex                  // the name of the table's created_at index
+)
+
+// values are what the engine binds a statement's arguments to.
+type values struct {
+	req                           Request
+	token, lease, retention, from int64
+	limit                         int
+	resp                          Response
+	header                        []byte
+}
+
+// query binds st's arguments to v, for the Store's table.
+func (s *statements) query(st statement, v *values) Query {
+	if len(st.args) == 0 {
+		return Query{SQL: st.sql}
+	}
+	args := make([]any, len(st.args))
+	for i, a := range st.args {
+		switch a {
+		case argScope:
+			args[i] = v.req.Scope
+		case argKey:
+			args[i] = v.req.Key
+		case argOperation:
+			args[i] = v.req.Operation
+		case argFingerprint:
+			args[i] = v.req.Fingerprint
+		case argToken:
+			args[i] = v.token
+		case argLease:
+			args[i] = v.lease
+		case argRetention:
+			args[i] = v.retention
+		case argStatus:
+			args[i] = v.resp.StatusCode
+		case argHeader:
+			args[i] = v.header
+		case argBody:
+			args[i] = v.resp.Body
+		case argFrom:
+			args[i] = v.from
+		case argLimit:
+			args[i] = v.limit
+		case argSchema:
+			args[i] = s.table.schema()
+		case argBase:
+			args[i] = s.table.base()
+		case argQuoted:
+			args[i] = s.table.quoted
+		case argIndex:
+			args[i] = s.table.base() + "_created_at_idx"
+		}
+	}
+	return Query{SQL: st.sql, Args: args}
+}
+
+// rendered returns s with the table's name in every statement's text and
+// every migration, in place of the template's.
+func (s *statements) rendered(t table, ddl []schema.Migration) *statements {
+	s.table = t
+	s.migrations = migrationStatements(ddl, t.quoted, t.base())
+	for _, st := range []*statement{&s.version, &s.insert, &s.insertOwn, &s.takeover, &s.claimed, &s.read,
+		&s.readCompleted, &s.state, &s.complete, &s.extend, &s.release, &s.remove, &s.purgeWindow, &s.purge,
+		&s.inspect, &s.inspectKey, &s.columns, &s.stats, &s.size} {
+		st.sql = render(st.sql, t.quoted, t.base())
+	}
+	return s
+}
+
+// args lists a statement's arguments in order.
+func args(a ...arg) []arg { return a }
 
 // schemaFault is what an error of the database says is wrong with the
 // table a statement named, as [Dialect]'s schemaFault reads it.
@@ -179,7 +307,7 @@ const (
 // advice says what to do about err, an error of a statement on the
 // Store's table: about the table when the dialect reads err as one about
 // it (schemaAdvice), else the fix the dialect names for err (fix), else
-// otherwise. Every message of a failed statement ends with it.
+// otherwise. It is the Hint of the Error of every failed statement.
 func (s *Store) advice(err error, otherwise string) string {
 	if a := s.schemaAdvice(err); a != "" {
 		return a
@@ -195,11 +323,11 @@ func (s *Store) advice(err error, otherwise string) string {
 func (s *Store) next(err error) string {
 	switch a := s.advice(err, ""); {
 	case a != "":
-		return a + "; " + nextRollBack
+		return a + "; " + hintRollBack
 	case IsRetryable(err):
-		return nextRetry
+		return hintRetry
 	}
-	return nextRollBack
+	return hintRollBack
 }
 
 // schemaAdvice says what to do about err, an error of a statement on the
@@ -219,7 +347,9 @@ func (s *Store) schemaAdvice(err error) string {
 
 // columnsProbe is every dialect's columns statement: it names each column
 // of idem's table and reads no row.
-const columnsProbe = `SELECT scope, idem_key, operation, fingerprint, status, token, lease_until, created_at,
+var columnsProbe = statement{sql: columnsProbeSQL}
+
+const columnsProbeSQL = `SELECT scope, idem_key, operation, fingerprint, status, token, lease_until, created_at,
   completed_at, response_status, response_headers, response_body FROM idempotency_keys WHERE 1 = 0`
 
 // templateTable is the table the statements and schema/*/*.sql are written

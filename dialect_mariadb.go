@@ -21,10 +21,8 @@ type mariadbDialect struct{ mysqlDialect }
 
 func (mariadbDialect) Name() string { return "mariadb" }
 
-func (mariadbDialect) statements(parts []string) statements {
-	s := newMyStatements(parts, schema.MySQL, mariadbInsert, myRead, myReadCompleted, myState)
-	s.insertReturnsToken = true
-	return s
+func (mariadbDialect) statements(parts []string) *statements {
+	return myStatements(parts, schema.MySQL, mariadbInsert, returning{token: true}, myRead, myReadCompleted, myState)
 }
 
 // mariadbInsert is MySQL's insert, returning the token.

@@ -10,7 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/idemkit/idem/internal/driver"
 	"github.com/idemkit/idem/schema"
 )
 
@@ -29,61 +28,51 @@ type mysqlDialect struct{}
 
 func (mysqlDialect) Name() string { return "mysql" }
 
-func (mysqlDialect) statements(parts []string) statements {
-	return newMyStatements(parts, schema.MySQL, myInsert, myRead, myReadCompleted, myState)
+func (mysqlDialect) statements(parts []string) *statements {
+	return myStatements(parts, schema.MySQL, myInsert, returning{}, myRead, myReadCompleted, myState)
 }
 
-// newMyStatements renders the MySQL family's statements for a table, with
-// the migrations, the insert and the three locking reads (read,
-// readCompleted and state) of one database.
-func newMyStatements(parts []string, ddl []schema.Migration, insert, read, readCompleted, state string) *myStatements {
+// myStatements are the MySQL family's statements for a table, with the
+// migrations, the insert (and what it returns) and the three locking
+// reads (read, readCompleted and state) of one database. No claim
+// statement returns anything but MariaDB's insert (its token): MySQL has
+// no RETURNING, MariaDB none on UPDATE, and LAST_INSERT_ID() must stay
+// the caller's; claimed reads the rest.
+func myStatements(parts []string, ddl []schema.Migration, insert string, insertReturns returning, read, readCompleted, state string) *statements {
 	quoted := "`" + strings.Join(parts, "`.`") + "`"
-	base := parts[len(parts)-1]
-	r := func(sql string) string { return render(sql, quoted, base) }
-	var schemaName any
-	if len(parts) == 2 {
-		schemaName = parts[0]
-	}
-	return &myStatements{
-		steps:            migrationStatements(ddl, quoted, base),
-		schemaName:       schemaName,
-		base:             base,
-		insertSQL:        r(insert),
-		insertOwnSQL:     r(myInsertOwn),
-		takeoverSQL:      r(myTakeover),
-		claimedSQL:       r(myClaimed),
-		readSQL:          r(read),
-		readCompletedSQL: r(readCompleted),
-		stateSQL:         r(state),
-		completeSQL:      r(myComplete),
-		extendSQL:        r(myExtend),
-		releaseSQL:       r(myRelease),
-		removeSQL:        r(myRemove),
-		purgeSQL:         r(myPurge),
-		purgeWindowSQL:   r(myPurgeWindow),
-		inspectSQL:       r(myInspect),
-		inspectKeySQL:    r(myInspectKey),
-		columnsSQL:       r(columnsProbe),
-		statsSQL:         r(myStats),
-	}
+	return (&statements{
+		version:       statement{myVersion, args(argSchema, argBase)},
+		insert:        statement{insert, args(argScope, argKey, argOperation, argFingerprint, argLease)},
+		insertOwn:     statement{myInsertOwn, args(argScope, argKey, argOperation, argFingerprint, argToken, argLease)},
+		takeover:      statement{myTakeover, args(argOperation, argFingerprint, argLease, argScope, argKey, argToken, argRetention)},
+		insertReturns: insertReturns,
+		claimed:       statement{myClaimed, args(argScope, argKey)},
+		read:          statement{read, args(argRetention, argScope, argKey)},
+		readCompleted: statement{readCompleted, args(argScope, argKey, argRetention)},
+		state:         statement{state, args(argScope, argKey)},
+		complete:      statement{myComplete, args(argStatus, argHeader, argBody, argScope, argKey, argToken)},
+		extend:        statement{myExtend, args(argLease, argScope, argKey, argToken)},
+		release:       statement{myRelease, args(argScope, argKey, argToken)},
+		remove:        statement{myRemove, args(argScope, argKey, argToken)},
+		purgeWindow:   statement{myPurgeWindow, args(argFrom, argRetention, argRetention, argLimit)},
+		purge:         statement{myPurge, args(argFrom, argRetention, argRetention, argLimit)},
+		// READ COMMITTED: under REPEATABLE READ a batch locks the gap
+		// before the first row past its window (every gap of the primary
+		// key, if the optimizer runs it as a full scan), where fresh claims
+		// go when no newer record lies between, so each would wait for the
+		// batch to commit; READ COMMITTED takes no gap locks. The batch
+		// still waits for a row past its window that a transaction holds.
+		purgeIsolation: sql.LevelReadCommitted,
+		inspect:        statement{myInspect, args(argRetention, argScope, argKey)},
+		inspectKey:     statement{myInspectKey, args(argRetention, argKey, argLimit)},
+		columns:        columnsProbe,
+		stats:          statement{myStats, args(argRetention, argRetention)},
+		size:           statement{mySize, args(argSchema, argBase)},
+	}).rendered(table{parts: parts, quoted: quoted}, ddl)
 }
 
-// myStatements are the statements for one table, rendered once.
-type myStatements struct {
-	steps      [][]string
-	schemaName any // nil: the connection's database
-	base       string
-	insertSQL, insertOwnSQL, takeoverSQL, claimedSQL, readSQL, readCompletedSQL, stateSQL, completeSQL,
-	extendSQL, releaseSQL, removeSQL, purgeWindowSQL, purgeSQL, inspectSQL, inspectKeySQL, columnsSQL, statsSQL string
-	insertReturnsToken bool // insertSQL returns the token (MariaDB)
-}
-
-func (s *myStatements) migrations() [][]string { return s.steps }
-
-func (s *myStatements) version() query {
-	return query{SQL: `SELECT COUNT(*) > 0, COALESCE(MAX(table_comment), '') FROM information_schema.TABLES
-WHERE table_schema = COALESCE(?, DATABASE()) AND table_name = ?`, Args: []any{s.schemaName, s.base}}
-}
+const myVersion = `SELECT COUNT(*) > 0, COALESCE(MAX(table_comment), '') FROM information_schema.TABLES
+WHERE table_schema = COALESCE(?, DATABASE()) AND table_name = ?`
 
 // A token is the clock in microseconds since the Unix epoch,
 // TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)), or
@@ -93,16 +82,8 @@ const myInsert = `INSERT INTO idempotency_keys (scope, idem_key, operation, fing
 VALUES (?, ?, ?, ?, 'processing', TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)),
   UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, UTC_TIMESTAMP(6))`
 
-func (s *myStatements) insert(r Request, lease int64) query {
-	return query{SQL: s.insertSQL, Args: []any{r.Scope, r.Key, r.Operation, r.Fingerprint, lease}}
-}
-
 const myInsertOwn = `INSERT INTO idempotency_keys (scope, idem_key, operation, fingerprint, status, token, lease_until, created_at)
 VALUES (?, ?, ?, ?, 'processing', ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, UTC_TIMESTAMP(6))`
-
-func (s *myStatements) insertOwn(r Request, token, lease int64) query {
-	return query{SQL: s.insertOwnSQL, Args: []any{r.Scope, r.Key, r.Operation, r.Fingerprint, token, lease}}
-}
 
 // MySQL evaluates SET from left to right; token is read before it is
 // assigned and nothing after it reads it. The WHERE reads the row as last
@@ -116,24 +97,9 @@ WHERE scope = ? AND idem_key = ? AND token = ?
     OR status = 'processing' AND lease_until <= UTC_TIMESTAMP(6)
     OR status = 'completed' AND completed_at + INTERVAL ? MICROSECOND <= UTC_TIMESTAMP(6))`
 
-func (s *myStatements) takeover(r Request, token, lease, retention int64) query {
-	return query{SQL: s.takeoverSQL, Args: []any{r.Operation, r.Fingerprint, lease, r.Scope, r.Key, token, retention}}
-}
-
-// returns is what MariaDB's insert returns, the token; nothing else
-// returns anything: MySQL has no RETURNING, MariaDB none on UPDATE, and
-// LAST_INSERT_ID() must stay the caller's.
-func (s *myStatements) returns(stmt claimStatement) (token, lag bool) {
-	return stmt == byInsert && s.insertReturnsToken, false
-}
-
 // The claim's created_at is its statement's start; claimed runs right
 // after that statement.
 const myClaimed = `SELECT token, TIMESTAMPDIFF(MICROSECOND, created_at, UTC_TIMESTAMP(6)) FROM idempotency_keys WHERE scope = ? AND idem_key = ?`
-
-func (s *myStatements) claimed(r Request) query {
-	return query{SQL: s.claimedSQL, Args: []any{r.Scope, r.Key}}
-}
 
 // myReadRecord is read without its locking clause, which TiDB's read
 // has another of.
@@ -147,10 +113,6 @@ FROM idempotency_keys WHERE scope = ? AND idem_key = ?`
 // transaction's REPEATABLE READ snapshot is older.
 const myRead = myReadRecord + ` LOCK IN SHARE MODE`
 
-func (s *myStatements) read(r Request, retention int64) query {
-	return query{SQL: s.readSQL, Args: []any{retention, r.Scope, r.Key}}
-}
-
 // myReadCompletedRecord is readCompleted without its locking clause.
 const myReadCompletedRecord = `SELECT operation, fingerprint, response_status, response_headers, response_body
 FROM idempotency_keys WHERE scope = ? AND idem_key = ?
@@ -158,46 +120,22 @@ FROM idempotency_keys WHERE scope = ? AND idem_key = ?
 
 const myReadCompleted = myReadCompletedRecord + ` LOCK IN SHARE MODE`
 
-func (s *myStatements) readCompleted(r Request, retention int64) query {
-	return query{SQL: s.readCompletedSQL, Args: []any{r.Scope, r.Key, retention}}
-}
-
 const myStateRecord = `SELECT status, token FROM idempotency_keys WHERE scope = ? AND idem_key = ?`
 
 const myState = myStateRecord + ` LOCK IN SHARE MODE`
-
-func (s *myStatements) state(r Request) query {
-	return query{SQL: s.stateSQL, Args: []any{r.Scope, r.Key}}
-}
 
 const myComplete = `UPDATE idempotency_keys SET status = 'completed', completed_at = UTC_TIMESTAMP(6),
   response_status = ?, response_headers = ?, response_body = ?
 WHERE scope = ? AND idem_key = ? AND token = ? AND status = 'processing'`
 
-func (s *myStatements) complete(r Request, token int64, resp Response, header []byte) query {
-	return query{SQL: s.completeSQL, Args: []any{resp.StatusCode, header, resp.Body, r.Scope, r.Key, token}}
-}
-
 const myExtend = `UPDATE idempotency_keys
 SET lease_until = GREATEST(UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, lease_until + INTERVAL 1 MICROSECOND)
 WHERE scope = ? AND idem_key = ? AND token = ? AND status = 'processing'`
 
-func (s *myStatements) extend(r Request, token, lease int64) query {
-	return query{SQL: s.extendSQL, Args: []any{lease, r.Scope, r.Key, token}}
-}
-
 const myRelease = `UPDATE idempotency_keys SET status = 'released', lease_until = UTC_TIMESTAMP(6)
 WHERE scope = ? AND idem_key = ? AND token = ? AND status = 'processing'`
 
-func (s *myStatements) release(r Request, token int64) query {
-	return query{SQL: s.releaseSQL, Args: []any{r.Scope, r.Key, token}}
-}
-
 const myRemove = `DELETE FROM idempotency_keys WHERE scope = ? AND idem_key = ? AND token = ? AND status = 'processing'`
-
-func (s *myStatements) remove(r Request, token int64) query {
-	return query{SQL: s.removeSQL, Args: []any{r.Scope, r.Key, token}}
-}
 
 // myPurgeWhere picks the records a purge deletes: created at the purge's
 // cursor (µs since the Unix epoch) or later, and past retention.
@@ -213,24 +151,8 @@ const myPurgeWindow = `SELECT COUNT(*), COALESCE(MAX(created_us), 0) FROM (
   WHERE ` + myPurgeWhere + `
   ORDER BY created_at LIMIT ?) w`
 
-func (s *myStatements) purgeWindow(from, retention int64, limit int) query {
-	return query{SQL: s.purgeWindowSQL, Args: []any{from, retention, retention, limit}}
-}
-
 const myPurge = `DELETE FROM idempotency_keys WHERE ` + myPurgeWhere + `
 ORDER BY created_at LIMIT ?`
-
-func (s *myStatements) purge(from, retention int64, limit int) query {
-	return query{SQL: s.purgeSQL, Args: []any{from, retention, retention, limit}}
-}
-
-// purgeIsolation is READ COMMITTED: under REPEATABLE READ a batch locks
-// the gap before the first row past its window (every gap of the primary
-// key, if the optimizer runs it as a full scan), where fresh claims go
-// when no newer record lies between, so each would wait for the batch to
-// commit; READ COMMITTED takes no gap locks. The batch still waits for a
-// row past its window that a transaction holds.
-func (*myStatements) purgeIsolation() sql.IsolationLevel { return sql.LevelReadCommitted }
 
 // myInspectRecord is what inspect and inspectKey read of a record, with
 // the retention as its one argument.
@@ -243,18 +165,8 @@ FROM idempotency_keys`
 
 const myInspect = `SELECT ` + myInspectRecord + ` WHERE scope = ? AND idem_key = ?`
 
-func (s *myStatements) inspect(scope, key string, retention int64) query {
-	return query{SQL: s.inspectSQL, Args: []any{retention, scope, key}}
-}
-
 // scope is VARBINARY: the order is the bytes'.
 const myInspectKey = `SELECT scope, ` + myInspectRecord + ` WHERE idem_key = ? ORDER BY scope LIMIT ?`
-
-func (s *myStatements) inspectKey(key string, retention int64, limit int) query {
-	return query{SQL: s.inspectKeySQL, Args: []any{retention, key, limit}}
-}
-
-func (s *myStatements) columns() query { return query{SQL: s.columnsSQL} }
 
 const myStats = `SELECT status, COUNT(*), MIN(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', created_at)),
   COUNT(CASE WHEN created_at <= UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND
@@ -262,19 +174,11 @@ const myStats = `SELECT status, COUNT(*), MIN(TIMESTAMPDIFF(MICROSECOND, '1970-0
   TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))
 FROM idempotency_keys GROUP BY status ORDER BY status`
 
-func (s *myStatements) stats(retention int64) query {
-	return query{SQL: s.statsSQL, Args: []any{retention, retention}}
-}
-
-// size reads information_schema, whose figures InnoDB refreshes from time
-// to time (ANALYZE TABLE refreshes them at once). The primary key is the
-// table's clustered index, so it counts in the table's bytes.
-func (s *myStatements) size() query {
-	return query{SQL: `SELECT data_length, index_length FROM information_schema.TABLES
-WHERE table_schema = COALESCE(?, DATABASE()) AND table_name = ?`, Args: []any{s.schemaName, s.base}}
-}
-
-func (mysqlDialect) lockWaits() bool { return true }
+// mySize reads information_schema, whose figures InnoDB refreshes from
+// time to time (ANALYZE TABLE refreshes them at once). The primary key is
+// the table's clustered index, so it counts in the table's bytes.
+const mySize = `SELECT data_length, index_length FROM information_schema.TABLES
+WHERE table_schema = COALESCE(?, DATABASE()) AND table_name = ?`
 
 // boundLockWait sets innodb_lock_wait_timeout to d, rounded up to whole
 // seconds, for fn and sets it back afterwards, whatever fn returned. A lock
@@ -283,19 +187,19 @@ func (mysqlDialect) lockWaits() bool { return true }
 // transaction: then the error is passed on as it is, and IsRetryable
 // reports it), and idem writes nothing before its last statement, so the
 // transaction is left as it was before fn.
-func (mysqlDialect) boundLockWait(ctx context.Context, c driver.Conn, d time.Duration, fn func() error) (bool, error) {
+func (mysqlDialect) boundLockWait(ctx context.Context, c conn, d time.Duration, fn func() error) (bool, error) {
 	var (
 		old             int64
 		rollbackWholeTx bool
 	)
-	if err := c.QueryRow(ctx, query{SQL: `SELECT @@SESSION.innodb_lock_wait_timeout, @@GLOBAL.innodb_rollback_on_timeout`}, &old, &rollbackWholeTx); err != nil {
+	if err := c.queryRow(ctx, Query{SQL: `SELECT @@SESSION.innodb_lock_wait_timeout, @@GLOBAL.innodb_rollback_on_timeout`}, &old, &rollbackWholeTx); err != nil {
 		return false, err
 	}
-	if _, err := c.Exec(ctx, query{SQL: `SET SESSION innodb_lock_wait_timeout = ?`, Args: []any{int64((d + time.Second - 1) / time.Second)}}); err != nil {
+	if _, err := c.exec(ctx, Query{SQL: `SET SESSION innodb_lock_wait_timeout = ?`, Args: []any{int64((d + time.Second - 1) / time.Second)}}); err != nil {
 		return false, err
 	}
 	err := fn()
-	if _, rerr := c.Exec(ctx, query{SQL: `SET SESSION innodb_lock_wait_timeout = ?`, Args: []any{old}}); rerr != nil {
+	if _, rerr := c.exec(ctx, Query{SQL: `SET SESSION innodb_lock_wait_timeout = ?`, Args: []any{old}}); rerr != nil {
 		return false, errors.Join(err, rerr)
 	}
 	n, ok := mysqlErrno(err)
@@ -393,15 +297,20 @@ func (mysqlDialect) retryable(err error) bool {
 
 // checkSession runs nothing: every InnoDB transaction makes a duplicate
 // wait for the claim.
-func (mysqlDialect) checkSession(context.Context, driver.Conn) error { return nil }
+func (mysqlDialect) checkSession(context.Context, conn) error { return nil }
 
 // maxInline bounds the text of a statement whose arguments literals writes
 // into it; a statement with larger arguments (a big response body) is sent
 // with parameters, whose size only max_allowed_packet limits.
 const maxInline = 64 << 10
 
-// literals: every statement, whatever the handle, goes as text.
-func (mysqlDialect) literals(driver.ExecQuerier) func(query) query { return myLiterals }
+// literals: every statement through database/sql goes as text.
+func (mysqlDialect) literals(c Conn) func(Query) Query {
+	if _, ok := c.(interface{ sqlHandle() DBTX }); !ok {
+		return nil
+	}
+	return myLiterals
+}
 
 // myLiterals writes the arguments into the query as literals: strings and
 // byte slices as hexadecimal literals (X'6869'), which mean the same bytes
@@ -412,7 +321,7 @@ func (mysqlDialect) literals(driver.ExecQuerier) func(query) query { return myLi
 // frees), unless the DSN sets interpolateParams. The query's only "?" are
 // its placeholders: idem's SQL holds no string literal or identifier with
 // one.
-func myLiterals(q query) query {
+func myLiterals(q Query) Query {
 	size := len(q.SQL)
 	for _, a := range q.Args {
 		switch v := a.(type) {
@@ -454,7 +363,7 @@ func myLiterals(q query) query {
 		}
 	}
 	b.WriteString(rest)
-	return query{SQL: b.String()}
+	return Query{SQL: b.String()}
 }
 
 // writeHexLiteral writes v as MySQL's hexadecimal literal, X'6869'.

@@ -12,7 +12,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/idemkit/idem/internal/driver"
 	"github.com/idemkit/idem/schema"
 )
 
@@ -35,49 +34,38 @@ type postgresDialect struct{}
 
 func (postgresDialect) Name() string { return "postgres" }
 
-func (postgresDialect) statements(parts []string) statements {
+func (postgresDialect) statements(parts []string) *statements {
 	quoted := `"` + strings.Join(parts, `"."`) + `"`
-	base := parts[len(parts)-1]
-	r := func(sql string) string { return render(sql, quoted, base) }
-	return &pgStatements{
-		steps:            migrationStatements(schema.Postgres, quoted, base),
-		quoted:           quoted,
-		insertSQL:        r(pgInsert),
-		insertOwnSQL:     r(pgInsertOwn),
-		takeoverSQL:      r(pgTakeover),
-		readSQL:          r(pgRead),
-		readCompletedSQL: r(pgReadCompleted),
-		stateSQL:         r(pgState),
-		completeSQL:      r(pgComplete),
-		extendSQL:        r(pgExtend),
-		releaseSQL:       r(pgRelease),
-		removeSQL:        r(pgRemove),
-		purgeSQL:         r(pgPurge),
-		purgeWindowSQL:   r(pgPurgeWindow),
-		inspectSQL:       r(pgInspect),
-		inspectKeySQL:    r(pgInspectKey),
-		columnsSQL:       r(columnsProbe),
-		statsSQL:         r(pgStats),
-	}
+	return (&statements{
+		version:         statement{pgVersion, args(argQuoted)},
+		insert:          statement{pgInsert, args(argScope, argKey, argOperation, argFingerprint, argLease)},
+		insertOwn:       statement{pgInsertOwn, args(argScope, argKey, argOperation, argFingerprint, argToken, argLease)},
+		takeover:        statement{pgTakeover, args(argOperation, argFingerprint, argLease, argScope, argKey, argToken, argRetention)},
+		insertReturns:   returning{token: true, lag: true},
+		takeoverReturns: returning{token: true, lag: true},
+		read:            statement{pgRead, args(argRetention, argScope, argKey)},
+		readCompleted:   statement{pgReadCompleted, args(argScope, argKey, argRetention)},
+		state:           statement{pgState, args(argScope, argKey)},
+		complete:        statement{pgComplete, args(argStatus, argHeader, argBody, argScope, argKey, argToken)},
+		extend:          statement{pgExtend, args(argLease, argScope, argKey, argToken)},
+		release:         statement{pgRelease, args(argScope, argKey, argToken)},
+		remove:          statement{pgRemove, args(argScope, argKey, argToken)},
+		purgeWindow:     statement{pgPurgeWindow, args(argFrom, argRetention, argLimit)},
+		purge:           statement{pgPurge, args(argFrom, argRetention, argLimit)},
+		// READ COMMITTED whatever the server's default: no serialization
+		// failures against live traffic.
+		purgeIsolation: sql.LevelReadCommitted,
+		inspect:        statement{pgInspect, args(argRetention, argScope, argKey)},
+		inspectKey:     statement{pgInspectKey, args(argRetention, argKey, argLimit)},
+		columns:        columnsProbe,
+		stats:          statement{pgStats, args(argRetention)},
+		size:           statement{pgSize, args(argQuoted)},
+	}).rendered(table{parts: parts, quoted: quoted}, schema.Postgres)
 }
 
-// pgStatements are the statements for one table, rendered once.
-type pgStatements struct {
-	steps  [][]string
-	quoted string
-	insertSQL, insertOwnSQL, takeoverSQL, readSQL, readCompletedSQL, stateSQL, completeSQL, extendSQL,
-	releaseSQL, removeSQL, purgeWindowSQL, purgeSQL, inspectSQL, inspectKeySQL, columnsSQL, statsSQL string
-}
-
-func (s *pgStatements) migrations() [][]string { return s.steps }
-
-// version finds the table as a quoted, possibly qualified name would, on
+// pgVersion finds the table as a quoted, possibly qualified name would, on
 // the search_path.
-func (s *pgStatements) version() query {
-	return query{SQL: `SELECT to_regclass($1) IS NOT NULL, COALESCE(obj_description(to_regclass($1), 'pg_class'), '')`, Args: []any{s.quoted}}
-}
-
-func (*pgStatements) returns(claimStatement) (token, lag bool) { return true, true }
+const pgVersion = `SELECT to_regclass($1) IS NOT NULL, COALESCE(obj_description(to_regclass($1), 'pg_class'), '')`
 
 // RETURNING runs once the row is written, after any wait for another
 // transaction that held the key; created_at is the statement's start.
@@ -87,17 +75,9 @@ VALUES ($1, $2, $3, $4, 'processing', (extract(epoch FROM statement_timestamp())
 ON CONFLICT (scope, idem_key) DO NOTHING
 RETURNING token, ((extract(epoch FROM clock_timestamp()) - extract(epoch FROM created_at)) * 1000000)::bigint`
 
-func (s *pgStatements) insert(r Request, lease int64) query {
-	return query{SQL: s.insertSQL, Args: []any{r.Scope, r.Key, r.Operation, r.Fingerprint, lease}}
-}
-
 const pgInsertOwn = `INSERT INTO idempotency_keys (scope, idem_key, operation, fingerprint, status, token, lease_until, created_at)
 VALUES ($1, $2, $3, $4, 'processing', $5, statement_timestamp() + $6::bigint * interval '1 microsecond', statement_timestamp())
 ON CONFLICT (scope, idem_key) DO NOTHING`
-
-func (s *pgStatements) insertOwn(r Request, token, lease int64) query {
-	return query{SQL: s.insertOwnSQL, Args: []any{r.Scope, r.Key, r.Operation, r.Fingerprint, token, lease}}
-}
 
 // Under READ COMMITTED, an update that waited for another transaction
 // evaluates its WHERE again on the row that one committed.
@@ -111,65 +91,30 @@ WHERE scope = $4 AND idem_key = $5 AND token = $6
     OR status = 'completed' AND completed_at + $7::bigint * interval '1 microsecond' <= statement_timestamp())
 RETURNING token, ((extract(epoch FROM clock_timestamp()) - extract(epoch FROM created_at)) * 1000000)::bigint`
 
-func (s *pgStatements) takeover(r Request, token, lease, retention int64) query {
-	return query{SQL: s.takeoverSQL, Args: []any{r.Operation, r.Fingerprint, lease, r.Scope, r.Key, token, retention}}
-}
-
-// claimed is not used: insert and takeover return the token.
-func (*pgStatements) claimed(Request) query { return query{} }
-
 const pgRead = `SELECT operation, fingerprint, status, token,
   (CASE WHEN status = 'completed' THEN completed_at ELSE lease_until END) + $1::bigint * interval '1 microsecond' <= statement_timestamp(),
   (extract(epoch FROM lease_until - statement_timestamp()) * 1000000)::bigint,
   response_status, response_headers, response_body
 FROM idempotency_keys WHERE scope = $2 AND idem_key = $3`
 
-func (s *pgStatements) read(r Request, retention int64) query {
-	return query{SQL: s.readSQL, Args: []any{retention, r.Scope, r.Key}}
-}
-
 const pgReadCompleted = `SELECT operation, fingerprint, response_status, response_headers, response_body
 FROM idempotency_keys WHERE scope = $1 AND idem_key = $2
   AND status = 'completed' AND completed_at + $3::bigint * interval '1 microsecond' > statement_timestamp()`
 
-func (s *pgStatements) readCompleted(r Request, retention int64) query {
-	return query{SQL: s.readCompletedSQL, Args: []any{r.Scope, r.Key, retention}}
-}
-
 const pgState = `SELECT status, token FROM idempotency_keys WHERE scope = $1 AND idem_key = $2`
-
-func (s *pgStatements) state(r Request) query {
-	return query{SQL: s.stateSQL, Args: []any{r.Scope, r.Key}}
-}
 
 const pgComplete = `UPDATE idempotency_keys SET status = 'completed', completed_at = statement_timestamp(),
   response_status = $1, response_headers = $2, response_body = $3
 WHERE scope = $4 AND idem_key = $5 AND token = $6 AND status = 'processing'`
 
-func (s *pgStatements) complete(r Request, token int64, resp Response, header []byte) query {
-	return query{SQL: s.completeSQL, Args: []any{resp.StatusCode, header, resp.Body, r.Scope, r.Key, token}}
-}
-
 const pgExtend = `UPDATE idempotency_keys
 SET lease_until = GREATEST(statement_timestamp() + $1::bigint * interval '1 microsecond', lease_until + interval '1 microsecond')
 WHERE scope = $2 AND idem_key = $3 AND token = $4 AND status = 'processing'`
 
-func (s *pgStatements) extend(r Request, token, lease int64) query {
-	return query{SQL: s.extendSQL, Args: []any{lease, r.Scope, r.Key, token}}
-}
-
 const pgRelease = `UPDATE idempotency_keys SET status = 'released', lease_until = statement_timestamp()
 WHERE scope = $1 AND idem_key = $2 AND token = $3 AND status = 'processing'`
 
-func (s *pgStatements) release(r Request, token int64) query {
-	return query{SQL: s.releaseSQL, Args: []any{r.Scope, r.Key, token}}
-}
-
 const pgRemove = `DELETE FROM idempotency_keys WHERE scope = $1 AND idem_key = $2 AND token = $3 AND status = 'processing'`
-
-func (s *pgStatements) remove(r Request, token int64) query {
-	return query{SQL: s.removeSQL, Args: []any{r.Scope, r.Key, token}}
-}
 
 // pgPurgeWhere picks the records a purge deletes: past retention ($2) and
 // created at the purge's cursor ($1, µs since the Unix epoch) or later.
@@ -183,23 +128,11 @@ const pgPurgeWindow = `SELECT count(*), COALESCE(max((extract(epoch FROM created
   SELECT created_at FROM idempotency_keys WHERE ` + pgPurgeWhere + `
   ORDER BY created_at LIMIT $3) w`
 
-func (s *pgStatements) purgeWindow(from, retention int64, limit int) query {
-	return query{SQL: s.purgeWindowSQL, Args: []any{from, retention, limit}}
-}
-
 // SKIP LOCKED passes over rows a live transaction holds instead of waiting
 // for them.
 const pgPurge = `DELETE FROM idempotency_keys WHERE (scope, idem_key) IN (
   SELECT scope, idem_key FROM idempotency_keys WHERE ` + pgPurgeWhere + `
   ORDER BY created_at LIMIT $3 FOR UPDATE SKIP LOCKED)`
-
-func (s *pgStatements) purge(from, retention int64, limit int) query {
-	return query{SQL: s.purgeSQL, Args: []any{from, retention, limit}}
-}
-
-// purgeIsolation is READ COMMITTED whatever the server's default: no
-// serialization failures against live traffic.
-func (*pgStatements) purgeIsolation() sql.IsolationLevel { return sql.LevelReadCommitted }
 
 // pgInspectRecord is what inspect and inspectKey read of a record, with
 // the retention as $1.
@@ -212,18 +145,8 @@ FROM idempotency_keys`
 
 const pgInspect = `SELECT ` + pgInspectRecord + ` WHERE scope = $2 AND idem_key = $3`
 
-func (s *pgStatements) inspect(scope, key string, retention int64) query {
-	return query{SQL: s.inspectSQL, Args: []any{retention, scope, key}}
-}
-
 // scope is COLLATE "C": the order is the bytes'.
 const pgInspectKey = `SELECT scope, ` + pgInspectRecord + ` WHERE idem_key = $2 ORDER BY scope LIMIT $3`
-
-func (s *pgStatements) inspectKey(key string, retention int64, limit int) query {
-	return query{SQL: s.inspectKeySQL, Args: []any{retention, key, limit}}
-}
-
-func (s *pgStatements) columns() query { return query{SQL: s.columnsSQL} }
 
 const pgStats = `SELECT status, COUNT(*), MIN((extract(epoch FROM created_at) * 1000000)::bigint),
   COUNT(CASE WHEN created_at <= statement_timestamp() - $1::bigint * interval '1 microsecond'
@@ -231,15 +154,9 @@ const pgStats = `SELECT status, COUNT(*), MIN((extract(epoch FROM created_at) * 
   (extract(epoch FROM statement_timestamp()) * 1000000)::bigint
 FROM idempotency_keys GROUP BY status ORDER BY status`
 
-func (s *pgStatements) stats(retention int64) query {
-	return query{SQL: s.statsSQL, Args: []any{retention}}
-}
-
-// size asks for the table's size (with its TOAST data) and that of its
+// pgSize asks for the table's size (with its TOAST data) and that of its
 // indexes.
-func (s *pgStatements) size() query {
-	return query{SQL: `SELECT pg_table_size($1::regclass), pg_indexes_size($1::regclass)`, Args: []any{s.quoted}}
-}
+const pgSize = `SELECT pg_table_size($1::regclass), pg_indexes_size($1::regclass)`
 
 func (postgresDialect) inserted(n int64, err error) (bool, error) { return n == 1, err }
 
@@ -316,8 +233,6 @@ func (postgresDialect) schemaFault(err error) schemaFault {
 	return noSchemaFault
 }
 
-func (postgresDialect) lockWaits() bool { return true }
-
 // boundLockWait runs fn inside a savepoint with lock_timeout set to d for
 // the transaction. On success lock_timeout is set back and the savepoint
 // released. On any error, rolling back to the savepoint undoes fn and the
@@ -326,28 +241,28 @@ func (postgresDialect) lockWaits() bool { return true }
 // is SET LOCAL: it lasts to the end of the transaction, or until the
 // savepoint is rolled back to; its SELECT evaluates the columns left to
 // right, so it returns the bound in force before it.
-func (postgresDialect) boundLockWait(ctx context.Context, c driver.Conn, d time.Duration, fn func() error) (bool, error) {
-	if _, err := c.Exec(ctx, query{SQL: `SAVEPOINT idem_lock_wait`}); err != nil {
+func (postgresDialect) boundLockWait(ctx context.Context, c conn, d time.Duration, fn func() error) (bool, error) {
+	if _, err := c.exec(ctx, Query{SQL: `SAVEPOINT idem_lock_wait`}); err != nil {
 		return false, err
 	}
 	var old, set string
 	bound := fmt.Sprintf("%dms", (d+time.Millisecond-1)/time.Millisecond)
-	if err := c.QueryRow(ctx, query{SQL: `SELECT current_setting('lock_timeout'), set_config('lock_timeout', $1, true)`, Args: []any{bound}}, &old, &set); err != nil {
+	if err := c.queryRow(ctx, Query{SQL: `SELECT current_setting('lock_timeout'), set_config('lock_timeout', $1, true)`, Args: []any{bound}}, &old, &set); err != nil {
 		return false, err
 	}
 	if err := fn(); err != nil {
 		timedOut := sqlStateOf(err) == "55P03"
 		for _, stmt := range []string{`ROLLBACK TO SAVEPOINT idem_lock_wait`, `RELEASE SAVEPOINT idem_lock_wait`} {
-			if _, uerr := c.Exec(ctx, query{SQL: stmt}); uerr != nil {
+			if _, uerr := c.exec(ctx, Query{SQL: stmt}); uerr != nil {
 				return false, errors.Join(err, uerr)
 			}
 		}
 		return timedOut, err
 	}
-	if err := c.QueryRow(ctx, query{SQL: `SELECT set_config('lock_timeout', $1, true)`, Args: []any{old}}, &set); err != nil {
+	if err := c.queryRow(ctx, Query{SQL: `SELECT set_config('lock_timeout', $1, true)`, Args: []any{old}}, &set); err != nil {
 		return false, err
 	}
-	_, err := c.Exec(ctx, query{SQL: `RELEASE SAVEPOINT idem_lock_wait`})
+	_, err := c.exec(ctx, Query{SQL: `RELEASE SAVEPOINT idem_lock_wait`})
 	return false, err
 }
 
@@ -374,8 +289,8 @@ func (postgresDialect) boundLockWait(ctx context.Context, c driver.Conn, d time.
 // argument of another type, or a statement whose text would pass
 // maxInline. The query's only "$" are its
 // placeholders: idem's SQL holds no string literal or identifier with one.
-func (postgresDialect) literals(db driver.ExecQuerier) func(query) query {
-	if !onLibPQ(db) {
+func (postgresDialect) literals(c Conn) func(Query) Query {
+	if !onLibPQ(c) {
 		return nil
 	}
 	return pgLiterals
@@ -384,7 +299,7 @@ func (postgresDialect) literals(db driver.ExecQuerier) func(query) query {
 // pgLiterals is q with its arguments written into its text as literals,
 // or q as it is when there are none or one of them cannot be (see
 // literals).
-func pgLiterals(q query) query {
+func pgLiterals(q Query) Query {
 	if len(q.Args) == 0 {
 		return q
 	}
@@ -428,7 +343,7 @@ func pgLiterals(q query) query {
 		rest = rest[j:]
 	}
 	b.WriteString(rest)
-	return query{SQL: b.String()}
+	return Query{SQL: b.String()}
 }
 
 // printableASCII reports whether every byte of v is printable ASCII.
@@ -487,16 +402,21 @@ func writePgInt(b *strings.Builder, n int64) {
 // libpqPkg is lib/pq's package path.
 const libpqPkg = "github.com/lib/pq"
 
-// onLibPQ reports whether db is a transaction of lib/pq: a *sql.Tx, or a
-// struct that embeds one (*sqlx.Tx), begun on a *sql.DB whose connector
+// onLibPQ reports whether c is database/sql's Conn on a transaction of
+// lib/pq: a *sql.Tx, or a struct that embeds one (*sqlx.Tx), begun on a
+// *sql.DB whose connector
 // is lib/pq's (sql.Open("postgres", ...), pq.NewConnector). It reads the
 // transaction's *sql.DB and that one's connector by reflection: database/sql
 // has no method that names a transaction's driver, and idem imports none.
 // Both fields are set when the transaction and the pool are made and never
 // change. A handle it cannot read this way (another wrapper, a database/sql
 // whose fields have other names) is not lib/pq's, and keeps its parameters.
-func onLibPQ(db driver.ExecQuerier) bool {
-	tx := embeddedTx(db)
+func onLibPQ(c Conn) bool {
+	h, ok := c.(interface{ sqlHandle() DBTX })
+	if !ok {
+		return false
+	}
+	tx := embeddedTx(h.sqlHandle())
 	if tx == nil || txDB.Index == nil || dbConnector.Index == nil {
 		return false
 	}
@@ -504,20 +424,20 @@ func onLibPQ(db driver.ExecQuerier) bool {
 	if pool.Kind() != reflect.Pointer || pool.IsNil() {
 		return false
 	}
-	c := pool.Elem().FieldByIndex(dbConnector.Index)
-	if c.Kind() != reflect.Interface || c.IsNil() {
+	connector := pool.Elem().FieldByIndex(dbConnector.Index)
+	if connector.Kind() != reflect.Interface || connector.IsNil() {
 		return false
 	}
-	c = c.Elem()
-	if t := c.Type(); t.Kind() == reflect.Struct && t.PkgPath() == "database/sql" {
+	connector = connector.Elem()
+	if t := connector.Type(); t.Kind() == reflect.Struct && t.PkgPath() == "database/sql" {
 		// sql.Open's connector, dsnConnector{dsn, driver}: the driver is
 		// its field of the driver.Driver type.
-		c = driverField(c)
+		connector = driverField(connector)
 	}
-	if !c.IsValid() {
+	if !connector.IsValid() {
 		return false
 	}
-	t := c.Type()
+	t := connector.Type()
 	if t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
@@ -534,7 +454,7 @@ var (
 
 // embeddedTx is db as a *sql.Tx, or the *sql.Tx in an exported field of
 // the struct db points to (*sqlx.Tx embeds one); nil when it is neither.
-func embeddedTx(db driver.ExecQuerier) *sql.Tx {
+func embeddedTx(db DBTX) *sql.Tx {
 	if tx, ok := db.(*sql.Tx); ok {
 		return tx
 	}
@@ -566,4 +486,4 @@ func driverField(c reflect.Value) reflect.Value {
 
 // checkSession runs nothing: every PostgreSQL transaction makes a
 // duplicate wait for the claim.
-func (postgresDialect) checkSession(context.Context, driver.Conn) error { return nil }
+func (postgresDialect) checkSession(context.Context, conn) error { return nil }

@@ -6,9 +6,7 @@ import (
 	"errors"
 	"reflect"
 	"strings"
-	"time"
 
-	"github.com/idemkit/idem/internal/driver"
 	"github.com/idemkit/idem/schema"
 )
 
@@ -47,64 +45,49 @@ type sqliteDialect struct{}
 
 func (sqliteDialect) Name() string { return "sqlite" }
 
-func (sqliteDialect) statements(parts []string) statements {
+func (sqliteDialect) statements(parts []string) *statements {
 	quoted := `"` + strings.Join(parts, `"."`) + `"`
-	base := parts[len(parts)-1]
-	r := func(sql string) string { return render(sql, quoted, base) }
-	steps := migrationStatements(schema.SQLite, quoted, base)
-	schemaName := "main"
+	st := (&statements{
+		version:         statement{sqVersion, args(argSchema, argBase)},
+		insert:          statement{sqInsert, args(argScope, argKey, argOperation, argFingerprint, argLease)},
+		insertOwn:       statement{sqInsertOwn, args(argScope, argKey, argOperation, argFingerprint, argToken, argLease)},
+		takeover:        statement{sqTakeover, args(argOperation, argFingerprint, argLease, argScope, argKey, argToken, argRetention)},
+		insertReturns:   returning{token: true, lag: true},
+		takeoverReturns: returning{token: true, lag: true},
+		read:            statement{sqRead, args(argRetention, argScope, argKey)},
+		readCompleted:   statement{sqReadCompleted, args(argScope, argKey, argRetention)},
+		state:           statement{sqState, args(argScope, argKey)},
+		complete:        statement{sqComplete, args(argStatus, argHeader, argBody, argScope, argKey, argToken)},
+		extend:          statement{sqExtend, args(argLease, argScope, argKey, argToken)},
+		release:         statement{sqRelease, args(argScope, argKey, argToken)},
+		remove:          statement{sqRemove, args(argScope, argKey, argToken)},
+		purgeWindow:     statement{sqPurgeWindow, args(argFrom, argRetention, argRetention, argLimit)},
+		purge:           statement{sqPurge, args(argFrom, argRetention, argRetention, argLimit)},
+		// The default: every SQLite transaction is SERIALIZABLE.
+		purgeIsolation: sql.LevelDefault,
+		inspect:        statement{sqInspect, args(argRetention, argScope, argKey)},
+		inspectKey:     statement{sqInspectKey, args(argRetention, argKey, argLimit)},
+		columns:        columnsProbe,
+		stats:          statement{sqStats, args(argRetention, argRetention)},
+		size:           statement{sqSize, args(argSchema, argBase, argSchema, argIndex)},
+	}).rendered(table{parts: parts, quoted: quoted, schemaName: "main"}, schema.SQLite)
 	if len(parts) == 2 {
 		// SQLite qualifies an index's name with the schema (the attached
 		// database) and never the table it is on.
-		schemaName = parts[0]
-		index := base + "_created_at_idx"
-		for _, ddl := range steps {
+		index := st.table.base() + "_created_at_idx"
+		for _, ddl := range st.migrations {
 			for i, s := range ddl {
 				ddl[i] = strings.Replace(s, " "+index+" ON "+quoted+" ",
-					` "`+parts[0]+`"."`+index+`" ON "`+base+`" `, 1)
+					` "`+parts[0]+`"."`+index+`" ON "`+parts[1]+`" `, 1)
 			}
 		}
 	}
-	return &sqStatements{
-		steps:            steps,
-		schemaName:       schemaName,
-		base:             base,
-		insertSQL:        r(sqInsert),
-		insertOwnSQL:     r(sqInsertOwn),
-		takeoverSQL:      r(sqTakeover),
-		readSQL:          r(sqRead),
-		readCompletedSQL: r(sqReadCompleted),
-		stateSQL:         r(sqState),
-		completeSQL:      r(sqComplete),
-		extendSQL:        r(sqExtend),
-		releaseSQL:       r(sqRelease),
-		removeSQL:        r(sqRemove),
-		purgeSQL:         r(sqPurge),
-		purgeWindowSQL:   r(sqPurgeWindow),
-		inspectSQL:       r(sqInspect),
-		inspectKeySQL:    r(sqInspectKey),
-		columnsSQL:       r(columnsProbe),
-		statsSQL:         r(sqStats),
-	}
+	return st
 }
 
-// sqStatements are the statements for one table, rendered once.
-type sqStatements struct {
-	steps            [][]string
-	schemaName, base string
-	insertSQL, insertOwnSQL, takeoverSQL, readSQL, readCompletedSQL, stateSQL, completeSQL, extendSQL,
-	releaseSQL, removeSQL, purgeWindowSQL, purgeSQL, inspectSQL, inspectKeySQL, columnsSQL, statsSQL string
-}
-
-func (s *sqStatements) migrations() [][]string { return s.steps }
-
-// version has no comment to read: SQLite's tables have none, and its
+// sqVersion has no comment to read: SQLite's tables have none, and its
 // table has one version so far.
-func (s *sqStatements) version() query {
-	return query{SQL: `SELECT COUNT(*) > 0, '' FROM pragma_table_list WHERE schema = ? AND name = ? COLLATE NOCASE`, Args: []any{s.schemaName, s.base}}
-}
-
-func (*sqStatements) returns(claimStatement) (token, lag bool) { return true, true }
+const sqVersion = `SELECT COUNT(*) > 0, '' FROM pragma_table_list WHERE schema = ? AND name = ? COLLATE NOCASE`
 
 // sqNow is the database clock in microseconds since the Unix epoch. SQLite's
 // 'now' has millisecond resolution and is the same for every use within one
@@ -121,17 +104,9 @@ VALUES (?, ?, ?, ?, 'processing', ` + sqNow + `, ` + sqNow + ` + ?, ` + sqNow + 
 ON CONFLICT (scope, idem_key) DO NOTHING
 RETURNING token, 0`
 
-func (s *sqStatements) insert(r Request, lease int64) query {
-	return query{SQL: s.insertSQL, Args: []any{r.Scope, r.Key, r.Operation, r.Fingerprint, lease}}
-}
-
 const sqInsertOwn = `INSERT INTO idempotency_keys (scope, idem_key, operation, fingerprint, status, token, lease_until, created_at)
 VALUES (?, ?, ?, ?, 'processing', ?, ` + sqNow + ` + ?, ` + sqNow + `)
 ON CONFLICT (scope, idem_key) DO NOTHING`
-
-func (s *sqStatements) insertOwn(r Request, token, lease int64) query {
-	return query{SQL: s.insertOwnSQL, Args: []any{r.Scope, r.Key, r.Operation, r.Fingerprint, token, lease}}
-}
 
 // A writer holds the database's only write lock, so the WHERE reads the
 // row as last committed.
@@ -144,64 +119,29 @@ WHERE scope = ? AND idem_key = ? AND token = ?
     OR status = 'completed' AND completed_at + ? <= ` + sqNow + `)
 RETURNING token, 0`
 
-func (s *sqStatements) takeover(r Request, token, lease, retention int64) query {
-	return query{SQL: s.takeoverSQL, Args: []any{r.Operation, r.Fingerprint, lease, r.Scope, r.Key, token, retention}}
-}
-
-// claimed is not used: insert and takeover return the token.
-func (*sqStatements) claimed(Request) query { return query{} }
-
 const sqRead = `SELECT operation, fingerprint, status, token,
   (CASE WHEN status = 'completed' THEN completed_at ELSE lease_until END) + ? <= ` + sqNow + `,
   lease_until - ` + sqNow + `,
   response_status, response_headers, response_body
 FROM idempotency_keys WHERE scope = ? AND idem_key = ?`
 
-func (s *sqStatements) read(r Request, retention int64) query {
-	return query{SQL: s.readSQL, Args: []any{retention, r.Scope, r.Key}}
-}
-
 const sqReadCompleted = `SELECT operation, fingerprint, response_status, response_headers, response_body
 FROM idempotency_keys WHERE scope = ? AND idem_key = ?
   AND status = 'completed' AND completed_at + ? > ` + sqNow
 
-func (s *sqStatements) readCompleted(r Request, retention int64) query {
-	return query{SQL: s.readCompletedSQL, Args: []any{r.Scope, r.Key, retention}}
-}
-
 const sqState = `SELECT status, token FROM idempotency_keys WHERE scope = ? AND idem_key = ?`
-
-func (s *sqStatements) state(r Request) query {
-	return query{SQL: s.stateSQL, Args: []any{r.Scope, r.Key}}
-}
 
 const sqComplete = `UPDATE idempotency_keys SET status = 'completed', completed_at = ` + sqNow + `,
   response_status = ?, response_headers = ?, response_body = ?
 WHERE scope = ? AND idem_key = ? AND token = ? AND status = 'processing'`
 
-func (s *sqStatements) complete(r Request, token int64, resp Response, header []byte) query {
-	return query{SQL: s.completeSQL, Args: []any{resp.StatusCode, header, resp.Body, r.Scope, r.Key, token}}
-}
-
 const sqExtend = `UPDATE idempotency_keys SET lease_until = max(` + sqNow + ` + ?, lease_until + 1)
 WHERE scope = ? AND idem_key = ? AND token = ? AND status = 'processing'`
-
-func (s *sqStatements) extend(r Request, token, lease int64) query {
-	return query{SQL: s.extendSQL, Args: []any{lease, r.Scope, r.Key, token}}
-}
 
 const sqRelease = `UPDATE idempotency_keys SET status = 'released', lease_until = ` + sqNow + `
 WHERE scope = ? AND idem_key = ? AND token = ? AND status = 'processing'`
 
-func (s *sqStatements) release(r Request, token int64) query {
-	return query{SQL: s.releaseSQL, Args: []any{r.Scope, r.Key, token}}
-}
-
 const sqRemove = `DELETE FROM idempotency_keys WHERE scope = ? AND idem_key = ? AND token = ? AND status = 'processing'`
-
-func (s *sqStatements) remove(r Request, token int64) query {
-	return query{SQL: s.removeSQL, Args: []any{r.Scope, r.Key, token}}
-}
 
 // sqPurgeWhere picks the records a purge deletes: created at the purge's
 // cursor (µs since the Unix epoch) or later, and past retention.
@@ -214,21 +154,10 @@ const sqPurgeWindow = `SELECT count(*), COALESCE(max(created_at), 0) FROM (
   SELECT created_at FROM idempotency_keys WHERE ` + sqPurgeWhere + `
   ORDER BY created_at LIMIT ?)`
 
-func (s *sqStatements) purgeWindow(from, retention int64, limit int) query {
-	return query{SQL: s.purgeWindowSQL, Args: []any{from, retention, retention, limit}}
-}
-
 // DELETE ... LIMIT needs a compile-time option; a subquery does not.
 const sqPurge = `DELETE FROM idempotency_keys WHERE (scope, idem_key) IN (
   SELECT scope, idem_key FROM idempotency_keys WHERE ` + sqPurgeWhere + `
   ORDER BY created_at LIMIT ?)`
-
-func (s *sqStatements) purge(from, retention int64, limit int) query {
-	return query{SQL: s.purgeSQL, Args: []any{from, retention, retention, limit}}
-}
-
-// purgeIsolation is the default: every SQLite transaction is SERIALIZABLE.
-func (*sqStatements) purgeIsolation() sql.IsolationLevel { return sql.LevelDefault }
 
 // sqInspectRecord is what inspect and inspectKey read of a record, with
 // the retention as its one argument.
@@ -239,18 +168,8 @@ FROM idempotency_keys`
 
 const sqInspect = `SELECT ` + sqInspectRecord + ` WHERE scope = ? AND idem_key = ?`
 
-func (s *sqStatements) inspect(scope, key string, retention int64) query {
-	return query{SQL: s.inspectSQL, Args: []any{retention, scope, key}}
-}
-
 // scope uses the BINARY collation: the order is the bytes'.
 const sqInspectKey = `SELECT scope, ` + sqInspectRecord + ` WHERE idem_key = ? ORDER BY scope LIMIT ?`
-
-func (s *sqStatements) inspectKey(key string, retention int64, limit int) query {
-	return query{SQL: s.inspectKeySQL, Args: []any{retention, key, limit}}
-}
-
-func (s *sqStatements) columns() query { return query{SQL: s.columnsSQL} }
 
 const sqStats = `SELECT status, COUNT(*), MIN(created_at),
   COUNT(CASE WHEN created_at <= ` + sqNow + ` - ?
@@ -258,31 +177,17 @@ const sqStats = `SELECT status, COUNT(*), MIN(created_at),
   ` + sqNow + `
 FROM idempotency_keys GROUP BY status ORDER BY status`
 
-func (s *sqStatements) stats(retention int64) query {
-	return query{SQL: s.statsSQL, Args: []any{retention, retention}}
-}
-
-// size sums the pages of the table's b-tree (which holds the primary key:
-// WITHOUT ROWID) and of its index, from the dbstat virtual table.
-func (s *sqStatements) size() query {
-	return query{SQL: `SELECT (SELECT SUM(pgsize) FROM dbstat(?) WHERE name = ?),
-  (SELECT SUM(pgsize) FROM dbstat(?) WHERE name = ?)`, Args: []any{s.schemaName, s.base, s.schemaName, s.base + "_created_at_idx"}}
-}
+// sqSize sums the pages of the table's b-tree (which holds the primary
+// key: WITHOUT ROWID) and of its index, from the dbstat virtual table.
+const sqSize = `SELECT (SELECT SUM(pgsize) FROM dbstat(?) WHERE name = ?),
+  (SELECT SUM(pgsize) FROM dbstat(?) WHERE name = ?)`
 
 func (sqliteDialect) inserted(n int64, err error) (bool, error) { return n == 1, err }
 
-// lockWaits is false: a duplicate waits at BEGIN IMMEDIATE, before idem
-// runs, and busy_timeout bounds that wait.
-func (sqliteDialect) lockWaits() bool { return false }
-
-func (sqliteDialect) boundLockWait(context.Context, driver.Conn, time.Duration, func() error) (bool, error) {
-	return false, errors.New("idem: WithLockTimeout is not supported by the sqlite dialect")
-}
-
-func (sqliteDialect) literals(driver.ExecQuerier) func(query) query { return nil }
+func (sqliteDialect) literals(Conn) func(Query) Query { return nil }
 
 // checkSession runs nothing: SQLite has one writer at a time.
-func (sqliteDialect) checkSession(context.Context, driver.Conn) error { return nil }
+func (sqliteDialect) checkSession(context.Context, conn) error { return nil }
 
 // SQLite's primary result codes that mean "retry the transaction"; an
 // extended code carries one of them in its low byte.

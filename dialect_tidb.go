@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/idemkit/idem/internal/driver"
 	"github.com/idemkit/idem/schema"
 )
 
@@ -59,8 +58,8 @@ type tidbDialect struct{ mysqlDialect }
 
 func (tidbDialect) Name() string { return "tidb" }
 
-func (tidbDialect) statements(parts []string) statements {
-	return newMyStatements(parts, schema.TiDB, myInsert, tidbRead, tidbReadCompleted, tidbState)
+func (tidbDialect) statements(parts []string) *statements {
+	return myStatements(parts, schema.TiDB, myInsert, returning{}, tidbRead, tidbReadCompleted, tidbState)
 }
 
 // FOR UPDATE is a current read in a pessimistic transaction: it sees the
@@ -88,29 +87,41 @@ const (
 
 // checkSession refuses a transaction whose settings would let a duplicate
 // through: see [TiDB]. Each error names the setting and how to change it.
-func (tidbDialect) checkSession(ctx context.Context, c driver.Conn) error {
+func (tidbDialect) checkSession(ctx context.Context, c conn) error {
 	var (
 		mode, isolation, first string
 		inPlace, skipCheck     bool
 	)
-	if err := c.QueryRow(ctx, query{SQL: tidbSettings}, &mode, &inPlace, &isolation, &skipCheck, &first); err != nil {
-		return fmt.Errorf("idem: read the TiDB transaction's settings: %w; roll back the transaction", err)
+	if err := c.queryRow(ctx, Query{SQL: tidbSettings}, &mode, &inPlace, &isolation, &skipCheck, &first); err != nil {
+		return &Error{Op: "read the TiDB transaction's settings", Err: err, Hint: hintRollBack}
 	}
-	const refused = "idem: refused before running anything: "
+	refuse := func(detail, hint string) error {
+		return &Error{Op: "check the TiDB transaction's settings", Err: errUnsafeSession,
+			Detail: "refused before running anything: " + detail, Hint: hint}
+	}
+	const optimistic = "an optimistic TiDB transaction finds a duplicate key only at COMMIT, so every concurrent duplicate would run"
 	switch {
 	case first == digestBeginOptimistic:
-		return errors.New(refused + "this transaction began with BEGIN OPTIMISTIC; an optimistic TiDB transaction finds a duplicate key only at COMMIT, so every concurrent duplicate would run; roll back and begin it with BEGIN PESSIMISTIC, or with START TRANSACTION in a session whose tidb_txn_mode is 'pessimistic'")
+		return refuse("this transaction began with BEGIN OPTIMISTIC; "+optimistic,
+			"roll back and begin it with BEGIN PESSIMISTIC, or with START TRANSACTION in a session whose tidb_txn_mode is 'pessimistic'")
 	case first != digestBeginPessimistic && !strings.EqualFold(mode, "pessimistic"):
-		return fmt.Errorf(refused+"tidb_txn_mode is %q, so this transaction is optimistic; an optimistic TiDB transaction finds a duplicate key only at COMMIT, so every concurrent duplicate would run; roll back, run SET SESSION tidb_txn_mode = 'pessimistic' (TiDB's default) and begin again, or begin with BEGIN PESSIMISTIC", mode)
+		return refuse(fmt.Sprintf("tidb_txn_mode is %q, so this transaction is optimistic; %s", mode, optimistic),
+			"roll back, run SET SESSION tidb_txn_mode = 'pessimistic' (TiDB's default) and begin again, or begin with BEGIN PESSIMISTIC")
 	case !inPlace:
-		return errors.New(refused + "tidb_constraint_check_in_place_pessimistic is OFF, so TiDB checks a duplicate key only at COMMIT (error 8147) and every concurrent duplicate would run; run SET SESSION tidb_constraint_check_in_place_pessimistic = ON (TiDB's default), then roll back and run the transaction again")
+		return refuse("tidb_constraint_check_in_place_pessimistic is OFF, so TiDB checks a duplicate key only at COMMIT (error 8147) and every concurrent duplicate would run",
+			"run SET SESSION tidb_constraint_check_in_place_pessimistic = ON (TiDB's default), then roll back and run the transaction again")
 	case strings.EqualFold(isolation, "SERIALIZABLE"):
-		return errors.New(refused + "transaction_isolation is SERIALIZABLE, which TiDB runs as snapshot isolation; roll back, run SET SESSION transaction_isolation = 'REPEATABLE-READ' (or 'READ-COMMITTED') and begin again")
+		return refuse("transaction_isolation is SERIALIZABLE, which TiDB runs as snapshot isolation",
+			"roll back, run SET SESSION transaction_isolation = 'REPEATABLE-READ' (or 'READ-COMMITTED') and begin again")
 	case skipCheck:
-		return errors.New(refused + "tidb_skip_isolation_level_check is ON, which lets a transaction ask for SERIALIZABLE and get snapshot isolation, and a level set for one transaction cannot be read inside it; roll back, run SET SESSION tidb_skip_isolation_level_check = OFF (TiDB's default: SERIALIZABLE is then refused with error 8048 when it is asked for) and begin again under REPEATABLE READ or READ COMMITTED")
+		return refuse("tidb_skip_isolation_level_check is ON, which lets a transaction ask for SERIALIZABLE and get snapshot isolation, and a level set for one transaction cannot be read inside it",
+			"roll back, run SET SESSION tidb_skip_isolation_level_check = OFF (TiDB's default: SERIALIZABLE is then refused with error 8048 when it is asked for) and begin again under REPEATABLE READ or READ COMMITTED")
 	}
 	return nil
 }
+
+// errUnsafeSession is the Err of checkSession's refusals.
+var errUnsafeSession = errors.New("idem: the transaction's settings would let a duplicate through")
 
 // TiDB's error numbers idem reads, beside MySQL's deadlock and lock wait
 // timeout. Each means the transaction was rolled back, or must be, and

@@ -33,28 +33,28 @@ func TestTiDBRetryable(t *testing.T) {
 // TiDB's statements are MySQL's but for the locking reads, which TiDB
 // has as FOR UPDATE; MySQL's keep LOCK IN SHARE MODE.
 func TestTiDBStatements(t *testing.T) {
-	req := Request{Scope: "s", Key: "k"}
 	my, ti := MySQL.statements([]string{"t"}), TiDB.statements([]string{"t"})
-	for name, q := range map[string][2]query{
-		"read":  {my.read(req, 1), ti.read(req, 1)},
-		"state": {my.state(req), ti.state(req)},
+	for name, q := range map[string][2]statement{
+		"read":          {my.read, ti.read},
+		"readCompleted": {my.readCompleted, ti.readCompleted},
+		"state":         {my.state, ti.state},
 	} {
-		if !strings.HasSuffix(q[0].SQL, " LOCK IN SHARE MODE") || !strings.HasSuffix(q[1].SQL, " FOR UPDATE") ||
-			strings.TrimSuffix(q[0].SQL, " LOCK IN SHARE MODE") != strings.TrimSuffix(q[1].SQL, " FOR UPDATE") {
-			t.Errorf("%s: MySQL %q, TiDB %q; want the same read, locked in share mode and for update", name, q[0].SQL, q[1].SQL)
+		if !strings.HasSuffix(q[0].sql, " LOCK IN SHARE MODE") || !strings.HasSuffix(q[1].sql, " FOR UPDATE") ||
+			strings.TrimSuffix(q[0].sql, " LOCK IN SHARE MODE") != strings.TrimSuffix(q[1].sql, " FOR UPDATE") {
+			t.Errorf("%s: MySQL %q, TiDB %q; want the same read, locked in share mode and for update", name, q[0].sql, q[1].sql)
 		}
 	}
-	if a, b := my.insert(req, 1), ti.insert(req, 1); a.SQL != b.SQL {
-		t.Errorf("insert differs: MySQL %q, TiDB %q", a.SQL, b.SQL)
+	if a, b := my.insert, ti.insert; a.sql != b.sql {
+		t.Errorf("insert differs: MySQL %q, TiDB %q", a.sql, b.sql)
 	}
-	if TiDB.Name() != "tidb" || !TiDB.lockWaits() {
-		t.Errorf("TiDB: name %q, lockWaits %v", TiDB.Name(), TiDB.lockWaits())
+	if _, ok := TiDB.(lockWaiter); TiDB.Name() != "tidb" || !ok {
+		t.Errorf("TiDB: name %q, bounds lock waits %v", TiDB.Name(), ok)
 	}
-	if c := (&countingConn{}); TiDB.checkSession(t.Context(), c) == nil || c.n != 1 {
+	if c := (&countingConn{}); TiDB.checkSession(t.Context(), conn{c: c}) == nil || c.n != 1 {
 		t.Errorf("TiDB does not check the transaction's settings in one statement: %d statements", c.n)
 	}
 	for _, d := range []Dialect{Postgres, MySQL, SQLite} {
-		if c := (&countingConn{}); d.checkSession(t.Context(), c) != nil || c.n != 0 {
+		if c := (&countingConn{}); d.checkSession(t.Context(), conn{c: c}) != nil || c.n != 0 {
 			t.Errorf("%s checks the transaction's settings: that costs a statement per Do", d.Name())
 		}
 	}
@@ -65,11 +65,11 @@ type countingConn struct{ n int }
 
 var errCounted = errors.New("counted, not run")
 
-func (c *countingConn) Exec(context.Context, query) (int64, error) { c.n++; return 0, errCounted }
+func (c *countingConn) Exec(context.Context, Query) (int64, error) { c.n++; return 0, errCounted }
 
-func (c *countingConn) QueryRow(context.Context, query, ...any) error { c.n++; return errCounted }
+func (c *countingConn) QueryRow(context.Context, Query, ...any) error { c.n++; return errCounted }
 
-func (c *countingConn) QueryRows(context.Context, query, func(func(...any) error) error) error {
+func (c *countingConn) QueryRows(context.Context, Query, func(func(...any) error) error) error {
 	c.n++
 	return errCounted
 }

@@ -14,40 +14,37 @@
 // The database does the deciding: a unique primary key on (scope, key) and
 // its row lock, never a read-then-write in Go and never an application
 // lock. It holds under READ COMMITTED, REPEATABLE READ and SERIALIZABLE on
-// PostgreSQL and MySQL (8.0+, MariaDB 10.6+). Where an isolation level makes
-// the database abort a duplicate instead of letting it wait, the error
-// satisfies [IsRetryable] and [RunTx] retries the transaction, which then
-// replays.
+// PostgreSQL ([Postgres]), MySQL 8.0+ and MariaDB 10.6+ ([MySQL],
+// [MariaDB]), TiDB ([TiDB]) and SQLite ([SQLite]). Where an isolation
+// level makes the database abort a duplicate instead of letting it wait,
+// the error satisfies [IsRetryable] and [RunTx] retries the transaction,
+// which then replays.
 //
 // # Use
 //
 // Create the table once with [Store.Migrate] (or copy the DDL from package
-// schema into your migrations), then call [Store.Do] inside the transaction
-// that writes your business rows:
+// schema into your migrations), then call [Store.Do] inside the
+// transaction that writes your business rows, as the package's example
+// shows. For work that must not hold a transaction open, such as a call
+// to a payment provider, [Store.Begin] commits a claim with a lease in a
+// short transaction of its own and [Claim.Complete] stores the result
+// later, fenced by a token so that a claim taken over after its lease ran
+// out can never overwrite the winner.
 //
-//	store, err := idem.New(idem.Postgres) // a bad option is an error here
-//	err := idem.RunTx(ctx, db, nil, func(tx *sql.Tx) error {
-//		res, err := store.Do(ctx, tx, idem.Request{
-//			Scope:       customerID,
-//			Key:         r.Header.Get("Idempotency-Key"),
-//			Operation:   "POST /v1/charges",
-//			Fingerprint: idem.Fingerprint(body),
-//		}, func(ctx context.Context) (idem.Response, error) {
-//			// Write the business rows through tx.
-//			return idem.Response{StatusCode: 201, Body: chargeJSON}, nil
-//		})
-//		...
-//	})
+// # Drivers
 //
-// For work that must not hold a transaction open, such as a call to a
-// payment provider, [Store.Begin] commits a claim with a lease in a short
-// transaction of its own and [Claim.Complete] stores the result later, fenced
-// by a token so that a claim taken over after its lease ran out can never
-// overwrite the winner.
+// The methods of [Store] and [Claim] that take a [DBTX] or a *sql.DB run
+// on database/sql. Each has a twin named with On that takes the seam
+// every driver adapts to: a [Tx] (the caller's transaction), a [Runner]
+// (a pool, for idem's own short transactions) or a [Conn] (any handle).
+// Package idempgx adapts pgx's handles to them, and idemhttp, idemgrpc and
+// the consumer middleware take a Runner, so that each works on every
+// driver. docs/architecture.md draws the layers.
 //
 // All times (leases, retention) come from the database clock. Keys and
 // scopes compare byte for byte. Nothing is truncated: input over a limit is
-// an error that names the field.
+// an error that names the field. An error of a statement is an [*Error],
+// whose Hint says what to do about it.
 //
 // See docs/semantics.md in the repository for the state machine, what is
 // stored, and the behaviour under each isolation level.

@@ -52,53 +52,68 @@ func inFlight(leaseLeft time.Duration) *InFlightError {
 	return &InFlightError{RetryAfter: max(secs, 1) * time.Second}
 }
 
-// errTxEnded is wrapped by the error Do returns when its statement after
+// errTxEnded is the Err of the error Do returns when its statement after
 // fn, fenced on its claim's token, changed nothing: the claim this
 // transaction made is gone. IsRetryable reports true for it.
 var errTxEnded = errors.New("idem: the transaction was rolled back by the database")
 
-// errContended is returned when acquire lost maxContention races in a row.
-// IsRetryable reports true for it: a retry of the transaction will see the
-// winner's result.
-var errContended = errors.New("idem: the key changed hands repeatedly while being claimed; retry the transaction")
+// errContended is the Err of the error of a claim that lost maxContention
+// races in a row. IsRetryable reports true for it: a retry of the
+// transaction will see the winner's result.
+var errContended = errors.New("idem: the key changed hands repeatedly while being claimed")
 
-// Error is the error of one of idem's calls about one key, once the
-// request was valid: what idem was doing, for which request and claim, why
-// it failed, and what to do about it. errors.Is and errors.As see through
-// it to Err, so a caller branches as before ([ErrMismatch], [ErrLeaseLost],
-// [IsRetryable], the driver's own error) and logs the fields without
-// parsing the message. An [*InFlightError] is returned as it is, and
-// errors of the Store's configuration or of a request refused before any
-// statement ([ErrInvalidKey], [ErrInvalidRequest]) are not Errors: they
-// concern no record.
+// Error is the error of one of idem's calls once its input was valid:
+// what idem was doing, for which request and claim when it was about one
+// key, why it failed, and apart from the message, what to do about it.
+// errors.Is and errors.As see through it to Err, so a caller branches on
+// the cause ([ErrMismatch], [ErrLeaseLost], [IsRetryable], the driver's
+// own error) and logs the fields without parsing the message. An
+// [*InFlightError] is returned as it is, and errors of the Store's
+// configuration or of a request refused before any statement
+// ([ErrInvalidKey], [ErrInvalidRequest]) are not Errors.
 type Error struct {
 	// Op is what idem was doing: "claim", "store the response",
-	// "complete", "extend the lease", "release", ...
+	// "complete", "extend the lease", "release", "purge idempotency_keys",
+	// "migrate idempotency_keys", ...
 	Op string
-	// Scope and Key are the request's.
+	// Scope and Key are the request's, for an error about one key; both
+	// are empty otherwise.
 	Scope, Key string
 	// Token is the fencing token of the claim the call was about; 0 for
 	// a call that failed before it had one.
 	Token int64
-	// Err is why: a database error, ErrMismatch, ErrLeaseLost, or idem's
-	// report that the database ended the transaction.
+	// Err is why: a database error, one of idem's sentinels, or an Error
+	// of a call this one made.
 	Err error
-	// Next is what to do about it, as the message ends.
-	Next string
+	// Detail is what idem found, when Err's own text does not say it (a
+	// sentinel's does not); "" otherwise.
+	Detail string
+	// Hint is what to do about it, for a person: a retry, a new key, a
+	// table to create, a setting to change. It is not part of the
+	// message.
+	Hint string
 }
 
-// Error reads "idem: Op for key K in scope S (token T): Err; Next".
-func (e *Error) Error() string {
+// Error reads "idem: Op for key K in scope S (token T): why", why being
+// Detail, or else Err's text.
+func (e *Error) Error() string { return "idem: " + e.text() }
+
+// text is the message without the package's prefix, for an Error that
+// another one wraps.
+func (e *Error) text() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "idem: %s for key %q in scope %q", e.Op, e.Key, e.Scope)
+	b.WriteString(e.Op)
+	if e.Key != "" {
+		fmt.Fprintf(&b, " for key %q in scope %q", e.Key, e.Scope)
+	}
 	if e.Token != 0 {
 		fmt.Fprintf(&b, " (token %d)", e.Token)
 	}
 	b.WriteString(": ")
-	b.WriteString(strings.TrimPrefix(e.Err.Error(), "idem: "))
-	if e.Next != "" {
-		b.WriteString("; ")
-		b.WriteString(e.Next)
+	if e.Detail != "" {
+		b.WriteString(e.Detail)
+	} else {
+		b.WriteString(reason(e.Err))
 	}
 	return b.String()
 }
@@ -106,27 +121,20 @@ func (e *Error) Error() string {
 // Unwrap returns Err.
 func (e *Error) Unwrap() error { return e.Err }
 
-// What to do next, as Errors end.
+// reason is err's text as the end of another Error's message: without
+// the package's prefix when err is an Error.
+func reason(err error) string {
+	if e, ok := err.(*Error); ok {
+		return e.text()
+	}
+	return err.Error()
+}
+
+// The hints of the Errors of a statement inside a transaction.
 const (
-	nextRollBack = "roll back the transaction"
-	nextRetry    = "roll back and run the whole transaction again (RunTx and Retry do so)"
+	hintRollBack = "roll back the transaction"
+	hintRetry    = "roll back and run the whole transaction again (RunTx and Retry do so)"
 )
-
-// opError is err after what idem was doing and before what to do next,
-// read as one message with one "idem: " prefix: err's own (Retry's, when
-// it gave up) is dropped from the middle. errors.Is and errors.As reach
-// err.
-type opError struct {
-	what string
-	err  error
-	next string
-}
-
-func (e *opError) Error() string {
-	return "idem: " + e.what + ": " + strings.TrimPrefix(e.err.Error(), "idem: ") + "; " + e.next
-}
-
-func (e *opError) Unwrap() error { return e.err }
 
 // fixFor is what a dialect says to change for err, or "", asking every
 // dialect as IsRetryable does.

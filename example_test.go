@@ -9,13 +9,86 @@ import (
 	"log"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
 	_ "github.com/lib/pq"
+	_ "modernc.org/sqlite"
 
 	"github.com/idemkit/idem"
 )
+
+// A charge runs at most once per idempotency key: Do runs inside the
+// transaction that writes the charge, and the retry of the same request
+// replays the stored response instead of charging again. (SQLite keeps
+// the example self-contained; PostgreSQL, MySQL and TiDB read the same.)
+func Example() {
+	ctx := context.Background()
+	dir, err := os.MkdirTemp("", "idem-example")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, "shop.db")+"?_txlock=immediate&_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer db.Close()
+	store, err := idem.New(idem.SQLite, idem.WithTable("example_keys")) // a bad option is an error here, never later
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := store.Migrate(ctx, db); err != nil {
+		log.Fatal(err)
+	}
+	if _, err := db.Exec(`CREATE TABLE example_charges (id INTEGER PRIMARY KEY, customer TEXT, amount INTEGER)`); err != nil {
+		log.Fatal(err)
+	}
+
+	body := []byte(`{"amount":1999,"currency":"EUR"}`)
+	charge := func() idem.Result {
+		req := idem.Request{
+			Scope:       "customer-42", // keys never collide across customers
+			Key:         "9d1c0f6e-charge",
+			Operation:   "POST /v1/charges",
+			Fingerprint: idem.Fingerprint(body),
+		}
+		var res idem.Result
+		// RunTx retries serialization failures and deadlocks; a retried
+		// duplicate replays.
+		err := idem.RunTx(ctx, db, nil, func(tx *sql.Tx) error {
+			var err error
+			res, err = store.Do(ctx, tx, req, func(ctx context.Context) (idem.Response, error) {
+				r, err := tx.ExecContext(ctx, `INSERT INTO example_charges (customer, amount) VALUES (?, ?)`, "customer-42", 1999)
+				if err != nil {
+					return idem.Response{}, err // nothing is stored; the retry runs again
+				}
+				id, _ := r.LastInsertId()
+				return idem.Response{StatusCode: 201, Body: fmt.Appendf(nil, `{"id":%d}`, id)}, nil
+			})
+			return err
+		})
+		if err != nil {
+			log.Fatal(err)
+		}
+		return res
+	}
+	for range 2 {
+		res := charge()
+		fmt.Println(res.StatusCode, string(res.Body), "replayed:", res.Replayed)
+	}
+	var n int
+	if err := db.QueryRow(`SELECT count(*) FROM example_charges`).Scan(&n); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("charges:", n)
+	// Output:
+	// 201 {"id":1} replayed: false
+	// 201 {"id":1} replayed: true
+	// charges: 1
+}
 
 // Fingerprint length-prefixes its parts, so that moving bytes from one part
 // to the next changes the digest.

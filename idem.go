@@ -11,7 +11,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/idemkit/idem/internal/driver"
 )
 
 // Request identifies one idempotent operation.
@@ -56,7 +55,7 @@ type Store struct {
 	lease     time.Duration
 	retention time.Duration
 	lockWait  time.Duration // with hasLockWait: the bound of WithLockTimeout
-	st        statements    // the dialect's statements for the table
+	st        *statements   // the dialect's statements for the table
 	observer  Observer
 	// completed holds the keys this Store has served (completed.go).
 	completed *completed
@@ -97,7 +96,7 @@ func (s *Store) configure() error {
 		if s.lockWait <= 0 || s.lockWait > MaxLockTimeout {
 			return fmt.Errorf("idem: lock timeout must be positive and at most %v, got %v", MaxLockTimeout, s.lockWait)
 		}
-		if !s.dialect.lockWaits() {
+		if _, ok := s.dialect.(lockWaiter); !ok {
 			return fmt.Errorf("idem: WithLockTimeout is not supported by the %s dialect", s.dialect.Name())
 		}
 	}
@@ -136,7 +135,7 @@ func (s *Store) Migrate(ctx context.Context, db DBTX) error {
 	if db == nil {
 		return errors.New("idem: Migrate needs a database handle, got nil")
 	}
-	return s.migrate(ctx, newSQLConn(db, s.dialect))
+	return s.MigrateOn(ctx, sqlConn{db})
 }
 
 // Do runs fn at most once per (Scope, Key) among all transactions that
@@ -163,19 +162,26 @@ func (s *Store) Do(ctx context.Context, tx DBTX, req Request, fn func(ctx contex
 	if err != nil {
 		return Result{}, err
 	}
-	return s.do(ctx, newSQLConn(tx, s.dialect), req, fn)
+	return s.DoOn(ctx, sqlTx{sqlConn{tx}}, req, fn)
 }
 
-// do is Do in the transaction c, whatever its driver.
-func (s *Store) do(ctx context.Context, c driver.Conn, req Request, fn func(ctx context.Context) (Response, error)) (res Result, err error) {
+// DoOn is [Store.Do] in tx, the caller's open transaction through any
+// driver's adapter (idempgx.Tx for a pgx.Tx): fn runs at most once per
+// (Scope, Key) among all transactions that commit, and the record is
+// written through tx. DoOn never commits or rolls back tx.
+func (s *Store) DoOn(ctx context.Context, tx Tx, req Request, fn func(ctx context.Context) (Response, error)) (res Result, err error) {
 	start := startWatch()
-	if fn == nil {
+	switch {
+	case tx == nil:
+		return Result{}, errors.New("idem: Do needs an open transaction, got nil")
+	case fn == nil:
 		return Result{}, errors.New("idem: Do needs a function to run, got nil")
 	}
 	defer s.observeDo(ctx, req, start, &res, &err)
 	if err := req.validate(); err != nil {
 		return Result{}, err
 	}
+	c := s.conn(tx)
 	replay, token, err := s.acquire(ctx, c, req, forDo)
 	if err != nil {
 		return Result{}, err

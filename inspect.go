@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/idemkit/idem/internal/driver"
 )
 
 // Record is a stored idempotency record, as Inspect reads it for a person
@@ -36,18 +35,25 @@ type Record struct {
 // or scope is [ErrInvalidKey] or [ErrInvalidRequest], as for Do.
 func (s *Store) Inspect(ctx context.Context, db DBTX, scope, key string) (*Record, error) {
 	if db == nil {
-		return nil, errors.New("idem: Inspect needs a database handle, got nil")
+		return s.InspectOn(ctx, nil, scope, key)
 	}
-	return s.inspect(ctx, newSQLConn(db, s.dialect), scope, key)
+	return s.InspectOn(ctx, sqlConn{db}, scope, key)
 }
 
-func (s *Store) inspect(ctx context.Context, c driver.Conn, scope, key string) (*Record, error) {
-	if err := (Request{Scope: scope, Key: key}).validate(); err != nil {
+// InspectOn is [Store.Inspect] on db, through any driver's adapter (a
+// Runner is one: a pool works).
+func (s *Store) InspectOn(ctx context.Context, db Conn, scope, key string) (*Record, error) {
+	if db == nil {
+		return nil, errors.New("idem: Inspect needs a database handle, got nil")
+	}
+	req := Request{Scope: scope, Key: key}
+	if err := req.validate(); err != nil {
 		return nil, err
 	}
 	rec := Record{Scope: scope, Key: key}
 	var cols recordColumns
-	err := c.QueryRow(ctx, s.st.inspect(scope, key, micros(s.retention)), cols.dest(&rec)...)
+	q := s.st.query(s.st.inspect, &values{req: req, retention: micros(s.retention)})
+	err := s.conn(db).queryRow(ctx, q, cols.dest(&rec)...)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil
 	}
@@ -68,12 +74,17 @@ func (s *Store) inspect(ctx context.Context, c driver.Conn, scope, key string) (
 // scope has the key. An invalid key is [ErrInvalidKey], as for Do.
 func (s *Store) InspectKey(ctx context.Context, db DBTX, key string, limit int) ([]Record, error) {
 	if db == nil {
-		return nil, errors.New("idem: InspectKey needs a database handle, got nil")
+		return s.InspectKeyOn(ctx, nil, key, limit)
 	}
-	return s.inspectKey(ctx, newSQLConn(db, s.dialect), key, limit)
+	return s.InspectKeyOn(ctx, sqlConn{db}, key, limit)
 }
 
-func (s *Store) inspectKey(ctx context.Context, c driver.Conn, key string, limit int) ([]Record, error) {
+// InspectKeyOn is [Store.InspectKey] on db, through any driver's adapter
+// (a Runner is one: a pool works).
+func (s *Store) InspectKeyOn(ctx context.Context, db Conn, key string, limit int) ([]Record, error) {
+	if db == nil {
+		return nil, errors.New("idem: InspectKey needs a database handle, got nil")
+	}
 	if err := ValidateKey(key); err != nil {
 		return nil, err
 	}
@@ -81,7 +92,8 @@ func (s *Store) inspectKey(ctx context.Context, c driver.Conn, key string, limit
 		return nil, fmt.Errorf("idem: InspectKey limit must be positive, got %d", limit)
 	}
 	var recs []Record
-	err := c.QueryRows(ctx, s.st.inspectKey(key, micros(s.retention), limit), func(scan func(...any) error) error {
+	q := s.st.query(s.st.inspectKey, &values{req: Request{Key: key}, retention: micros(s.retention), limit: limit})
+	err := s.conn(db).queryRows(ctx, q, func(scan func(...any) error) error {
 		rec := Record{Key: key}
 		var cols recordColumns
 		if err := scan(append([]any{&rec.Scope}, cols.dest(&rec)...)...); err != nil {
@@ -133,10 +145,7 @@ func (c *recordColumns) fill(rec *Record) error {
 // with what to do when the database says the table is not there or not
 // idem's.
 func (s *Store) inspectError(what string, err error) error {
-	if advice := s.advice(err, ""); advice != "" {
-		return fmt.Errorf("idem: %s of %s: %w; %s", what, s.table, err, advice)
-	}
-	return fmt.Errorf("idem: %s of %s: %w", what, s.table, err)
+	return &Error{Op: what + " of " + s.table, Err: err, Hint: s.advice(err, "")}
 }
 
 // Stats summarises a [Store]'s table.
@@ -164,14 +173,20 @@ type Stats struct {
 // database for the table's size. It changes nothing.
 func (s *Store) Stats(ctx context.Context, db DBTX) (Stats, error) {
 	if db == nil {
-		return Stats{}, errors.New("idem: Stats needs a database handle, got nil")
+		return s.StatsOn(ctx, nil)
 	}
-	return s.stats(ctx, newSQLConn(db, s.dialect))
+	return s.StatsOn(ctx, sqlConn{db})
 }
 
-func (s *Store) stats(ctx context.Context, c driver.Conn) (Stats, error) {
+// StatsOn is [Store.Stats] on db, through any driver's adapter (a Runner
+// is one: a pool works).
+func (s *Store) StatsOn(ctx context.Context, db Conn) (Stats, error) {
+	if db == nil {
+		return Stats{}, errors.New("idem: Stats needs a database handle, got nil")
+	}
+	c := s.conn(db)
 	st := Stats{ByStatus: map[Status]int64{}, TableBytes: -1, IndexBytes: -1}
-	err := c.QueryRows(ctx, s.st.stats(micros(s.retention)), func(scan func(...any) error) error {
+	err := c.queryRows(ctx, s.st.query(s.st.stats, &values{retention: micros(s.retention)}), func(scan func(...any) error) error {
 		var (
 			status              Status
 			n, oldest, exp, now int64
@@ -192,7 +207,7 @@ func (s *Store) stats(ctx context.Context, c driver.Conn) (Stats, error) {
 		return Stats{}, s.inspectError("stats", err)
 	}
 	var table, index sql.NullInt64
-	if err := c.QueryRow(ctx, s.st.size(), &table, &index); err != nil && !errors.Is(err, sql.ErrNoRows) {
+	if err := c.queryRow(ctx, s.st.query(s.st.size, &values{}), &table, &index); err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return Stats{}, s.inspectError("size", err)
 	}
 	if table.Valid {

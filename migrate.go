@@ -2,19 +2,20 @@ package idem
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"regexp"
 	"strconv"
-
-	"github.com/idemkit/idem/internal/driver"
 )
 
 // versionComment is how migrations from version 2 on record the table's
 // schema version in its comment.
 var versionComment = regexp.MustCompile(`\bidem schema ([0-9]+)\b`)
 
-// migrate brings the table from the schema version it has to the newest
-// this release knows, one migration at a time. A migration that fails may
+// MigrateOn is [Store.Migrate] on db, through any driver's adapter (a
+// Runner is one: a pool works). It brings the table from the schema
+// version it has to the newest this release knows, one migration at a
+// time. A migration that fails may
 // have lost a race with another process migrating the table: when the
 // version has moved past it since, it goes on from there. A table of a
 // newer version than this release knows is left as it is: each version's
@@ -24,18 +25,22 @@ var versionComment = regexp.MustCompile(`\bidem schema ([0-9]+)\b`)
 // A table that exists must be idem's: Migrate changes nothing in a table
 // that lacks a column of idem's table (a name, given to WithTable or to
 // idem's --table, of one of the application's own tables), and says so.
-func (s *Store) migrate(ctx context.Context, c driver.Conn) error {
-	steps := s.st.migrations()
+func (s *Store) MigrateOn(ctx context.Context, db Conn) error {
+	if db == nil {
+		return errors.New("idem: Migrate needs a database handle, got nil")
+	}
+	c := s.conn(db)
+	steps := s.st.migrations
 	v, err := s.schemaVersion(ctx, c)
 	if err != nil {
-		return fmt.Errorf("idem: migrate table %s: read its schema version: %w; %s", s.table, err,
-			s.advice(err, "check that the database user may read the catalog, then run Migrate again (it is safe to repeat)"))
+		return &Error{Op: "migrate " + s.table, Err: err, Detail: "read its schema version: " + reason(err),
+			Hint: s.advice(err, "check that the database user may read the catalog, then run Migrate again (it is safe to repeat)")}
 	}
 	if v > 0 {
 		noRows := func(func(...any) error) error { return nil }
-		if err := c.QueryRows(ctx, s.st.columns(), noRows); err != nil {
-			return fmt.Errorf("idem: migrate table %s: read its columns: %w; %s; Migrate changed nothing", s.table, err,
-				s.advice(err, "check that the database user may read the table, then run Migrate again (it is safe to repeat)"))
+		if err := c.queryRows(ctx, s.st.query(s.st.columns, &values{}), noRows); err != nil {
+			return &Error{Op: "migrate " + s.table, Err: err, Detail: "read its columns: " + reason(err) + "; Migrate changed nothing",
+				Hint: s.advice(err, "check that the database user may read the table, then run Migrate again (it is safe to repeat)")}
 		}
 	}
 	for v < len(steps) {
@@ -46,8 +51,8 @@ func (s *Store) migrate(ctx context.Context, c driver.Conn) error {
 		}
 		now, verr := s.schemaVersion(ctx, c)
 		if verr != nil || now <= v {
-			return fmt.Errorf("idem: migrate table %s from schema version %d to %d: %w; %s", s.table, v, v+1, err,
-				s.advice(err, "check that the database user may create and alter tables and indexes, then run Migrate again (it is safe to repeat)"))
+			return &Error{Op: "migrate " + s.table, Err: err, Detail: fmt.Sprintf("from schema version %d to %d: %s", v, v+1, reason(err)),
+				Hint: s.advice(err, "check that the database user may create and alter tables and indexes, then run Migrate again (it is safe to repeat)")}
 		}
 		v = now
 	}
@@ -55,9 +60,9 @@ func (s *Store) migrate(ctx context.Context, c driver.Conn) error {
 }
 
 // migrateStep runs the statements of one migration in order.
-func (s *Store) migrateStep(ctx context.Context, c driver.Conn, stmts []string) error {
+func (s *Store) migrateStep(ctx context.Context, c conn, stmts []string) error {
 	for _, stmt := range stmts {
-		if _, err := c.Exec(ctx, query{SQL: stmt}); err != nil {
+		if _, err := c.exec(ctx, Query{SQL: stmt}); err != nil {
 			return err
 		}
 	}
@@ -67,12 +72,12 @@ func (s *Store) migrateStep(ctx context.Context, c driver.Conn, stmts []string) 
 // schemaVersion reads the table's schema version: 0 when it is absent,
 // the version its comment records, or 1 (a table of a release before
 // versions were recorded, or of a dialect with one version so far).
-func (s *Store) schemaVersion(ctx context.Context, c driver.Conn) (int, error) {
+func (s *Store) schemaVersion(ctx context.Context, c conn) (int, error) {
 	var (
 		exists  bool
 		comment string
 	)
-	if err := c.QueryRow(ctx, s.st.version(), &exists, &comment); err != nil {
+	if err := c.queryRow(ctx, s.st.query(s.st.version, &values{}), &exists, &comment); err != nil {
 		return 0, err
 	}
 	if !exists {

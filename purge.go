@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/idemkit/idem/internal/driver"
 )
 
 // Purge deletes the records past retention: completed ones whose response
@@ -34,20 +33,27 @@ func (s *Store) Purge(ctx context.Context, db *sql.DB, batch int) (int64, error)
 	if db == nil {
 		return 0, errors.New("idem: Purge needs a *sql.DB, got nil")
 	}
-	return s.purge(ctx, sqlTx(db, s.dialect), batch)
+	return s.PurgeOn(ctx, NewSQLRunner(db, nil), batch)
 }
 
-// purge is Purge with its transactions run by inTx, whatever its driver.
-func (s *Store) purge(ctx context.Context, inTx driver.TxRunner, batch int) (int64, error) {
+// PurgeOn is [Store.Purge] on r, a pool through any driver's adapter
+// (idempgx.New for a *pgxpool.Pool): each batch runs in a short
+// transaction of r's. To run batches from several goroutines at once, r's
+// pool must be safe for concurrent use.
+func (s *Store) PurgeOn(ctx context.Context, r Runner, batch int) (int64, error) {
+	if r == nil {
+		return 0, errors.New("idem: Purge needs a pool, got nil")
+	}
 	if batch <= 0 {
 		return 0, fmt.Errorf("idem: Purge batch must be positive, got %d", batch)
 	}
 	var total int64
 	for {
-		n, err := s.deleteBatch(ctx, inTx, batch)
+		n, err := s.deleteBatch(ctx, r, batch)
 		if err != nil {
-			return total, &opError{fmt.Sprintf("purge %s stopped after deleting %d records", s.table, total), err,
-				s.advice(err, "the deleted ones stay deleted, run Purge again")}
+			return total, &Error{Op: "purge " + s.table, Err: err,
+				Detail: fmt.Sprintf("stopped after deleting %d records: %s", total, reason(err)),
+				Hint:   s.advice(err, "the deleted ones stay deleted, run Purge again")}
 		}
 		total += n
 		if n < int64(batch) {
@@ -64,18 +70,21 @@ func (s *Store) PurgeBatch(ctx context.Context, db *sql.DB, limit int) (int64, e
 	if db == nil {
 		return 0, errors.New("idem: PurgeBatch needs a *sql.DB, got nil")
 	}
-	return s.purgeBatch(ctx, sqlTx(db, s.dialect), limit)
+	return s.PurgeBatchOn(ctx, NewSQLRunner(db, nil), limit)
 }
 
-// purgeBatch is PurgeBatch with its transaction run by inTx, whatever its
-// driver.
-func (s *Store) purgeBatch(ctx context.Context, inTx driver.TxRunner, limit int) (int64, error) {
+// PurgeBatchOn is [Store.PurgeBatch] on r, a pool through any driver's
+// adapter.
+func (s *Store) PurgeBatchOn(ctx context.Context, r Runner, limit int) (int64, error) {
+	if r == nil {
+		return 0, errors.New("idem: PurgeBatch needs a pool, got nil")
+	}
 	if limit <= 0 {
 		return 0, fmt.Errorf("idem: PurgeBatch limit must be positive, got %d", limit)
 	}
-	n, err := s.deleteBatch(ctx, inTx, limit)
+	n, err := s.deleteBatch(ctx, r, limit)
 	if err != nil {
-		return n, &opError{"purge " + s.table, err, s.advice(err, "nothing of this batch was deleted, run it again")}
+		return n, &Error{Op: "purge " + s.table, Err: err, Hint: s.advice(err, "nothing of this batch was deleted, run it again")}
 	}
 	return n, nil
 }
@@ -84,16 +93,16 @@ func (s *Store) purgeBatch(ctx context.Context, inTx driver.TxRunner, limit int)
 // isolation level, retried as RunTx retries (a deadlock on MySQL, a busy
 // database on SQLite: the batch is safe to run again), and reports it to
 // the Observer.
-func (s *Store) deleteBatch(ctx context.Context, inTx driver.TxRunner, limit int) (n int64, err error) {
+func (s *Store) deleteBatch(ctx context.Context, r Runner, limit int) (n int64, err error) {
 	start := startWatch()
 	defer func() { s.observe(ctx, Event{Kind: EventPurgeBatch, Duration: start.elapsed(), Rows: n, Err: err}) }()
 	retention := micros(s.retention)
-	from, to, found, err := s.purgeWindow(ctx, inTx, retention, limit)
+	from, to, found, err := s.purgeWindow(ctx, r, retention, limit)
 	if err != nil || !found {
 		return 0, err
 	}
-	err = inTx(ctx, s.st.purgeIsolation(), func(c driver.Conn) (err error) {
-		n, err = c.Exec(ctx, s.st.purge(from, retention, limit))
+	err = InTx(ctx, r, s.st.purgeIsolation, func(tx Tx) (err error) {
+		n, err = s.conn(tx).exec(ctx, s.st.query(s.st.purge, &values{from: from, retention: retention, limit: limit}))
 		return err
 	})
 	if err != nil {
@@ -122,12 +131,13 @@ func (s *Store) deleteBatch(ctx context.Context, inTx driver.TxRunner, limit int
 // that batch left it). So batches that run at once, from several
 // goroutines, delete consecutive windows instead of waiting for each
 // other's rows.
-func (s *Store) purgeWindow(ctx context.Context, inTx driver.TxRunner, retention int64, limit int) (from, to int64, found bool, err error) {
+func (s *Store) purgeWindow(ctx context.Context, r Runner, retention int64, limit int) (from, to int64, found bool, err error) {
 	for {
 		from = s.purgeFrom.Load()
 		var n int64
-		err = inTx(ctx, s.st.purgeIsolation(), func(c driver.Conn) error {
-			return c.QueryRow(ctx, s.st.purgeWindow(from, retention, limit), &n, &to)
+		err = InTx(ctx, r, s.st.purgeIsolation, func(tx Tx) error {
+			q := s.st.query(s.st.purgeWindow, &values{from: from, retention: retention, limit: limit})
+			return s.conn(tx).queryRow(ctx, q, &n, &to)
 		})
 		if err != nil {
 			return 0, 0, false, err

@@ -60,7 +60,8 @@ func checkField(name, v string, limit int) error {
 
 func (r Response) validate() error {
 	if r.StatusCode < 100 || r.StatusCode > 999 {
-		return fmt.Errorf("idem: response status code %d is not a valid HTTP status (100..999); nothing was stored: return a valid status from fn, and roll back the transaction", r.StatusCode)
+		return &Error{Op: "store the response", Err: fmt.Errorf("status code %d is not a valid HTTP status (100..999); nothing was stored", r.StatusCode),
+			Hint: "return a valid status from fn, and roll back the transaction"}
 	}
 	return nil
 }

@@ -9,28 +9,29 @@ import (
 	"reflect"
 	"time"
 
-	"github.com/idemkit/idem/internal/driver"
 )
 
-// DBTX runs statements. Do and [Claim.Complete] write through it inside the
-// caller's transaction, so there it must be one: a *sql.Tx, a *sqlx.Tx
-// (which embeds one), GORM's transaction (tx.Statement.ConnPool inside
-// db.Transaction: a *sql.Tx, or with PrepareStmt a *gorm.PreparedStmtTX,
-// whose *sql.Tx idem uses, unprepared), a bun.Tx (whose *sql.Tx idem
-// uses: bun rewrites statements itself), sqlc's DBTX holding one of
-// these, or a type of the caller's with Commit and Rollback methods that
-// wraps one. ent's *Tx is no DBTX (it has no QueryRowContext): package
-// contrib/idement runs Do in it. Do and Complete refuse, before any
-// statement, every handle that is not inside a transaction: *sql.DB and
-// *sql.Conn satisfy DBTX but run each statement on its own and commit it
-// at once, and so do sqlx's, GORM's and bun's pools and connections, and
-// any handle without Commit and Rollback. Migrate, [Claim.Extend],
-// [Claim.Release], Inspect and Stats take any DBTX, a *sql.DB included.
-// docs/orm.md shows each ORM's line.
+// DBTX runs statements: a *sql.Tx, a *sql.DB, a *sql.Conn, and every
+// handle with their ExecContext and QueryContext. Do and [Claim.Complete]
+// write through it inside the caller's transaction, so there it must be
+// one: a *sql.Tx, a *sqlx.Tx (which embeds one), GORM's transaction
+// (tx.Statement.ConnPool inside db.Transaction: a *sql.Tx, or with
+// PrepareStmt a *gorm.PreparedStmtTX, whose *sql.Tx idem uses,
+// unprepared), a bun.Tx (whose *sql.Tx idem uses: bun rewrites statements
+// itself), ent's *Tx (generated with the sql/execquery feature, which
+// gives it these methods), sqlc's DBTX holding one of these, or a type of
+// the caller's with Commit and Rollback methods that wraps one. Do and
+// Complete refuse, before any statement, every handle that is not inside
+// a transaction: *sql.DB and *sql.Conn satisfy DBTX but run each
+// statement on its own and commit it at once, and so do sqlx's, GORM's,
+// bun's and ent's pools and connections, and any handle without Commit
+// and Rollback. Migrate, [Claim.Extend], [Claim.Release], Inspect and
+// Stats take any DBTX, a *sql.DB included. docs/orm.md shows each ORM's
+// line. (DBTX had QueryRowContext too until v0.1.0: removing it breaks no
+// caller, and lets ent's transaction through.)
 type DBTX interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
-	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
 var (
@@ -43,7 +44,7 @@ var (
 // through inside the caller's transaction tx: tx itself, or the *sql.Tx
 // inside a handle that would not run them as sent (rewriterTx). It
 // refuses, before any statement, a tx that is not a transaction
-// (driver.NotTx).
+// (notTx).
 func txOf(tx DBTX, method string) (DBTX, error) {
 	if sqlTx, ok := tx.(*sql.Tx); ok {
 		return sqlTx, nil
@@ -54,7 +55,7 @@ func txOf(tx DBTX, method string) (DBTX, error) {
 	if sqlTx, ok := rewriterTx(tx); ok {
 		return sqlTx, nil
 	}
-	if why := driver.NotTx(tx); why != "" {
+	if why := notTx(tx); why != "" {
 		return nil, fmt.Errorf("idem: %s needs an open transaction, %s", method, why)
 	}
 	return tx, nil
@@ -133,7 +134,10 @@ func RunTx(ctx context.Context, db *sql.DB, opts *sql.TxOptions, fn func(tx *sql
 	}
 	return Retry(ctx, func() error {
 		tx, err := db.BeginTx(ctx, opts)
-		return driver.Attempt(ctx, driver.NoContext[*sql.Tx]{Tx: tx}, err, func(e driver.NoContext[*sql.Tx]) error { return fn(e.Tx) })
+		if err != nil {
+			return err
+		}
+		return attempt(ctx, sqlTx{sqlConn{tx}}, func(sqlTx) error { return fn(tx) })
 	})
 }
 
@@ -183,14 +187,9 @@ const (
 	maxBackoff  = 500 * time.Millisecond
 )
 
-// gaveUp is Retry's error after its last attempt failed with err. An
-// [*Error] loses its advice to retry, which has been followed.
+// gaveUp is Retry's error after its last attempt failed with err.
 func gaveUp(attempts int, err error) error {
-	if e, ok := err.(*Error); ok && e.Next != "" {
-		c := *e
-		c.Next = ""
-		err = &c
-	}
-	return fmt.Errorf("idem: gave up after %d attempts, each rolled back for an error that a retry may cure (IsRetryable): "+
-		"the key stayed contended, or something else kept failing the transaction; the last: %w", attempts, err)
+	return &Error{Op: "run the transaction", Err: err,
+		Detail: fmt.Sprintf("gave up after %d attempts, each rolled back for an error that a retry may cure (IsRetryable): "+
+			"the key stayed contended, or something else kept failing the transaction; the last: %s", attempts, reason(err))}
 }

@@ -1,4 +1,4 @@
-package driver
+package idem
 
 import (
 	"database/sql"
@@ -8,17 +8,17 @@ import (
 	"sync"
 )
 
-// NotTx says why h, a handle given to run idem's statements inside the
+// notTx says why h, a handle given to run idem's statements inside the
 // caller's transaction (Do, Complete), is not one, or returns "" when it
 // may be. A transaction can end itself: its type has Commit and Rollback
-// methods (*sql.Tx, *sqlx.Tx, pgx.Tx, GORM's *gorm.PreparedStmtTX, a type
+// methods (*sql.Tx, *sqlx.Tx, ent's *Tx, GORM's *gorm.PreparedStmtTX, a type
 // of the caller's that embeds one). Anything else runs each statement on
 // its own and commits it at once: a pool, a connection, an ORM's DB or
 // prepared pool, and any type idem does not know that lacks them, so the
 // next ORM's pool is refused too, not only the ones named here. The reason
 // names the type, what it is, and what to pass instead. The verdict
 // depends only on h's type and is worked out once per type.
-func NotTx(h any) string {
+func notTx(h any) string {
 	if _, ok := h.(*sql.Tx); ok {
 		return ""
 	}
@@ -26,15 +26,15 @@ func NotTx(h any) string {
 	if why, ok := verdicts.Load(t); ok {
 		return why.(string)
 	}
-	why := notTx(t)
+	why := notTxType(t)
 	verdicts.Store(t, why)
 	return why
 }
 
-// verdicts caches NotTx's answer per dynamic type.
+// verdicts caches notTx's answer per dynamic type.
 var verdicts sync.Map // reflect.Type -> string
 
-func notTx(t reflect.Type) string {
+func notTxType(t reflect.Type) string {
 	_, commits := t.MethodByName("Commit")
 	_, rollsBack := t.MethodByName("Rollback")
 	if commits && rollsBack {
@@ -51,7 +51,7 @@ func notTx(t reflect.Type) string {
 }
 
 // beginners are the names of the methods that begin a transaction or take
-// a connection, in the pools and connections of database/sql, sqlx, pgx,
+// a connection, in the pools and connections of database/sql, sqlx,
 // GORM, bun and ent.
 var beginners = []string{"BeginTx", "Begin", "Beginx", "BeginTxx", "RunInTx", "Transaction", "Tx", "Conn", "Acquire"}
 
@@ -76,6 +76,5 @@ var hints = []struct{ pkg, instead string }{
 	{"github.com/jmoiron/sqlx", "pass the *sqlx.Tx that db.Beginx returns, or the *sql.Tx of idem.RunTx"},
 	{"gorm.io/gorm", "inside db.Transaction(func(tx *gorm.DB) error { ... }), pass tx.Statement.ConnPool (docs/orm.md)"},
 	{"github.com/uptrace/bun", "inside db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error { ... }), pass tx (docs/orm.md)"},
-	{"entgo.io/ent", "pass ent's *Tx to idement.Do, or build ent's client on the *sql.Tx of idem.RunTx and pass that (docs/orm.md)"},
-	{"github.com/jackc/pgx", "pass a pgx.Tx, from pool.Begin or idempgx.RunTx"},
+	{"entgo.io/ent", "pass ent's *Tx, from client.Tx or client.BeginTx, generated with the sql/execquery feature (docs/orm.md)"},
 }

@@ -1,4 +1,4 @@
-package driver
+package idem
 
 import (
 	"database/sql"
@@ -6,14 +6,14 @@ import (
 	"testing"
 )
 
-type ender struct{ *sql.DB }
+type committer struct{ *sql.DB }
 
-func (ender) Commit() error   { return nil }
-func (ender) Rollback() error { return nil }
+func (committer) Commit() error   { return nil }
+func (committer) Rollback() error { return nil }
 
 type bare struct{}
 
-// NotTx accepts what can end itself and refuses the rest, saying what it
+// notTx accepts what can end itself and refuses the rest, saying what it
 // is and what to pass instead; the verdict is the type's, every time.
 func TestNotTx(t *testing.T) {
 	for name, c := range map[string]struct {
@@ -21,21 +21,21 @@ func TestNotTx(t *testing.T) {
 		want []string // in the reason; none: accepted
 	}{
 		"*sql.Tx":              {(*sql.Tx)(nil), nil},
-		"a type with Commit":   {ender{}, nil},
+		"a type with Commit":   {committer{}, nil},
 		"*sql.DB":              {(*sql.DB)(nil), []string{"got *sql.DB", "it has BeginTx", "db.BeginTx", "idem.RunTx"}},
 		"*sql.Conn":            {(*sql.Conn)(nil), []string{"got *sql.Conn", "it has BeginTx"}},
 		"embeds *sql.DB":       {struct{ *sql.DB }{}, []string{"it has BeginTx"}},
-		"a type of its own":    {bare{}, []string{"got driver.bare", "no Commit and Rollback", "embedding *sql.Tx"}},
-		"a pointer to its own": {&bare{}, []string{"got *driver.bare", "no Commit and Rollback"}},
+		"a type of its own":    {bare{}, []string{"got idem.bare", "no Commit and Rollback", "embedding *sql.Tx"}},
+		"a pointer to its own": {&bare{}, []string{"got *idem.bare", "no Commit and Rollback"}},
 	} {
 		for range 2 {
-			why := NotTx(c.h)
+			why := notTx(c.h)
 			if (why == "") != (c.want == nil) {
-				t.Fatalf("%s: NotTx = %q, want refused: %v", name, why, c.want != nil)
+				t.Fatalf("%s: notTx = %q, want refused: %v", name, why, c.want != nil)
 			}
 			for _, w := range c.want {
 				if !strings.Contains(why, w) {
-					t.Errorf("%s: NotTx = %q, want it to say %q", name, why, w)
+					t.Errorf("%s: notTx = %q, want it to say %q", name, why, w)
 				}
 			}
 		}
