@@ -12,57 +12,30 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/internal/httpdriver"
-	"github.com/idemkit/idem/internal/keygate"
+	"github.com/idemkit/idem/idemserve"
 )
 
-const (
-	// DefaultMaxBody is the default of [Config.MaxBody]: 1 MiB.
-	DefaultMaxBody = 1 << 20
-	// DefaultTimeout is the default of [Config.Timeout]: 30 s, the Store's
-	// default lease ([idem.DefaultLease]). In [ModeClaim] the default is
-	// the Store's lease when that is shorter.
-	DefaultTimeout = 30 * time.Second
-	// DefaultRetryAfter is the default of [Config.RetryAfter]: 1 s.
-	DefaultRetryAfter = time.Second
-)
+// DefaultMaxBody is the default of [Config.MaxBody]: 1 MiB.
+const DefaultMaxBody = 1 << 20
 
-// Mode says how the middleware runs a handler.
-type Mode int
-
-const (
-	// ModeTransaction (the default) opens a transaction, then runs the
-	// handler inside [idem.Store.Do]: a duplicate waits for the first
-	// request (in memory in this process, on the row lock in another) and
-	// replays its result. The transaction stays open while the handler
-	// runs, so the handler must be quick.
-	ModeTransaction Mode = iota
-	// ModeClaim commits a claim on the key with [idem.Store.Begin], then
-	// runs the handler with no transaction open, for handlers that call a
-	// slow external service (a payment provider): the handler passes
-	// ClaimFrom(ctx).RelayKey() on as the provider's idempotency key, then
-	// writes its rows through [TxFrom], whose first call begins the
-	// transaction. The middleware completes the claim in that transaction
-	// with the captured response and commits. A duplicate that arrives
-	// meanwhile is a 409 with Retry-After, not a wait.
-	ModeClaim
-)
-
-// Config configures the middleware. Store, DB and Scope are required; a
-// pgx service leaves DB and TxOptions unset and builds the middleware
-// with idempgx.Middleware, on its *pgxpool.Pool.
+// Config configures the middleware. Store, Scope and one of DB and Runner
+// are required.
 type Config struct {
 	// Store records the keys; its table must exist ([idem.Store.Migrate]).
 	Store *idem.Store
 	// DB is the database the transactions run on, the one holding the
-	// Store's table and the handler's rows.
-	DB *sql.DB
-	// TxOptions are the options of every transaction, e.g. its isolation
-	// level; nil means the database's default.
+	// Store's table and the handler's rows, for a service on
+	// database/sql; TxOptions are the options of every transaction, e.g.
+	// its isolation level (nil: the database's defaults).
+	DB        *sql.DB
 	TxOptions *sql.TxOptions
-	// Mode is [ModeTransaction] (the default) or [ModeClaim], for handlers
+	// Runner, in place of DB and TxOptions, runs the transactions on
+	// another driver's pool: idempgx.New(pool, pgx.TxOptions{...}) for
+	// pgx, whose handlers get their pgx.Tx from idempgx.TxFrom.
+	Runner idem.Runner
+	// Mode is [idemserve.ModeTransaction] (the default) or [idemserve.ModeClaim], for handlers
 	// that call slow external services.
-	Mode Mode
+	Mode idemserve.Mode
 
 	// Methods are the request methods the middleware handles, default
 	// POST and PATCH. Requests with any other method pass through
@@ -88,23 +61,14 @@ type Config struct {
 	// MaxBody is the largest request body accepted, in bytes; a larger one
 	// is a 413 before any database work. Default [DefaultMaxBody] (1 MiB).
 	MaxBody int64
-	// Timeout bounds the work of a request that holds its key: the handler
-	// and the middleware's statements run on a context that the client's
-	// disconnect does not cancel, but that ends after Timeout, so that work
-	// that started finishes and is stored for the client's retry. A
-	// duplicate in this process waits in memory for the request ahead of
-	// it at most as long as one in another process waits on the row lock
-	// (the Store's [idem.WithLockTimeout], or Timeout when it has none),
-	// then is a 409, as that one is. Default [DefaultTimeout] (30 s); in
-	// [ModeClaim] it must not exceed the Store's lease ([idem.WithLease]),
-	// which is its default when shorter, so that no retry takes over a
-	// claim whose handler may still be running.
+	// Timeout bounds the work of a request that holds its key, and how
+	// long a duplicate in this process waits in memory for the request
+	// ahead of it, as idemserve.Config.Timeout says; then the duplicate is
+	// a 409. Default [idemserve.DefaultTimeout].
 	Timeout time.Duration
 	// RetryAfter is the Retry-After of a 409 (another request holds the
-	// key) and of a 503 (contention): when a retry is likely to succeed,
-	// not when it is sure to. Default [DefaultRetryAfter] (1 s); a 409 is
-	// never told more than the lease left on the claim that holds the key.
-	// It is sent in whole seconds, rounded up.
+	// key) and of a 503 (contention), as idemserve.Config.RetryAfter says;
+	// it is sent in whole seconds, rounded up. Default [idemserve.DefaultRetryAfter].
 	RetryAfter time.Duration
 	// ReplayHeaders are response header fields replayed in addition to
 	// Content-Type, Location and ETag. Set-Cookie is refused.
@@ -113,8 +77,9 @@ type Config struct {
 	// handler's rows, stored and replayed. By default they are rolled back
 	// and a retry runs the handler again.
 	StoreServerErrors bool
-	// Logger receives the errors answered with a 500 Problem, whose detail
-	// does not show them to the client. Default [slog.Default].
+	// Logger receives every error answered with a 500 Problem, whose
+	// detail does not show it to the client ([Middleware.Fail] included),
+	// and a claim that could not be released. Default [slog.Default].
 	Logger *slog.Logger
 }
 
@@ -128,31 +93,10 @@ type Config struct {
 // [Config].Scope.
 func SingleTenant(*http.Request) (string, error) { return "", nil }
 
-// New checks cfg, fills in its defaults and returns the middleware, which
-// runs its transactions on cfg.DB.
+// New checks cfg, fills in its defaults and returns the middleware.
 func New(cfg Config) (*Middleware, error) {
-	if cfg.DB == nil {
-		return nil, errors.New("idemhttp: Config needs a DB, the *sql.DB holding the Store's table and the handler's rows; a pgx service builds the middleware with idempgx.Middleware on its *pgxpool.Pool instead")
-	}
-	return newMiddleware(cfg, &sqlDriver{store: cfg.Store, db: cfg.DB, opts: cfg.TxOptions})
-}
-
-func init() {
-	httpdriver.NewMiddleware = func(cfg any, d httpdriver.Driver) (any, error) {
-		return newMiddleware(cfg.(Config), d)
-	}
-}
-
-// newMiddleware is New on the driver d.
-func newMiddleware(cfg Config, d httpdriver.Driver) (*Middleware, error) {
-	if cfg.Store == nil {
-		return nil, errors.New("idemhttp: Config needs a Store, the *idem.Store that records the keys")
-	}
 	if cfg.Scope == nil {
 		return nil, errors.New("idemhttp: Config needs a Scope: a function that returns who owns the request's key (the authenticated principal, tenant or API client), so that one caller's key never replays another's response; a service with a single trusted caller sets Scope: idemhttp.SingleTenant")
-	}
-	if cfg.Mode != ModeTransaction && cfg.Mode != ModeClaim {
-		return nil, fmt.Errorf("idemhttp: unknown Mode %d", cfg.Mode)
 	}
 	if cfg.MaxBody < 0 {
 		return nil, fmt.Errorf("idemhttp: MaxBody must not be negative, got %d", cfg.MaxBody)
@@ -160,21 +104,18 @@ func newMiddleware(cfg Config, d httpdriver.Driver) (*Middleware, error) {
 	if cfg.MaxBody == 0 {
 		cfg.MaxBody = DefaultMaxBody
 	}
-	var err error
-	cfg.Timeout, cfg.RetryAfter, err = keygate.Bounds("idemhttp", cfg.Store, cfg.Mode == ModeClaim, cfg.Timeout, cfg.RetryAfter, DefaultTimeout, DefaultRetryAfter)
-	if err != nil {
-		return nil, err
-	}
 	if cfg.Methods == nil {
 		cfg.Methods = []string{http.MethodPost, http.MethodPatch}
 	}
 	if cfg.Operation == nil {
 		cfg.Operation = defaultOperation
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
+	core, err := idemserve.New(idemserve.Config{Layer: "idemhttp", Store: cfg.Store, DB: cfg.DB, TxOptions: cfg.TxOptions, Runner: cfg.Runner, Mode: cfg.Mode,
+		Timeout: cfg.Timeout, RetryAfter: cfg.RetryAfter, Logger: cfg.Logger})
+	if err != nil {
+		return nil, err
 	}
-	m := &Middleware{cfg: cfg, drv: d, methods: map[string]bool{}, replayable: map[string]bool{}}
+	m := &Middleware{cfg: cfg, core: core, methods: map[string]bool{}, replayable: map[string]bool{}}
 	for _, method := range cfg.Methods {
 		m.methods[method] = true
 	}

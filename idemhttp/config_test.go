@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemserve"
 )
 
 func TestNewChecksConfig(t *testing.T) {
@@ -24,9 +25,11 @@ func TestNewChecksConfig(t *testing.T) {
 		"negative MaxBody":    {Store: store, DB: db, Scope: SingleTenant, MaxBody: -1},
 		"negative Timeout":    {Store: store, DB: db, Scope: SingleTenant, Timeout: -time.Second},
 		"negative RetryAfter": {Store: store, DB: db, Scope: SingleTenant, RetryAfter: -time.Second},
-		"Timeout over lease":  {Store: store, DB: db, Scope: SingleTenant, Mode: ModeClaim, Timeout: 11 * time.Second},
+		"Timeout over lease":  {Store: store, DB: db, Scope: SingleTenant, Mode: idemserve.ModeClaim, Timeout: 11 * time.Second},
 		"Set-Cookie":          {Store: store, DB: db, Scope: SingleTenant, ReplayHeaders: []string{"X-Ok", "set-cookie"}},
 		"Set-Cookie2":         {Store: store, DB: db, Scope: SingleTenant, ReplayHeaders: []string{"Set-Cookie2"}},
+		"DB and Runner":       {Store: store, DB: db, Runner: idem.NewSQLRunner(db, nil), Scope: SingleTenant},
+		"TxOptions of Runner": {Store: store, Runner: idem.NewSQLRunner(db, nil), TxOptions: &sql.TxOptions{}, Scope: SingleTenant},
 	} {
 		if m, err := New(cfg); err == nil || m != nil {
 			t.Errorf("%s: New accepted it", name)
@@ -51,37 +54,5 @@ func TestNewRequiresScope(t *testing.T) {
 	scope, err := SingleTenant(httptest.NewRequest("POST", "/", nil))
 	if scope != "" || err != nil {
 		t.Fatalf("SingleTenant: %q, %v", scope, err)
-	}
-}
-
-// Timeout defaults to DefaultTimeout, and in ModeClaim to the Store's
-// lease when that is shorter; RetryAfter to DefaultRetryAfter.
-func TestNewDefaults(t *testing.T) {
-	for _, c := range []struct {
-		lease   time.Duration
-		mode    Mode
-		timeout time.Duration
-		want    time.Duration
-	}{
-		{idem.DefaultLease, ModeTransaction, 0, DefaultTimeout},
-		{5 * time.Second, ModeTransaction, 0, DefaultTimeout},
-		{5 * time.Second, ModeTransaction, time.Minute, time.Minute},
-		{idem.DefaultLease, ModeClaim, 0, DefaultTimeout},
-		{5 * time.Second, ModeClaim, 0, 5 * time.Second},
-		{5 * time.Second, ModeClaim, 5 * time.Second, 5 * time.Second},
-		{time.Minute, ModeClaim, 0, DefaultTimeout},
-		{time.Minute, ModeClaim, 45 * time.Second, 45 * time.Second},
-	} {
-		store, err := idem.New(idem.Postgres, idem.WithLease(c.lease))
-		if err != nil {
-			t.Fatal(err)
-		}
-		m, err := New(Config{Store: store, DB: &sql.DB{}, Scope: SingleTenant, Mode: c.mode, Timeout: c.timeout})
-		if err != nil {
-			t.Fatalf("%+v: %v", c, err)
-		}
-		if m.cfg.Timeout != c.want || m.cfg.RetryAfter != DefaultRetryAfter {
-			t.Errorf("lease %v, mode %d, Timeout %v: Timeout %v and RetryAfter %v; want %v and %v", c.lease, c.mode, c.timeout, m.cfg.Timeout, m.cfg.RetryAfter, c.want, DefaultRetryAfter)
-		}
 	}
 }

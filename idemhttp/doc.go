@@ -7,7 +7,7 @@
 // client, so that one caller's key never replays another's response. A
 // service with a single caller says so with [SingleTenant].
 //
-// In [ModeTransaction] (the default), for every request whose method it
+// In [idemserve.ModeTransaction] (the default), for every request whose method it
 // handles (POST and PATCH by default), the middleware reads the key and the
 // body, opens a transaction with [idem.RunTx] and runs the handler inside
 // [idem.Store.Do]. The handler writes its rows through [TxFrom]; its
@@ -31,7 +31,7 @@
 // themselves. An error of the handler's own statements is the handler's to
 // answer; a 5xx rolls back, and the client's retry runs it again.
 //
-// [ModeClaim] is for handlers that call a slow external service, such as a
+// [idemserve.ModeClaim] is for handlers that call a slow external service, such as a
 // payment provider, which must not run inside an open transaction. The
 // middleware commits a claim on the key ([idem.Store.Begin]) and runs the
 // handler with no transaction open; the handler passes

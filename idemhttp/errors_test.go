@@ -42,7 +42,7 @@ func TestAnswerError(t *testing.T) {
 	}
 	for _, c := range cases {
 		var logs bytes.Buffer
-		m := &Middleware{cfg: Config{Logger: slog.New(slog.NewTextHandler(&logs, nil)), RetryAfter: 1500 * time.Millisecond}}
+		m := testMiddleware(t, slog.New(slog.NewTextHandler(&logs, nil)), 1500*time.Millisecond)
 		w := httptest.NewRecorder()
 		m.answerError(w, httptest.NewRequest("POST", "/v1/charges", nil), c.err)
 		var p Problem
@@ -61,6 +61,42 @@ func TestAnswerError(t *testing.T) {
 		if c.logged && strings.Contains(p.Detail, c.err.Error()) {
 			t.Errorf("%v: the detail shows the internal error: %q", c.err, p.Detail)
 		}
+	}
+}
+
+// testMiddleware is a middleware that logs to l and tells clients to
+// retry after retryAfter, on a pool it never uses.
+func testMiddleware(t *testing.T, l *slog.Logger, retryAfter time.Duration) *Middleware {
+	t.Helper()
+	store, err := idem.New(idem.Postgres)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := New(Config{Store: store, DB: &sql.DB{}, Scope: SingleTenant, Logger: l, RetryAfter: retryAfter})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// Fail, for a router's adapter, answers a handler's failure as the
+// middleware answers its own: a Problem as itself, any other error as a
+// 500 whose detail hides it, logged to Config.Logger.
+func TestFail(t *testing.T) {
+	var logs bytes.Buffer
+	m := testMiddleware(t, slog.New(slog.NewTextHandler(&logs, nil)), time.Second)
+	w := httptest.NewRecorder()
+	m.Fail(w, httptest.NewRequest("POST", "/v1/charges", nil), errors.New("the ledger is down"))
+	if w.Code != 500 || !strings.Contains(w.Body.String(), TypeInternal) || strings.Contains(w.Body.String(), "ledger") {
+		t.Errorf("Fail answered %d %s", w.Code, w.Body)
+	}
+	if !strings.Contains(logs.String(), "the ledger is down") || !strings.Contains(logs.String(), "stage=handler") {
+		t.Errorf("Fail logged %q", logs.String())
+	}
+	w = httptest.NewRecorder()
+	m.Fail(w, httptest.NewRequest("POST", "/v1/charges", nil), &Problem{Type: "about:blank", Title: "Unauthorized", Status: 401})
+	if w.Code != 401 {
+		t.Errorf("Fail of a Problem answered %d", w.Code)
 	}
 }
 
@@ -141,7 +177,7 @@ func TestRefusalsReported(t *testing.T) {
 // The in-flight detail counts its seconds as a person does.
 func TestInFlightDetailCountsSeconds(t *testing.T) {
 	for wait, want := range map[time.Duration]string{time.Second: "retry after 1 second to", 3 * time.Second: "retry after 3 seconds to"} {
-		m := &Middleware{cfg: Config{Logger: slog.Default(), RetryAfter: 10 * time.Second}}
+		m := testMiddleware(t, slog.Default(), 10*time.Second)
 		w := httptest.NewRecorder()
 		m.answerError(w, httptest.NewRequest("POST", "/v1/charges", nil), &idem.InFlightError{RetryAfter: wait})
 		if !strings.Contains(w.Body.String(), want) {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemhttp"
+	"github.com/idemkit/idem/idemserve"
 )
 
 // store is idem's Store for the examples' SQLite database.
@@ -135,7 +136,7 @@ func Example() {
 func ExampleClaimFrom() {
 	db, cleanup := openDB()
 	defer cleanup()
-	mw, err := idemhttp.New(idemhttp.Config{Store: store(), DB: db, Scope: caller, Mode: idemhttp.ModeClaim, Required: true})
+	mw, err := idemhttp.New(idemhttp.Config{Store: store(), DB: db, Scope: caller, Mode: idemserve.ModeClaim, Required: true})
 	if err != nil {
 		log.Fatal(err)
 	}

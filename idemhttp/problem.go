@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemserve"
 )
 
 // The problem types the middleware answers with. Each is the address of
@@ -86,51 +86,59 @@ func (p *Problem) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
 // answerError answers an error of serving a request: a [Problem] of the
 // type that says what the client should do next.
 func (m *Middleware) answerError(w http.ResponseWriter, r *http.Request, err error) {
-	var (
-		attempt  *attemptError
-		inFlight *idem.InFlightError
-	)
-	switch {
-	case errors.As(err, &attempt) && attempt.rec.streamed != "":
-		problem(http.StatusInternalServerError, TypeStreaming, "Streaming not supported",
-			"the handler of %s %s called %s, but behind idemhttp a response is buffered until its transaction commits; nothing was stored; serve streaming endpoints without the middleware",
-			r.Method, r.URL.Path, attempt.rec.streamed).ServeHTTP(w, r)
-	case errors.As(err, &attempt):
+	if attempt, ok := errors.AsType[*attemptError](err); ok {
+		if attempt.rec.streamed != "" {
+			problem(http.StatusInternalServerError, TypeStreaming, "Streaming not supported",
+				"the handler of %s %s called %s, but behind idemhttp a response is buffered until its transaction commits; nothing was stored; serve streaming endpoints without the middleware",
+				r.Method, r.URL.Path, attempt.rec.streamed).ServeHTTP(w, r)
+			return
+		}
 		writeResponse(w, attempt.rec.header, attempt.rec.statusCode(), attempt.rec.body.Bytes())
-	case errors.Is(err, idem.ErrMismatch):
-		problem(http.StatusUnprocessableEntity, TypeKeyReused, "Idempotency-Key reused",
-			"this %s was already used for a different request (another method, path, query or body); a retry must repeat the request exactly, and a new request needs a new key", HeaderIdempotencyKey).ServeHTTP(w, r)
-	case errors.Is(err, idem.ErrLeaseLost):
-		p := problem(http.StatusConflict, TypeInFlight, "Request taken over",
+		return
+	}
+	var p *Problem
+	switch o := m.core.Outcome(err); o.Kind {
+	case idemserve.Mismatch:
+		p = problem(http.StatusUnprocessableEntity, TypeKeyReused, "Idempotency-Key reused",
+			"this %s was already used for a different request (another method, path, query or body); a retry must repeat the request exactly, and a new request needs a new key", HeaderIdempotencyKey)
+	case idemserve.TakenOver:
+		p = problem(http.StatusConflict, TypeInFlight, "Request taken over",
 			"this request ran past its lease and a retry with the same %s took it over; nothing of this attempt was stored; retry to get that request's result", HeaderIdempotencyKey)
-		p.RetryAfter = m.cfg.RetryAfter
-		p.ServeHTTP(w, r)
-	case errors.As(err, &inFlight):
-		wait := min(m.cfg.RetryAfter, inFlight.RetryAfter)
-		p := problem(http.StatusConflict, TypeInFlight, "Request in progress",
-			"a request with this %s is still being processed; retry after %s to get its result", HeaderIdempotencyKey, inSeconds(wait))
-		p.RetryAfter = wait
-		p.ServeHTTP(w, r)
-	case errors.Is(err, idem.ErrInvalidKey):
-		invalidKey("%v", err).ServeHTTP(w, r)
-	case idem.IsRetryable(err):
-		p := problem(http.StatusServiceUnavailable, TypeContention, "Database contention",
+		p.RetryAfter = o.RetryAfter
+	case idemserve.InFlight:
+		p = problem(http.StatusConflict, TypeInFlight, "Request in progress",
+			"a request with this %s is still being processed; retry after %s to get its result", HeaderIdempotencyKey, inSeconds(o.RetryAfter))
+		p.RetryAfter = o.RetryAfter
+	case idemserve.InvalidKey:
+		p = invalidKey("%v", err)
+	case idemserve.Contention:
+		p = problem(http.StatusServiceUnavailable, TypeContention, "Database contention",
 			"the transaction kept failing with serialization failures or deadlocks and was rolled back; nothing was stored; retry with the same %s", HeaderIdempotencyKey)
-		p.RetryAfter = m.cfg.RetryAfter
-		p.ServeHTTP(w, r)
+		p.RetryAfter = o.RetryAfter
 	default:
 		m.fail(w, r, "transaction", err)
+		return
 	}
+	p.ServeHTTP(w, r)
 }
 
-// fail answers an error of the server with a 500, or with the error itself
-// when it is a *Problem, and logs it.
+// Fail answers err, a failure of a handler behind the middleware that
+// wrote no answer of its own, as the middleware answers its own failures:
+// a *[Problem] as itself, any other error as a 500 Problem of type
+// [TypeInternal] whose detail does not show it, logged to
+// [Config.Logger]. It is for a router's adapter (idemgin, idemecho) whose
+// handlers return errors instead of writing answers.
+func (m *Middleware) Fail(w http.ResponseWriter, r *http.Request, err error) {
+	m.fail(w, r, "handler", err)
+}
+
+// fail is Fail at stage: what the middleware was doing.
 func (m *Middleware) fail(w http.ResponseWriter, r *http.Request, stage string, err error) {
 	if p, ok := errors.AsType[*Problem](err); ok {
 		p.ServeHTTP(w, r)
 		return
 	}
-	m.cfg.Logger.ErrorContext(r.Context(), "idemhttp: request failed", "stage", stage, "method", r.Method, "path", r.URL.Path, "err", err)
+	m.core.Logger().ErrorContext(r.Context(), "idemhttp: request failed", "stage", stage, "method", r.Method, "path", r.URL.Path, "err", err)
 	problem(http.StatusInternalServerError, TypeInternal, "Internal error",
 		"the request failed on the server and was rolled back; nothing was stored; retry with the same %s", HeaderIdempotencyKey).ServeHTTP(w, r)
 }

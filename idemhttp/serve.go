@@ -11,17 +11,15 @@ import (
 	"slices"
 
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/internal/httpdriver"
-	"github.com/idemkit/idem/internal/keygate"
+	"github.com/idemkit/idem/idemserve"
 )
 
 // Middleware is the configured middleware; it is safe for concurrent use.
 type Middleware struct {
 	cfg        Config
 	methods    map[string]bool
-	replayable map[string]bool   // canonical header names
-	drv        httpdriver.Driver // the database driver: database/sql, or idempgx's pgx
-	gate       keygate.Gate      // ModeTransaction: one request per key at the database
+	replayable map[string]bool // canonical header names
+	core       *idemserve.Server
 }
 
 // Handler wraps next: requests whose method is in [Config.Methods] are
@@ -29,7 +27,7 @@ type Middleware struct {
 // untouched.
 func (m *Middleware) Handler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !m.methods[r.Method] {
+		if !m.Handles(r) {
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -37,9 +35,14 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 	})
 }
 
+// Handles reports whether the middleware serves r (its method is one of
+// [Config.Methods]), or passes it through to the handler untouched, with
+// no transaction: the test a router's adapter makes to tell the two apart.
+func (m *Middleware) Handles(r *http.Request) bool { return m.methods[r.Method] }
+
 // attemptError ends an attempt without storing anything: the handler
-// answered 5xx or tried to stream. Do passes it back unchanged and RunTx
-// rolls back.
+// answered 5xx or tried to stream. Serve passes it back unchanged and the
+// transaction rolls back.
 type attemptError struct{ rec *recorder }
 
 func (e *attemptError) Error() string {
@@ -64,85 +67,25 @@ func (m *Middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 		m.refuse(w, r, key, p)
 		return
 	}
-	var req *idem.Request
+	call := idemserve.Call{Retry: isRetry(r.Header)}
 	if present {
 		scope, err := m.cfg.Scope(withBody(r, body))
 		if err != nil {
 			m.fail(w, r, "scope", err)
 			return
 		}
-		req = &idem.Request{Scope: scope, Key: key, Operation: m.cfg.Operation(withBody(r, body)), Fingerprint: fingerprint(r, body)}
-		ctx := context.WithValue(r.Context(), requestKey, *req)
-		if m.cfg.Mode == ModeTransaction {
-			leave, ok := m.wait(ctx, w, r, *req)
-			if !ok {
-				return
-			}
-			defer leave()
-		}
-		// From here the request holds its key: the work is not cancelled
-		// when the client goes, so that it finishes and its result is
-		// stored for the client's retry, but it is bounded.
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.Timeout)
-		defer cancel()
-		if isRetry(r.Header) {
-			ctx = idem.WithRetryHint(ctx)
-		}
-		r = r.WithContext(ctx)
+		call.Request = &idem.Request{Scope: scope, Key: key, Operation: m.cfg.Operation(withBody(r, body)), Fingerprint: fingerprint(r, body)}
 	}
-	if m.cfg.Mode == ModeClaim {
-		m.serveClaim(next, w, r, req, body)
-		return
+	var rec *recorder
+	call.Run = func(ctx context.Context) (idem.Response, error) {
+		rec = newRecorder()
+		next.ServeHTTP(rec, withBody(r.WithContext(ctx), body))
+		return m.result(rec)
 	}
-	m.serveTx(next, w, r, req, body)
-}
-
-// refuse answers p, a request refused before the Store saw it, and
-// counts it with the Store's Observer as invalid ([idem.Store.Report]).
-func (m *Middleware) refuse(w http.ResponseWriter, r *http.Request, key string, p *Problem) {
-	m.cfg.Store.Report(r.Context(), idem.Event{Kind: idem.EventInvalid, Key: key, Err: p})
-	p.ServeHTTP(w, r)
-}
-
-// wait lets the request r, whose context is now ctx, through the gate
-// of its key once no other request with that key in this process is at
-// the database, so that it waits in memory, not on a pooled connection,
-// as long as a duplicate in another process waits on the row lock
-// (keygate). Then it answers what that one gets, a 409, or nothing when
-// the client went first.
-func (m *Middleware) wait(ctx context.Context, w http.ResponseWriter, r *http.Request, req idem.Request) (leave func(), ok bool) {
-	leave, err := m.gate.Wait(ctx, m.cfg.Store, req, m.cfg.Timeout, m.cfg.RetryAfter)
-	if err != nil {
-		m.cfg.Store.Report(ctx, idem.Event{Kind: idem.EventInFlight, Scope: req.Scope, Key: req.Key, Operation: req.Operation})
-		if ctx.Err() == nil {
-			m.answerError(w, r, err)
-		}
-		return nil, false
-	}
-	return leave, true
-}
-
-// serveTx runs the handler inside Store.Do, in a transaction RunTx opens
-// and retries.
-func (m *Middleware) serveTx(next http.Handler, w http.ResponseWriter, r *http.Request, req *idem.Request, body []byte) {
-	var (
-		rec *recorder
-		res idem.Result
-	)
-	err := m.drv.RunTx(r.Context(), func(tx httpdriver.Tx) error {
-		run := func(ctx context.Context) (idem.Response, error) {
-			rec = m.run(next, r.WithContext(ctx), httpdriver.Open(m.drv, tx), body)
-			return m.result(rec)
-		}
-		if req == nil {
-			_, err := run(r.Context())
-			return err
-		}
-		var err error
-		res, err = m.drv.Do(r.Context(), tx, *req, run)
-		return err
-	})
+	res, err := m.core.Serve(r.Context(), call)
 	switch {
+	case err != nil && r.Context().Err() != nil && errors.Is(err, r.Context().Err()):
+		// the client went while its request waited for another with its key
 	case err != nil:
 		m.answerError(w, r, err)
 	case res.Replayed:
@@ -152,12 +95,11 @@ func (m *Middleware) serveTx(next http.Handler, w http.ResponseWriter, r *http.R
 	}
 }
 
-// run runs the handler on a fresh copy of the body, with h as its
-// transaction, and returns what it answered.
-func (m *Middleware) run(next http.Handler, r *http.Request, h *httpdriver.Holder, body []byte) *recorder {
-	rec := newRecorder()
-	next.ServeHTTP(rec, withBody(r.WithContext(httpdriver.WithHolder(r.Context(), h)), body))
-	return rec
+// refuse answers p, a request refused before the Store saw it, and
+// counts it with the Store's Observer as invalid ([idem.Store.Report]).
+func (m *Middleware) refuse(w http.ResponseWriter, r *http.Request, key string, p *Problem) {
+	m.cfg.Store.Report(r.Context(), idem.Event{Kind: idem.EventInvalid, Key: key, Err: p})
+	p.ServeHTTP(w, r)
 }
 
 // withBody returns a shallow copy of r whose Body reads body from the

@@ -2,16 +2,14 @@ package idempgx
 
 import (
 	"context"
+	"database/sql"
 	"errors"
-	"fmt"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/internal/driver"
-	"github.com/idemkit/idem/internal/engine"
+	"github.com/idemkit/idem/idemserve"
 )
 
 // DBTX runs statements: pgx.Tx, *pgx.Conn and *pgxpool.Pool satisfy it, as
@@ -22,161 +20,150 @@ type DBTX interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// TxBeginner begins transactions: *pgxpool.Pool and *pgx.Conn satisfy it.
-type TxBeginner interface {
+// Pool is a pool that runs statements and begins transactions:
+// *pgxpool.Pool, and *pgx.Conn for a single connection (which is not safe
+// for concurrent use).
+type Pool interface {
+	DBTX
 	BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error)
 }
 
-// eng is package idem's engine, which runs every operation over pgx's
-// handles (conn, txRunner).
-var eng = engine.E
+var (
+	_ DBTX        = pgx.Tx(nil)
+	_ Pool        = (*pgx.Conn)(nil)
+	_ idem.Conn   = conn{}
+	_ idem.Tx     = tx{}
+	_ idem.Runner = (*Runner)(nil)
+)
 
-// Store is an [*idem.Store] run over pgx. It holds no connections and is
-// safe for concurrent use.
-type Store struct {
-	s *idem.Store
-}
-
-// New returns a Store that runs s over pgx. s must be for [idem.Postgres].
-func New(s *idem.Store) (*Store, error) {
-	switch {
-	case s == nil:
-		return nil, errors.New("idempgx: New needs an *idem.Store, got nil")
-	case s.Dialect() != idem.Postgres:
-		return nil, fmt.Errorf("idempgx: New needs a Store for idem.Postgres, got one for %s", s.Dialect().Name())
-	}
-	return &Store{s: s}, nil
-}
-
-// Idem returns the [*idem.Store] s runs: the same table, lease, retention
-// and Observer, for the database/sql side of a service.
-func (s *Store) Idem() *idem.Store { return s.s }
-
-// Do is [idem.Store.Do] inside the caller's pgx transaction tx: it runs fn
-// at most once per (Scope, Key) among all transactions that commit, and
-// writes the record through tx, so that it commits or rolls back with the
-// caller's own rows. Its results and errors are Do's.
-func (s *Store) Do(ctx context.Context, tx pgx.Tx, req idem.Request, fn func(ctx context.Context) (idem.Response, error)) (idem.Result, error) {
-	if tx == nil {
-		return idem.Result{}, errors.New("idempgx: Do needs an open pgx.Tx, got nil")
-	}
-	return eng.Do(ctx, s.s, conn{tx}, req, fn)
-}
-
-// Begin is [idem.Store.Begin] on db: it commits a PROCESSING claim in a
-// short transaction of its own, retried as [RunTx] retries, and returns
-// exactly one of a claim, a replay and an error.
-func (s *Store) Begin(ctx context.Context, db TxBeginner, req idem.Request) (*Claim, *idem.Result, error) {
+// Conn is db as an [idem.Conn], for the calls that run on any handle:
+// [idem.Claim.ExtendOn], [idem.Claim.ReleaseOn], [idem.Store.MigrateOn],
+// InspectOn, InspectKeyOn and StatsOn. db may be a pool.
+func Conn(db DBTX) idem.Conn {
 	if db == nil {
-		return nil, nil, errors.New("idempgx: Begin needs a *pgxpool.Pool or *pgx.Conn, got nil")
+		return nil
 	}
-	c, replay, err := eng.Begin(ctx, s.s, txRunner(db), req)
-	if c == nil {
-		return nil, replay, err
-	}
-	return &Claim{c: c}, nil, nil
+	return conn{db}
 }
 
-// Migrate is [idem.Store.Migrate] on db.
-func (s *Store) Migrate(ctx context.Context, db DBTX) error {
-	if db == nil {
-		return errors.New("idempgx: Migrate needs a database handle, got nil")
+// Tx is the caller's pgx transaction as an [idem.Tx], for
+// [idem.Store.DoOn] and [idem.Claim.CompleteOn], which write the record
+// through it so that it commits or rolls back with the caller's rows.
+// idem never commits or rolls it back.
+func Tx(t pgx.Tx) idem.Tx {
+	if t == nil {
+		return nil
 	}
-	return eng.Migrate(ctx, s.s, conn{db})
+	return tx{conn{t}}
 }
 
-// Purge is [idem.Store.Purge] on db: each batch's DELETE in a short READ
-// COMMITTED transaction of its own. To run batches from several goroutines
-// at once, pass a *pgxpool.Pool: a *pgx.Conn is not safe for concurrent use.
-func (s *Store) Purge(ctx context.Context, db TxBeginner, batch int) (int64, error) {
-	if db == nil {
-		return 0, errors.New("idempgx: Purge needs a *pgxpool.Pool or *pgx.Conn, got nil")
+// Runner is a pgx pool as an [idem.Runner]: [idem.Store.BeginOn] and
+// [idem.Store.PurgeOn] run their short transactions on it, and idemhttp,
+// idemgrpc and the consumer middleware run their handlers' transactions
+// on it, which the handlers reach with [TxFrom].
+type Runner struct {
+	conn
+	db   Pool
+	opts pgx.TxOptions
+}
+
+// New returns the [Runner] of db, which must not be nil, whose
+// transactions of the caller's work are begun with opts.
+func New(db Pool, opts pgx.TxOptions) *Runner {
+	return &Runner{conn: conn{db}, db: db, opts: opts}
+}
+
+// BeginTx begins a transaction on the pool: with the Runner's options for
+// sql.LevelDefault, at iso and with none of them otherwise.
+func (r *Runner) BeginTx(ctx context.Context, iso sql.IsolationLevel) (idem.Tx, error) {
+	opts := r.opts
+	if iso != sql.LevelDefault {
+		opts = pgx.TxOptions{IsoLevel: isoLevels[iso]}
 	}
-	return eng.Purge(ctx, s.s, txRunner(db), batch)
-}
-
-// PurgeBatch is [idem.Store.PurgeBatch] on db.
-func (s *Store) PurgeBatch(ctx context.Context, db TxBeginner, limit int) (int64, error) {
-	if db == nil {
-		return 0, errors.New("idempgx: PurgeBatch needs a *pgxpool.Pool or *pgx.Conn, got nil")
+	t, err := r.db.BeginTx(ctx, opts)
+	if err != nil {
+		return nil, err
 	}
-	return eng.PurgeBatch(ctx, s.s, txRunner(db), limit)
+	return tx{conn{t}}, nil
 }
 
-// Inspect is [idem.Store.Inspect] on db.
-func (s *Store) Inspect(ctx context.Context, db DBTX, scope, key string) (*idem.Record, error) {
-	if db == nil {
-		return nil, errors.New("idempgx: Inspect needs a database handle, got nil")
+// Unwrap returns the pgx.Tx of t, a transaction r began, or nil for a Tx
+// of another Runner's.
+func (r *Runner) Unwrap(t idem.Tx) pgx.Tx {
+	own, _ := t.(tx)
+	pt, _ := own.db.(pgx.Tx)
+	return pt
+}
+
+// isoLevels are pgx's names of database/sql's isolation levels.
+var isoLevels = map[sql.IsolationLevel]pgx.TxIsoLevel{
+	sql.LevelReadUncommitted: pgx.ReadUncommitted,
+	sql.LevelReadCommitted:   pgx.ReadCommitted,
+	sql.LevelRepeatableRead:  pgx.RepeatableRead,
+	sql.LevelSerializable:    pgx.Serializable,
+}
+
+// RunTx runs fn in a transaction on db begun with opts and commits it. When
+// fn, the begin or the commit fails with an error for which
+// [idem.IsRetryable] is true (40001, 40P01, 55P03, or idem's own report
+// that the key changed hands), the transaction is rolled back and run
+// again, as [idem.RunTx] runs it: up to 10 attempts in all, after a
+// jittered exponential backoff. fn must not commit or roll back tx
+// itself. A panic in fn rolls back and is passed on.
+func RunTx(ctx context.Context, db Pool, opts pgx.TxOptions, fn func(tx pgx.Tx) error) error {
+	if db == nil || fn == nil {
+		return errors.New("idempgx: RunTx needs a *pgxpool.Pool or *pgx.Conn and a function")
 	}
-	return eng.Inspect(ctx, s.s, conn{db}, scope, key)
+	r := New(db, opts)
+	return idem.InTx(ctx, r, sql.LevelDefault, func(t idem.Tx) error { return fn(r.Unwrap(t)) })
 }
 
-// InspectKey is [idem.Store.InspectKey] on db: the records of key in every
-// scope, at most limit, read with a scan of the whole table.
-func (s *Store) InspectKey(ctx context.Context, db DBTX, key string, limit int) ([]idem.Record, error) {
-	if db == nil {
-		return nil, errors.New("idempgx: InspectKey needs a database handle, got nil")
+// TxFrom returns the pgx transaction the handler writes its rows through,
+// behind idemhttp's middleware, idemgrpc's interceptor or the consumer
+// middleware when their Runner is one of this package's; nil outside
+// them, for a call they pass through, and behind one on database/sql
+// (whose transaction is idemhttp.TxFrom's). The handler must not commit
+// or roll it back: the layer does. In claim mode the first call begins
+// it, so call it only once the slow work is done; it returns nil if it
+// could not begin, and the layer then rolls back and answers an internal
+// error in place of the handler's answer.
+func TxFrom(ctx context.Context) pgx.Tx {
+	t, _ := idemserve.TxFrom[pgx.Tx](ctx)
+	return t
+}
+
+// conn runs idem's statements through a pgx handle. pgx's no-rows error
+// wraps sql.ErrNoRows, which is what idem looks for.
+type conn struct{ db DBTX }
+
+func (c conn) Exec(ctx context.Context, q idem.Query) (int64, error) {
+	tag, err := c.db.Exec(ctx, q.SQL, q.Args...)
+	if err != nil {
+		return 0, err
 	}
-	return eng.InspectKey(ctx, s.s, conn{db}, key, limit)
+	return tag.RowsAffected(), nil
 }
 
-// Stats is [idem.Store.Stats] on db.
-func (s *Store) Stats(ctx context.Context, db DBTX) (idem.Stats, error) {
-	if db == nil {
-		return idem.Stats{}, errors.New("idempgx: Stats needs a database handle, got nil")
-	}
-	return eng.Stats(ctx, s.s, conn{db})
+func (c conn) QueryRow(ctx context.Context, q idem.Query, dest ...any) error {
+	return c.db.QueryRow(ctx, q.SQL, q.Args...).Scan(dest...)
 }
 
-// Claim is an [*idem.Claim] whose methods run over pgx: the right to run
-// one operation, committed by [Store.Begin], fenced on its token.
-type Claim struct {
-	c *idem.Claim
-}
-
-// Token is the claim's fencing token ([idem.Claim.Token]).
-func (c *Claim) Token() int64 { return c.c.Token() }
-
-// RelayKey is the key to pass on to the downstream provider
-// ([idem.Claim.RelayKey]).
-func (c *Claim) RelayKey() string { return c.c.RelayKey() }
-
-// Extend is [idem.Claim.Extend] on db (a pool works).
-func (c *Claim) Extend(ctx context.Context, db DBTX, d time.Duration) error {
-	if err := c.check(db, "Extend"); err != nil {
+func (c conn) QueryRows(ctx context.Context, q idem.Query, each func(scan func(dest ...any) error) error) error {
+	rows, err := c.db.Query(ctx, q.SQL, q.Args...)
+	if err != nil {
 		return err
 	}
-	return eng.Extend(ctx, c.c, conn{db}, d)
+	defer rows.Close()
+	for rows.Next() {
+		if err := each(rows.Scan); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
 }
 
-// Complete is [idem.Claim.Complete] in tx, the transaction that writes
-// the operation's business rows: a pgx.Tx. A *pgxpool.Pool, *pgxpool.Conn
-// or *pgx.Conn is refused before any statement, since each statement
-// through it would commit on its own.
-func (c *Claim) Complete(ctx context.Context, tx DBTX, resp idem.Response) error {
-	if err := c.check(tx, "Complete"); err != nil {
-		return err
-	}
-	if why := driver.NotTx(tx); why != "" {
-		return fmt.Errorf("idempgx: Complete needs an open transaction, %s", why)
-	}
-	return eng.Complete(ctx, c.c, conn{tx}, resp)
-}
+// tx is a pgx.Tx as an idem.Tx.
+type tx struct{ conn }
 
-// Release is [idem.Claim.Release] on db (a pool works).
-func (c *Claim) Release(ctx context.Context, db DBTX) error {
-	if err := c.check(db, "Release"); err != nil {
-		return err
-	}
-	return eng.Release(ctx, c.c, conn{db})
-}
-
-func (c *Claim) check(db DBTX, method string) error {
-	switch {
-	case c == nil || c.c == nil:
-		return fmt.Errorf("idempgx: %s on a nil Claim; use the claim Begin returned", method)
-	case db == nil:
-		return fmt.Errorf("idempgx: %s needs a database handle, got nil", method)
-	}
-	return nil
-}
+func (t tx) Commit(ctx context.Context) error   { return t.db.(pgx.Tx).Commit(ctx) }
+func (t tx) Rollback(ctx context.Context) error { return t.db.(pgx.Tx).Rollback(ctx) }

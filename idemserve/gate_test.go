@@ -1,4 +1,4 @@
-package keygate
+package idemserve
 
 import (
 	"context"
@@ -20,9 +20,9 @@ func TestGate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var g Gate
+	var g gate
 	enter := func(ctx context.Context, scope, key string) (func(), error) {
-		return g.Wait(ctx, s, idem.Request{Scope: scope, Key: key}, time.Hour, time.Second)
+		return g.wait(ctx, s, idem.Request{Scope: scope, Key: key}, time.Hour, time.Second)
 	}
 	var (
 		wg      sync.WaitGroup
@@ -108,9 +108,9 @@ func TestWaitIsBoundedAsTheRowLock(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var g Gate
+	var g gate
 	req := idem.Request{Scope: "s", Key: "k"}
-	leave, err := g.Wait(context.Background(), unbounded, req, time.Second, time.Second)
+	leave, err := g.wait(context.Background(), unbounded, req, time.Second, time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,7 +124,7 @@ func TestWaitIsBoundedAsTheRowLock(t *testing.T) {
 		"timeout":      {unbounded, 30 * time.Millisecond, 7 * time.Second},
 	} {
 		start := time.Now()
-		_, err := g.Wait(context.Background(), c.s, req, c.timeout, 7*time.Second)
+		_, err := g.wait(context.Background(), c.s, req, c.timeout, 7*time.Second)
 		var inFlight *idem.InFlightError
 		if !errors.As(err, &inFlight) || inFlight.RetryAfter != c.retryAfter {
 			t.Errorf("%s: %v, want an InFlightError with RetryAfter %v", name, err, c.retryAfter)
@@ -135,7 +135,7 @@ func TestWaitIsBoundedAsTheRowLock(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := g.Wait(ctx, bounded, req, time.Hour, time.Second); !errors.Is(err, context.Canceled) {
+	if _, err := g.wait(ctx, bounded, req, time.Hour, time.Second); !errors.Is(err, context.Canceled) {
 		t.Errorf("a caller that went: %v, want context.Canceled", err)
 	}
 }
