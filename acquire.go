@@ -9,7 +9,6 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"time"
-
 )
 
 // maxContention bounds how often acquire looks again after losing a race

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"time"
-
 )
 
 // Claim is the right to run one operation, committed by Begin as a

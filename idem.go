@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"sync/atomic"
 	"time"
-
 )
 
 // Request identifies one idempotent operation.

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"time"
-
 )
 
 // Record is a stored idempotency record, as Inspect reads it for a person

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-
 )
 
 // Purge deletes the records past retention: completed ones whose response

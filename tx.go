@@ -8,7 +8,6 @@ import (
 	"math/rand/v2"
 	"reflect"
 	"time"
-
 )
 
 // DBTX runs statements: a *sql.Tx, a *sql.DB, a *sql.Conn, and every
