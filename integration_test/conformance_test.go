@@ -6,7 +6,7 @@ package integration_test
 import (
 	"testing"
 
-	"github.com/idemkit/idem/internal/conformance"
+	"github.com/idemkit/idem/integration_test/internal/conformance"
 )
 
 // TestConformance is the whole suite: go test -run

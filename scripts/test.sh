@@ -1,36 +1,57 @@
 #!/usr/bin/env bash
 # test.sh is make test: the tests of every module of the repository, with
-# the race detector. The root module's suite runs in the foreground; the
-# modules under contrib/ run one after another beside it (their tests
-# mostly wait on the databases, as the root's do), each against its own
-# go.mod (GOWORK=off), and their output follows the root's. Then
+# the race detector, each against its own go.mod (GOWORK=off). First
+# idemtest's command testdb finds the database servers (the DSNs set in
+# IDEM_TEST_*_DSN, else a development machine's servers at their usual
+# addresses) and their DSNs are exported to every test. The root module's
+# suite runs in the foreground; beside it run integration_test (the
+# conformance suite and the other tests on servers) and, one after
+# another, idemtest and the modules under contrib/ (their tests mostly
+# wait on the databases), and their output follows the root's. Then
 # TestIdemAllocs runs again without the race detector, under which it
-# skips. It fails when any module fails.
+# skips. It ends with the line that names each server that was missing
+# and how to start it, and fails when any module fails.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export GOWORK=off
 
 logs=$(mktemp -d)
 trap 'rm -rf "$logs"' EXIT
-contrib=$(ls contrib/*/go.mod 2>/dev/null | xargs -r -n1 dirname | sort)
 
+if ! (cd idemtest && go run ./cmd/testdb) >"$logs/servers.sh" 2>"$logs/missing"; then
+	cat "$logs/missing" >&2
+	exit 1
+fi
+# shellcheck disable=SC1091
+. "$logs/servers.sh"
+
+# run tests module $1 with the race detector into its log.
+run() {
+	local name=${1//\//-}
+	if ! (cd "$1" && go test -race -count=1 -timeout 20m ./...) >"$logs/$name.log" 2>&1; then
+		touch "$logs/$name.failed"
+	fi
+}
+
+integration=integration_test
+others="idemtest $(ls contrib/*/go.mod 2>/dev/null | xargs -r -n1 dirname | sort)"
+
+run "$integration" &
+integration_pid=$!
 (
-	for m in $contrib; do
-		name=$(basename "$m")
-		if ! (cd "$m" && go test -race -count=1 -timeout 20m ./...) >"$logs/$name.log" 2>&1; then
-			touch "$logs/$name.failed"
-		fi
+	for m in $others; do
+		run "$m"
 	done
 ) &
-others=$!
+others_pid=$!
 
 echo "== ."
 go test -race -count=1 -timeout 20m ./...
 failed=$?
-wait "$others"
+wait "$integration_pid" "$others_pid"
 
-for m in $contrib; do
-	name=$(basename "$m")
+for m in $integration $others; do
+	name=${m//\//-}
 	echo "== $m"
 	cat "$logs/$name.log"
 	if [ -e "$logs/$name.failed" ]; then
@@ -40,4 +61,5 @@ done
 
 echo "== TestIdemAllocs, without the race detector"
 go test -count=1 -run TestIdemAllocs ./internal/bench || failed=1
+cat "$logs/missing" >&2
 exit "$failed"

@@ -1,26 +1,10 @@
 package main
 
-import (
-	"strings"
-	"testing"
-)
+import "testing"
 
-// idem bench runs every path, the floors and both storms on every database, briefly,
-// and refuses bad flags with exit code 2.
-func TestBench(t *testing.T) {
-	for name, dsn := range databases(t) {
-		t.Run(name, func(t *testing.T) {
-			r := idemCmd(t, "bench", "--dsn", dsn, "--rounds", "1", "--duration", "30ms", "--concurrency", "2", "--hot", "2", "--storms", "1")
-			if r.code != 0 {
-				t.Fatalf("exit %d, stderr %q", r.code, r.stderr)
-			}
-			for _, want := range []string{"bare ", "floor ", "fresh ", "read ", "replay ", "claim ", "hot ", "ratio to floor", "tx ", "claim, poll 20ms ", "Each ratio is the median over 1 round of the ratio of paired runs"} {
-				if !strings.Contains(r.stdout, want) {
-					t.Errorf("output lacks %q:\n%s", want, r.stdout)
-				}
-			}
-		})
-	}
+// idem bench refuses bad flags with exit code 2. It runs on every
+// database in the module integration_test (TestCommandBench).
+func TestBenchRefusesBadFlags(t *testing.T) {
 	for _, args := range [][]string{
 		{"--dsn", "sqlite:x.db", "--concurrency", "0"},
 		{"--dsn", "sqlite:x.db", "--driver", "pgx"},

@@ -26,6 +26,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/dburl"
 )
 
@@ -98,8 +99,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return 2
 }
 
-// exitCode prints err on one line, every secret red knows scrubbed, and
-// returns the exit code it carries.
+// exitCode prints err on one line, with what to do about it (an
+// *idem.Error's Hint, which is not in its message), every secret red
+// knows scrubbed, and returns the exit code it carries.
 func exitCode(err error, stderr io.Writer, red *redactor) int {
 	if err == nil || errors.Is(err, flag.ErrHelp) {
 		return 0
@@ -109,7 +111,11 @@ func exitCode(err error, stderr io.Writer, red *redactor) int {
 		e = &exitError{code: 1, err: err}
 	}
 	if !e.quiet {
-		fmt.Fprintln(stderr, "idem: "+strings.TrimPrefix(oneLine(red.scrub(err.Error())), "idem: "))
+		msg := err.Error()
+		if ie, ok := errors.AsType[*idem.Error](err); ok && ie.Hint != "" {
+			msg += "; " + ie.Hint
+		}
+		fmt.Fprintln(stderr, "idem: "+strings.TrimPrefix(oneLine(red.scrub(msg)), "idem: "))
 	}
 	return e.code
 }

@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/go-sql-driver/mysql v1.10.1
 	github.com/idemkit/idem v0.0.0-00010101000000-000000000000
+	github.com/idemkit/idem/idemtest v0.0.0-00010101000000-000000000000
 	github.com/jackc/pgx/v5 v5.13.0
 	github.com/uptrace/bun v1.3.0
 	github.com/uptrace/bun/dialect/mysqldialect v1.3.0
@@ -59,4 +60,7 @@ require (
 	mellium.im/sasl v0.3.2 // indirect
 )
 
-replace github.com/idemkit/idem => ../..
+replace (
+	github.com/idemkit/idem => ../..
+	github.com/idemkit/idem/idemtest => ../../idemtest
+)

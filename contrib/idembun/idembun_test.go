@@ -14,8 +14,8 @@ import (
 	"github.com/uptrace/bun/driver/pgdriver"
 
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/internal/stacktest"
-	"github.com/idemkit/idem/internal/testdb"
+	"github.com/idemkit/idem/idemtest"
+	"github.com/idemkit/idem/idemtest/testdb"
 )
 
 // TestMain points the runnable examples at the server the tests run on.
@@ -36,18 +36,18 @@ type charge struct {
 // mysqldialect on go-sql-driver/mysql.
 var stacks = []struct {
 	name string
-	open func(t *testing.T) (*bun.DB, stacktest.ORMDatabase)
+	open func(t *testing.T) (*bun.DB, idemtest.Database)
 }{
-	{"pgdialect on pgdriver", func(t *testing.T) (*bun.DB, stacktest.ORMDatabase) {
-		d := stacktest.ORMPostgres(t)
+	{"pgdialect on pgdriver", func(t *testing.T) (*bun.DB, idemtest.Database) {
+		d := idemtest.PostgresDatabase(t)
 		return bun.NewDB(sql.OpenDB(pgdriver.NewConnector(pgdriver.WithDSN(d.DSN))), pgdialect.New()), d
 	}},
-	{"pgdialect on pgx", func(t *testing.T) (*bun.DB, stacktest.ORMDatabase) {
-		d := stacktest.ORMPostgres(t)
+	{"pgdialect on pgx", func(t *testing.T) (*bun.DB, idemtest.Database) {
+		d := idemtest.PostgresDatabase(t)
 		return bun.NewDB(openSQL(t, "pgx", d.DSN), pgdialect.New()), d
 	}},
-	{"mysqldialect on MariaDB", func(t *testing.T) (*bun.DB, stacktest.ORMDatabase) {
-		d := stacktest.ORMMariaDB(t)
+	{"mysqldialect on MariaDB", func(t *testing.T) (*bun.DB, idemtest.Database) {
+		d := idemtest.MariaDBDatabase(t)
 		return bun.NewDB(openSQL(t, "mysql", d.DSN), mysqldialect.New()), d
 	}},
 }
@@ -68,7 +68,7 @@ func eachStack(t *testing.T, test func(t *testing.T, db *bun.DB, store *idem.Sto
 		t.Run(s.name, func(t *testing.T) {
 			db, d := s.open(t)
 			t.Cleanup(func() { _ = db.Close() })
-			db.SetMaxOpenConns(2 * stacktest.ORMStormSize)
+			db.SetMaxOpenConns(2 * idemtest.StormSize)
 			ctx := t.Context()
 			if _, err := db.NewCreateTable().Model((*charge)(nil)).Exec(ctx); err != nil {
 				t.Fatalf("create table: %v", err)
@@ -90,7 +90,7 @@ func eachStack(t *testing.T, test func(t *testing.T, db *bun.DB, store *idem.Sto
 // as it is.
 func TestRunInTx(t *testing.T) {
 	eachStack(t, func(t *testing.T, db *bun.DB, store *idem.Store) {
-		stacktest.RunORM(t, stacktest.ORM{
+		idemtest.RunStack(t, idemtest.Stack{
 			Name:  "bun's db.RunInTx",
 			Store: store,
 			DB:    db.DB,
@@ -107,7 +107,7 @@ func TestRunInTx(t *testing.T) {
 							if err := then(); err != nil {
 								return idem.Response{}, err
 							}
-							return idem.Response{StatusCode: http.StatusCreated, Body: stacktest.ORMBody(c.ID)}, nil
+							return idem.Response{StatusCode: http.StatusCreated, Body: idemtest.ChargeBody(c.ID)}, nil
 						})
 						return err
 					})

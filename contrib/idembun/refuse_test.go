@@ -10,7 +10,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/internal/stacktest"
+	"github.com/idemkit/idem/idemtest"
 )
 
 // A *bun.DB and a bun.Conn run each statement on their own, and format
@@ -28,7 +28,7 @@ func TestOnlyTransactionsAccepted(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer conn.Close()
-		claimed := stacktest.ORMCharge("claimed", "100")
+		claimed := idemtest.ChargeRequest("claimed", "100")
 		c, _, err := store.Begin(ctx, db.DB, claimed)
 		if err != nil {
 			t.Fatal(err)
@@ -42,7 +42,7 @@ func TestOnlyTransactionsAccepted(t *testing.T) {
 					}
 				}
 			}
-			req := stacktest.ORMCharge("outside", "100")
+			req := idemtest.ChargeRequest("outside", "100")
 			ran, seen := false, false
 			_, err := store.Do(ctx, h, req, func(ctx context.Context) (idem.Response, error) {
 				ran = true
@@ -63,7 +63,7 @@ func TestOnlyTransactionsAccepted(t *testing.T) {
 			t.Errorf("after the refused Completes: record %+v (%v), want the claim still processing", rec, err)
 		}
 
-		inTx := stacktest.ORMCharge("in-tx", "100")
+		inTx := idemtest.ChargeRequest("in-tx", "100")
 		err = db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
 			if _, err := store.Do(ctx, &tx, inTx, ok); err != nil {
 				return fmt.Errorf("Do on a *bun.Tx: %w", err)
@@ -92,7 +92,7 @@ func ok(context.Context) (idem.Response, error) { return idem.Response{StatusCod
 func TestSavepoint(t *testing.T) {
 	eachStack(t, func(t *testing.T, db *bun.DB, store *idem.Store) {
 		ctx := t.Context()
-		req := stacktest.ORMCharge("savepoint", "100")
+		req := idemtest.ChargeRequest("savepoint", "100")
 		errUndo := errors.New("undo the savepoint")
 		var res idem.Result
 		err := db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {

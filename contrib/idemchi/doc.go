@@ -15,7 +15,7 @@
 //		...
 //	}
 //
-// On pgx, build mw with idempgx.Middleware and take the pgx.Tx from
-// idempgx.TxFrom(r.Context()). chi.URLParam works behind the middleware:
+// On pgx, build mw with Config.Runner set to idempgx.New(pool, opts) and
+// take the pgx.Tx from idempgx.TxFrom(r.Context()). chi.URLParam works behind the middleware:
 // the request's context keeps chi's route context.
 package idemchi

@@ -2,7 +2,10 @@ module github.com/idemkit/idem/contrib/idemchi
 
 go 1.26.0
 
-require github.com/idemkit/idem v0.0.0-00010101000000-000000000000
+require (
+	github.com/idemkit/idem v0.0.0-00010101000000-000000000000
+	github.com/idemkit/idem/idemtest v0.0.0-00010101000000-000000000000
+)
 
 require (
 	dario.cat/mergo v1.0.0 // indirect
@@ -43,4 +46,7 @@ require (
 	gopkg.in/yaml.v2 v2.4.0 // indirect
 )
 
-replace github.com/idemkit/idem => ../..
+replace (
+	github.com/idemkit/idem => ../..
+	github.com/idemkit/idem/idemtest => ../../idemtest
+)

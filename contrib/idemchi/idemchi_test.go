@@ -18,19 +18,19 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemhttp"
-	"github.com/idemkit/idem/internal/stacktest"
-	"github.com/idemkit/idem/internal/testdb"
+	"github.com/idemkit/idem/idemtest"
+	"github.com/idemkit/idem/idemtest/testdb"
 )
 
 func TestMain(m *testing.M) { testdb.Main(m, testdb.Postgres) }
 
 // payments is the payments service on chi: the charge handler, a plain
 // http.HandlerFunc, behind mw.Handler with r.With.
-func payments(app *stacktest.HTTPApp) http.Handler {
+func payments(app *idemtest.PaymentsApp) http.Handler {
 	r := chi.NewRouter()
 	r.Use(middleware.Recoverer)
 	r.With(app.Middleware.Handler).Post("/v1/charges", func(w http.ResponseWriter, r *http.Request) {
-		var in stacktest.HTTPChargeRequest
+		var in idemtest.ChargeInput
 		if err := json.NewDecoder(r.Body).Decode(&in); err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
@@ -54,12 +54,12 @@ func payments(app *stacktest.HTTPApp) http.Handler {
 	return r
 }
 
-func TestPayments(t *testing.T) { stacktest.RunHTTP(t, payments) }
+func TestPayments(t *testing.T) { idemtest.RunHTTP(t, payments) }
 
 // When the database aborts a request's commit, idemhttp runs the handler
 // again, and both charges get their 201.
 func TestRerun(t *testing.T) {
-	if got := stacktest.RunHTTPRetry(t, payments); !slices.Equal(got, []int{201, 201}) {
+	if got := idemtest.RunHTTPRetry(t, payments); !slices.Equal(got, []int{201, 201}) {
 		t.Fatalf("answers %v, want [201 201]", got)
 	}
 }

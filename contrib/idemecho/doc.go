@@ -10,10 +10,12 @@
 // carries the transaction, and hands an error the chain returns to the
 // HTTPErrorHandler there, so that its answer is the one stored: an
 // echo.HTTPError's 4xx is stored and replayed, any other error is the
-// error handler's 500, which rolls back (as is an error the handler
-// answers nothing for). The request and the Response of
-// the middlewares ahead are put back before they go on, and they see the
-// answer that went out:
+// error handler's 500, which rolls back; an error the error handler
+// answers nothing for is the middleware's 500 (mw.Fail: logged to
+// idemhttp's Config.Logger), which rolls back too. A request the
+// middleware passes through (mw.Handles is false) runs the chain as it
+// is. The request and the Response of the middlewares ahead are put back
+// before they go on, and they see the answer that went out:
 //
 //	mw, err := idemhttp.New(idemhttp.Config{Store: store, DB: db, Scope: accountOf, Required: true})
 //	...
@@ -26,8 +28,8 @@
 //		return c.JSON(http.StatusCreated, charge)
 //	}, idemecho.Middleware(mw))
 //
-// On pgx, build mw with idempgx.Middleware and take the pgx.Tx from
-// idempgx.TxFrom(c.Request().Context()).
+// On pgx, build mw with Config.Runner set to idempgx.New(pool, opts) and
+// take the pgx.Tx from idempgx.TxFrom(c.Request().Context()).
 //
 // When the middleware answers itself (a replay, a 409, a 422), the rest of
 // the chain does not run. When idemhttp's ModeTransaction runs the

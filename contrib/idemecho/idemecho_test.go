@@ -17,8 +17,8 @@ import (
 
 	"github.com/idemkit/idem/contrib/idemecho"
 	"github.com/idemkit/idem/idemhttp"
-	"github.com/idemkit/idem/internal/stacktest"
-	"github.com/idemkit/idem/internal/testdb"
+	"github.com/idemkit/idem/idemtest"
+	"github.com/idemkit/idem/idemtest/testdb"
 )
 
 func TestMain(m *testing.M) { testdb.Main(m, testdb.Postgres) }
@@ -26,11 +26,11 @@ func TestMain(m *testing.M) { testdb.Main(m, testdb.Postgres) }
 // payments is the payments service on echo: the charge handler behind
 // idemecho.Middleware, binding its body with c.Bind and answering with
 // c.JSON, or with an error the way echo handlers do.
-func payments(app *stacktest.HTTPApp) http.Handler {
+func payments(app *idemtest.PaymentsApp) http.Handler {
 	e := echo.New()
 	e.Use(middleware.Recover())
 	e.POST("/v1/charges", func(c echo.Context) error {
-		var in stacktest.HTTPChargeRequest
+		var in idemtest.ChargeInput
 		if err := c.Bind(&in); err != nil {
 			return err // echo's 400, stored and replayed
 		}
@@ -49,12 +49,12 @@ func payments(app *stacktest.HTTPApp) http.Handler {
 	return e
 }
 
-func TestPayments(t *testing.T) { stacktest.RunHTTP(t, payments) }
+func TestPayments(t *testing.T) { idemtest.RunHTTP(t, payments) }
 
 // When the database aborts a request's commit, idemhttp runs the chain
 // again, and both charges get their 201.
 func TestRerun(t *testing.T) {
-	if got := stacktest.RunHTTPRetry(t, payments); !slices.Equal(got, []int{201, 201}) {
+	if got := idemtest.RunHTTPRetry(t, payments); !slices.Equal(got, []int{201, 201}) {
 		t.Fatalf("answers %v, want [201 201]", got)
 	}
 }
@@ -64,7 +64,7 @@ func TestRerun(t *testing.T) {
 // the answer without running it, and the middleware ahead sees the
 // answer that went out, and no error.
 func TestChain(t *testing.T) {
-	e := stacktest.NewHTTPEnv(t, "idemecho")
+	e := idemtest.NewRouterEnv(t, "idemecho")
 	var (
 		mu    sync.Mutex
 		outer []string
@@ -96,8 +96,8 @@ func TestChain(t *testing.T) {
 	srv := httptest.NewServer(ec)
 	defer srv.Close()
 
-	first := stacktest.Post(t, srv.URL+"/v1/orders", "chain-1")
-	again := stacktest.Post(t, srv.URL+"/v1/orders", "chain-1")
+	first := idemtest.Post(t, srv.URL+"/v1/orders", "chain-1")
+	again := idemtest.Post(t, srv.URL+"/v1/orders", "chain-1")
 	if first.Status != 201 || first.Body != `{"id":1}` || first.Replayed() || first.Header.Get("X-Inner") != "ran" {
 		t.Fatalf("first: %d %q replayed=%v %v", first.Status, first.Body, first.Replayed(), first.Header)
 	}
@@ -120,7 +120,7 @@ func TestChain(t *testing.T) {
 // error, an error the error handler answers nothing for, a panic and a
 // flush roll back and store nothing, so the retry runs again.
 func TestAnswers(t *testing.T) {
-	e := stacktest.NewHTTPEnv(t, "idemecho")
+	e := idemtest.NewRouterEnv(t, "idemecho")
 	var runs sync.Map // path -> *atomic.Int64
 	ran := func(path string) int64 {
 		n, ok := runs.Load(path)
@@ -171,7 +171,7 @@ func TestAnswers(t *testing.T) {
 		{"/accepted", "", 202},
 	} {
 		for i := range 2 {
-			a := stacktest.Post(t, srv.URL+c.path, "stored"+c.path)
+			a := idemtest.Post(t, srv.URL+c.path, "stored"+c.path)
 			if a.Status != c.status || a.Body != c.body || a.Replayed() != (i == 1) {
 				t.Errorf("%s, request %d: %d %q replayed=%v; want %d %q, then its replay", c.path, i+1, a.Status, a.Body, a.Replayed(), c.status, c.body)
 			}
@@ -191,7 +191,7 @@ func TestAnswers(t *testing.T) {
 		{quietSrv.URL, "/quiet", idemhttp.TypeInternal},
 	} {
 		for i := range 2 {
-			a := stacktest.Post(t, c.url+c.path, "failed"+c.path)
+			a := idemtest.Post(t, c.url+c.path, "failed"+c.path)
 			if a.Status != 500 || a.Replayed() || !strings.Contains(a.Body, c.body) {
 				t.Errorf("%s, request %d: %d %q replayed=%v; want a 500 with %s, never stored", c.path, i+1, a.Status, a.Body, a.Replayed(), c.body)
 			}
@@ -210,7 +210,7 @@ func TestAnswers(t *testing.T) {
 // A method the middleware does not handle runs the chain as echo would
 // without it: no transaction, and its error goes back to echo.
 func TestPassThrough(t *testing.T) {
-	e := stacktest.NewHTTPEnv(t, "idemecho")
+	e := idemtest.NewRouterEnv(t, "idemecho")
 	gotc := make(chan error, 1)
 	ec := echo.New()
 	ec.Use(func(next echo.HandlerFunc) echo.HandlerFunc {

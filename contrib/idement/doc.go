@@ -1,14 +1,15 @@
-// Package idement runs idem inside ent's transactions.
+// Package idement runs ent's transactions for idem.
 //
-// ent's *Tx has no QueryRowContext, so it is no [idem.DBTX]; generated
-// with the sql/execquery feature, it has ExecContext and QueryContext,
-// and [Do] and [Complete] run idem through them, inside the transaction
+// ent's *Tx, generated with the sql/execquery feature, has ExecContext
+// and QueryContext, and Commit and Rollback: it is an [idem.DBTX] that is
+// a transaction, so [idem.Store.Do] and [idem.Claim.Complete] take it as
+// they take a *sql.Tx, and write idem's record inside the transaction
 // that writes ent's rows. [RunTx] begins ent's transaction with
 // client.BeginTx, commits it, and runs it again when the database aborts
 // a duplicate (a serialization failure, a deadlock), which then replays:
 //
 //	err := idement.RunTx(ctx, client.BeginTx, nil, func(tx *ent.Tx) error {
-//		res, err = idement.Do(ctx, store, tx, req, func(ctx context.Context) (idem.Response, error) {
+//		res, err = store.Do(ctx, tx, req, func(ctx context.Context) (idem.Response, error) {
 //			c, err := tx.Charge.Create().SetAmount(amount).Save(ctx)
 //			if err != nil {
 //				return idem.Response{}, err
@@ -36,11 +37,8 @@
 // A handler behind idemhttp's middleware, whose transaction the middleware
 // owns, builds its client the same way on idemhttp.TxFrom(r.Context()).
 //
-// ent's client runs each statement on its own and is refused at compile
-// time: it is neither an idem.DBTX nor a [Tx]. On MySQL, idem's statements
-// through ent's Tx are sent with their arguments, so go-sql-driver/mysql
-// prepares each one (a round trip and a close more) unless the DSN sets
-// interpolateParams=true; through the *sql.Tx of the other way, idem
-// sends them in one. docs/orm.md shows the same for the other ORMs and
-// query builders.
+// ent's client runs each statement on its own: it has ExecContext and
+// QueryContext too, but no Commit and Rollback, and Do and Complete
+// refuse it before any statement, saying what to pass. docs/orm.md shows
+// the same for the other ORMs and query builders.
 package idement

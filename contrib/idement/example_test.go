@@ -51,9 +51,10 @@ func request(customer, key string, amount int64) idem.Request {
 }
 
 // An ent service charges a card at most once per idempotency key: Do runs
-// inside ent's transaction, which RunTx begins, commits and runs again
-// when the database aborts a duplicate; the duplicate then replays the
-// stored response instead of charging again.
+// inside ent's transaction, the *ent.Tx itself handed to it, which RunTx
+// begins, commits and runs again when the database aborts a duplicate;
+// the duplicate then replays the stored response instead of charging
+// again.
 func Example() {
 	_, client, store, cleanup := setup("example_ent_keys")
 	defer cleanup()
@@ -63,7 +64,7 @@ func Example() {
 		var res idem.Result
 		err := idement.RunTx(ctx, client.BeginTx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead}, func(tx *ent.Tx) error {
 			var err error
-			res, err = idement.Do(ctx, store, tx, request(customer, key, amount), func(ctx context.Context) (idem.Response, error) {
+			res, err = store.Do(ctx, tx, request(customer, key, amount), func(ctx context.Context) (idem.Response, error) {
 				c, err := tx.Charge.Create().SetRef(customer).SetAmount(amount).Save(ctx)
 				if err != nil {
 					return idem.Response{}, err // nothing is stored; the retry runs again

@@ -15,8 +15,8 @@ import (
 	"github.com/idemkit/idem/contrib/idement"
 	"github.com/idemkit/idem/contrib/idement/internal/ent"
 	"github.com/idemkit/idem/contrib/idement/internal/ent/charge"
-	"github.com/idemkit/idem/internal/stacktest"
-	"github.com/idemkit/idem/internal/testdb"
+	"github.com/idemkit/idem/idemtest"
+	"github.com/idemkit/idem/idemtest/testdb"
 )
 
 // TestMain points the runnable examples at the server the tests run on.
@@ -26,10 +26,10 @@ func TestMain(m *testing.M) { testdb.Main(m, testdb.Postgres) }
 // the test's own on each server, with ent's name for its dialect.
 var servers = []struct {
 	name, driver, dialect string
-	open                  func(t *testing.T) stacktest.ORMDatabase
+	open                  func(t *testing.T) idemtest.Database
 }{
-	{"PostgreSQL", "pgx", dialect.Postgres, stacktest.ORMPostgres},
-	{"MariaDB", "mysql", dialect.MySQL, stacktest.ORMMariaDB},
+	{"PostgreSQL", "pgx", dialect.Postgres, idemtest.PostgresDatabase},
+	{"MariaDB", "mysql", dialect.MySQL, idemtest.MariaDBDatabase},
 }
 
 // eachDB runs test on each server, with an ent client opened there as a
@@ -44,7 +44,7 @@ func eachDB(t *testing.T, test func(t *testing.T, db *sql.DB, client *ent.Client
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { _ = db.Close() })
-			db.SetMaxOpenConns(2 * stacktest.ORMStormSize)
+			db.SetMaxOpenConns(2 * idemtest.StormSize)
 			client := ent.NewClient(ent.Driver(entsql.OpenDB(srv.dialect, db)))
 			if err := client.Schema.Create(ctx); err != nil {
 				t.Fatalf("ent's schema: %v", err)
@@ -78,23 +78,23 @@ func create(ctx context.Context, client *ent.Client, req idem.Request, then func
 	if err := then(); err != nil {
 		return idem.Response{}, err
 	}
-	return idem.Response{StatusCode: http.StatusCreated, Body: stacktest.ORMBody(int64(c.ID))}, nil
+	return idem.Response{StatusCode: http.StatusCreated, Body: idemtest.ChargeBody(int64(c.ID))}, nil
 }
 
 // ent's own transaction, client.BeginTx at the isolation level its
 // options ask for, run and retried by idement.RunTx, with the *ent.Tx
-// handed to idement.Do.
+// handed to Store.Do as it is.
 func TestEntTx(t *testing.T) {
 	eachDB(t, func(t *testing.T, db *sql.DB, client *ent.Client, _ string, store *idem.Store) {
-		stacktest.RunORM(t, stacktest.ORM{
-			Name:  "ent's *Tx through idement",
+		idemtest.RunStack(t, idemtest.Stack{
+			Name:  "ent's *Tx in idement.RunTx",
 			Store: store,
 			DB:    db,
 			Charge: func(ctx context.Context, iso sql.IsolationLevel, req idem.Request, then func() error) (idem.Result, error) {
 				var res idem.Result
 				err := idement.RunTx(ctx, client.BeginTx, &sql.TxOptions{Isolation: iso}, func(tx *ent.Tx) error {
 					var err error
-					res, err = idement.Do(ctx, store, tx, req, func(ctx context.Context) (idem.Response, error) {
+					res, err = store.Do(ctx, tx, req, func(ctx context.Context) (idem.Response, error) {
 						return create(ctx, tx.Client(), req, then)
 					})
 					return err
@@ -111,7 +111,7 @@ func TestEntTx(t *testing.T) {
 // outside it.
 func TestClientOnSQLTx(t *testing.T) {
 	eachDB(t, func(t *testing.T, db *sql.DB, client *ent.Client, entDialect string, store *idem.Store) {
-		stacktest.RunORM(t, stacktest.ORM{
+		idemtest.RunStack(t, idemtest.Stack{
 			Name:  "an ent client on idem.RunTx's *sql.Tx",
 			Store: store,
 			DB:    db,

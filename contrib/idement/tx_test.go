@@ -11,38 +11,49 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/contrib/idement"
 	"github.com/idemkit/idem/contrib/idement/internal/ent"
-	"github.com/idemkit/idem/internal/stacktest"
+	"github.com/idemkit/idem/idemtest"
 )
 
 // ent's client runs each statement on its own: with sql/execquery it has
-// ExecContext and QueryContext, but neither QueryRowContext (so it is no
-// idem.DBTX) nor Commit and Rollback (so it is no idement.Tx). Neither
-// compiles where a transaction is wanted. ent's *Tx is an idement.Tx,
-// and no idem.DBTX (it has no QueryRowContext): it goes through idement.
-func TestOnlyTransactionsCompile(t *testing.T) {
+// ExecContext and QueryContext, so it is an idem.DBTX, but no Commit and
+// Rollback, and Do and Complete refuse it before any statement, saying
+// what to pass. ent's *Tx is an idem.DBTX with them, and an idement.Tx.
+func TestOnlyTransactionsAccepted(t *testing.T) {
 	dbtx, entTx := reflect.TypeFor[idem.DBTX](), reflect.TypeFor[idement.Tx]()
 	client, tx := reflect.TypeFor[*ent.Client](), reflect.TypeFor[*ent.Tx]()
-	for _, m := range []string{"ExecContext", "QueryContext"} {
-		if _, ok := client.MethodByName(m); !ok {
-			t.Fatalf("*ent.Client has no %s: was it generated without --feature sql/execquery?", m)
+	if !client.Implements(dbtx) {
+		t.Fatal("*ent.Client is no idem.DBTX: was it generated without --feature sql/execquery?")
+	}
+	if client.Implements(entTx) || !tx.Implements(entTx) || !tx.Implements(dbtx) {
+		t.Errorf("*ent.Client is an idement.Tx: %v (want false); *ent.Tx is one: %v, and an idem.DBTX: %v (want true, true)",
+			client.Implements(entTx), tx.Implements(entTx), tx.Implements(dbtx))
+	}
+	eachDB(t, func(t *testing.T, db *sql.DB, client *ent.Client, _ string, store *idem.Store) {
+		ctx := t.Context()
+		req := idemtest.ChargeRequest("client", "100")
+		if _, err := store.Do(ctx, client, req, ok); err == nil || !strings.Contains(err.Error(), "needs an open transaction") {
+			t.Errorf("Do on *ent.Client: %v, want a refusal that asks for an open transaction", err)
 		}
-	}
-	if client.Implements(dbtx) || client.Implements(entTx) {
-		t.Errorf("*ent.Client, a pool, satisfies idem.DBTX (%v) or idement.Tx (%v)", client.Implements(dbtx), client.Implements(entTx))
-	}
-	if !tx.Implements(entTx) || tx.Implements(dbtx) {
-		t.Errorf("*ent.Tx: idement.Tx %v (want true), idem.DBTX %v (want false)", tx.Implements(entTx), tx.Implements(dbtx))
-	}
+		c, _, err := store.Begin(ctx, db, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Complete(ctx, client, idem.Response{StatusCode: 201}); err == nil || !strings.Contains(err.Error(), "needs an open transaction") {
+			t.Errorf("Complete on *ent.Client: %v, want a refusal that asks for an open transaction", err)
+		}
+		if rec, err := store.Inspect(ctx, db, req.Scope, req.Key); err != nil || rec == nil || rec.Status != idem.StatusProcessing {
+			t.Errorf("after the refused calls: record %+v (%v), want the claim still processing", rec, err)
+		}
+	})
 }
 
 // Complete stores a claim's result through ent's transaction, and a
 // second Complete of the same claim changes nothing and is told why
-// (ErrLeaseLost), read through QueryContext. A nil transaction, Store or
-// Claim is an error before any statement.
+// (ErrLeaseLost), read through QueryContext.
 func TestComplete(t *testing.T) {
 	eachDB(t, func(t *testing.T, db *sql.DB, client *ent.Client, _ string, store *idem.Store) {
 		ctx := t.Context()
-		req := stacktest.ORMCharge("claimed", "100")
+		req := idemtest.ChargeRequest("claimed", "100")
 		c, _, err := store.Begin(ctx, db, req)
 		if err != nil {
 			t.Fatal(err)
@@ -52,7 +63,7 @@ func TestComplete(t *testing.T) {
 				if _, err := tx.Charge.Create().SetRef(req.Key).SetAmount(100).Save(ctx); err != nil {
 					return err
 				}
-				return idement.Complete(ctx, c, tx, idem.Response{StatusCode: 201, Body: []byte("charged")})
+				return c.Complete(ctx, tx, idem.Response{StatusCode: 201, Body: []byte("charged")})
 			})
 		}
 		if err := complete(); err != nil {
@@ -67,22 +78,6 @@ func TestComplete(t *testing.T) {
 		rec, err := store.Inspect(ctx, db, req.Scope, req.Key)
 		if err != nil || rec == nil || rec.Status != idem.StatusCompleted || string(rec.Response.Body) != "charged" {
 			t.Fatalf("record %+v (%v), want it completed with the response", rec, err)
-		}
-
-		var nilTx *ent.Tx
-		for _, tx := range []idement.Tx{nil, nilTx} {
-			if _, err := idement.Do(ctx, store, tx, req, ok); err == nil || !strings.Contains(err.Error(), "got nil") {
-				t.Errorf("Do on a nil %T: %v, want an error", tx, err)
-			}
-			if err := idement.Complete(ctx, c, tx, idem.Response{StatusCode: 201}); err == nil || !strings.Contains(err.Error(), "got nil") {
-				t.Errorf("Complete on a nil %T: %v, want an error", tx, err)
-			}
-		}
-		if _, err := idement.Do(ctx, nil, nilTx, req, ok); err == nil {
-			t.Error("Do with a nil Store: no error")
-		}
-		if err := idement.Complete(ctx, nil, nilTx, idem.Response{StatusCode: 201}); err == nil {
-			t.Error("Complete on a nil Claim: no error")
 		}
 	})
 }

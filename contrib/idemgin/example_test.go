@@ -19,8 +19,8 @@ import (
 )
 
 // A gin route behind idemhttp: the handler binds the order, writes it
-// through idemhttp.TxFrom(c.Request.Context()) and answers with c.JSON;
-// a retry with the same key replays that answer.
+// through idemgin.TxFrom(c), the transaction of c.Request's context, and
+// answers with c.JSON; a retry with the same key replays that answer.
 func ExampleMiddleware() {
 	db, err := sql.Open("pgx", os.Getenv("IDEM_TEST_POSTGRES_DSN")) // e.g. postgres://localhost/shop
 	if err != nil {
@@ -55,9 +55,8 @@ func ExampleMiddleware() {
 			c.JSON(http.StatusBadRequest, gin.H{"error": err.Error()}) // a 4xx is stored and replayed
 			return
 		}
-		ctx := c.Request.Context()
 		var id int64
-		if err := idemhttp.TxFrom(ctx).QueryRowContext(ctx, `INSERT INTO example_gin_orders (item) VALUES ($1) RETURNING id`, order.Item).Scan(&id); err != nil {
+		if err := idemgin.TxFrom(c).QueryRowContext(c.Request.Context(), `INSERT INTO example_gin_orders (item) VALUES ($1) RETURNING id`, order.Item).Scan(&id); err != nil {
 			c.JSON(http.StatusInternalServerError, gin.H{"error": "try again"}) // a 5xx rolls back; a retry runs again
 			return
 		}

@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/gin-gonic/gin v1.12.0
 	github.com/idemkit/idem v0.0.0-00010101000000-000000000000
+	github.com/idemkit/idem/idemtest v0.0.0-00010101000000-000000000000
 )
 
 require (
@@ -72,4 +73,7 @@ require (
 	gopkg.in/yaml.v2 v2.4.0 // indirect
 )
 
-replace github.com/idemkit/idem => ../..
+replace (
+	github.com/idemkit/idem => ../..
+	github.com/idemkit/idem/idemtest => ../../idemtest
+)

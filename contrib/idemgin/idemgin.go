@@ -2,6 +2,8 @@ package idemgin
 
 import (
 	"bufio"
+	"database/sql"
+	"errors"
 	"net"
 	"net/http"
 	"time"
@@ -15,6 +17,10 @@ import (
 // behind mw, as the package documentation describes.
 func Middleware(mw *idemhttp.Middleware) gin.HandlerFunc {
 	return func(c *gin.Context) {
+		if !mw.Handles(c.Request) { // a method the middleware passes through, untouched
+			c.Next()
+			return
+		}
 		ran := false
 		mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if ran {
@@ -22,7 +28,7 @@ func Middleware(mw *idemhttp.Middleware) gin.HandlerFunc {
 				return
 			}
 			ran = true
-			serve(c, w, r)
+			serve(mw, c, w, r)
 		})).ServeHTTP(c.Writer, c.Request)
 		if !ran {
 			c.Abort() // the middleware answered: a replay, a problem
@@ -30,24 +36,30 @@ func Middleware(mw *idemhttp.Middleware) gin.HandlerFunc {
 	}
 }
 
+// TxFrom returns the transaction of the request c serves, behind the
+// middleware: idemhttp.TxFrom of c.Request's context. idemhttp.TxFrom(c)
+// finds nothing unless the engine sets ContextWithFallback, since gin's
+// Context reads the request's context only then.
+func TxFrom(c *gin.Context) *sql.Tx { return idemhttp.TxFrom(c.Request.Context()) }
+
 // serve runs the rest of c's chain with w, the middleware's capture, as
 // its Writer and r, the middleware's request, as its Request, and puts
-// c's own back when it returns or panics. A request the middleware passes
-// through (its method is not one it handles) runs on c's own.
-func serve(c *gin.Context, w http.ResponseWriter, r *http.Request) {
-	if r == c.Request { // a method the middleware passes through, untouched
-		c.Next()
-		return
-	}
+// c's own back when it returns or panics. When the chain wrote nothing and
+// reported errors with c.Error, the answer is mw's 500 for them, which
+// logs them to its Config.Logger.
+func serve(mw *idemhttp.Middleware, c *gin.Context, w http.ResponseWriter, r *http.Request) {
 	writer, request := c.Writer, c.Request
 	defer func() { c.Writer, c.Request = writer, request }()
 	rw := &responseWriter{ResponseWriter: w, size: unwritten, status: http.StatusOK}
 	c.Writer, c.Request = rw, r
-	errs := len(c.Errors)
+	before := len(c.Errors)
 	c.Next()
-	if !rw.Written() && len(c.Errors) > errs {
-		(&idemhttp.Problem{Type: idemhttp.TypeInternal, Title: "Internal error", Status: http.StatusInternalServerError,
-			Detail: "the request failed on the server and was rolled back; nothing was stored; retry with the same " + idemhttp.HeaderIdempotencyKey}).ServeHTTP(rw, r)
+	if !rw.Written() && len(c.Errors) > before {
+		errs := make([]error, 0, len(c.Errors)-before)
+		for _, e := range c.Errors[before:] {
+			errs = append(errs, e)
+		}
+		mw.Fail(rw, r, errors.Join(errs...))
 		return
 	}
 	rw.WriteHeaderNow() // a status set with c.Status and no body, as gin writes it after the chain

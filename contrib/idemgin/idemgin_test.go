@@ -1,9 +1,11 @@
 package idemgin_test
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -16,8 +18,8 @@ import (
 
 	"github.com/idemkit/idem/contrib/idemgin"
 	"github.com/idemkit/idem/idemhttp"
-	"github.com/idemkit/idem/internal/stacktest"
-	"github.com/idemkit/idem/internal/testdb"
+	"github.com/idemkit/idem/idemtest"
+	"github.com/idemkit/idem/idemtest/testdb"
 )
 
 func TestMain(m *testing.M) {
@@ -28,11 +30,11 @@ func TestMain(m *testing.M) {
 // payments is the payments service on gin: the charge handler behind
 // idemgin.Middleware, binding its body with ShouldBindJSON and answering
 // with c.JSON.
-func payments(app *stacktest.HTTPApp) http.Handler {
+func payments(app *idemtest.PaymentsApp) http.Handler {
 	r := gin.New()
 	r.Use(gin.Recovery())
 	r.POST("/v1/charges", idemgin.Middleware(app.Middleware), func(c *gin.Context) {
-		var in stacktest.HTTPChargeRequest
+		var in idemtest.ChargeInput
 		if err := c.ShouldBindJSON(&in); err != nil {
 			c.JSON(http.StatusBadRequest, gin.H{"error": err.Error()})
 			return
@@ -54,13 +56,13 @@ func payments(app *stacktest.HTTPApp) http.Handler {
 	return r
 }
 
-func TestPayments(t *testing.T) { stacktest.RunHTTP(t, payments) }
+func TestPayments(t *testing.T) { idemtest.RunHTTP(t, payments) }
 
 // gin cannot run a chain twice: when the database aborts a request's
 // commit and idemhttp would run its handler again, the request is rolled
 // back and answered 503, and its retry runs.
 func TestRerunAnswered503(t *testing.T) {
-	if got := stacktest.RunHTTPRetry(t, payments); !slices.Equal(got, []int{201, 503}) {
+	if got := idemtest.RunHTTPRetry(t, payments); !slices.Equal(got, []int{201, 503}) {
 		t.Fatalf("answers %v, want [201 503]", got)
 	}
 }
@@ -70,7 +72,7 @@ func TestRerunAnswered503(t *testing.T) {
 // the answer without running it, and the chain ahead of the middleware
 // sees the answer that went out, and an aborted chain on a replay.
 func TestChain(t *testing.T) {
-	e := stacktest.NewHTTPEnv(t, "idemgin")
+	e := idemtest.NewRouterEnv(t, "idemgin")
 	var (
 		mu    sync.Mutex
 		outer []string
@@ -98,8 +100,8 @@ func TestChain(t *testing.T) {
 	srv := httptest.NewServer(r)
 	defer srv.Close()
 
-	first := stacktest.Post(t, srv.URL+"/v1/orders", "chain-1")
-	again := stacktest.Post(t, srv.URL+"/v1/orders", "chain-1")
+	first := idemtest.Post(t, srv.URL+"/v1/orders", "chain-1")
+	again := idemtest.Post(t, srv.URL+"/v1/orders", "chain-1")
 	if first.Status != 201 || first.Body != `{"id":1}` || first.Replayed() || first.Header.Get("X-Inner") != "ran" {
 		t.Fatalf("first: %d %q replayed=%v %v", first.Status, first.Body, first.Replayed(), first.Header)
 	}
@@ -122,7 +124,7 @@ func TestChain(t *testing.T) {
 // status without a body; an error in c.Errors with nothing written, a
 // panic and a stream roll back and store nothing, so the retry runs again.
 func TestAnswers(t *testing.T) {
-	e := stacktest.NewHTTPEnv(t, "idemgin")
+	e := idemtest.NewRouterEnv(t, "idemgin")
 	var runs sync.Map // path -> *atomic.Int64
 	count := func(c *gin.Context) {
 		n, _ := runs.LoadOrStore(c.FullPath(), new(atomic.Int64))
@@ -166,7 +168,7 @@ func TestAnswers(t *testing.T) {
 		{"/accepted", "", 202},
 	} {
 		for i := range 2 {
-			a := stacktest.Post(t, srv.URL+c.path, "stored"+c.path)
+			a := idemtest.Post(t, srv.URL+c.path, "stored"+c.path)
 			if a.Status != c.status || a.Body != c.body || a.Replayed() != (i == 1) {
 				t.Errorf("%s, request %d: %d %q replayed=%v; want %d %q, then its replay", c.path, i+1, a.Status, a.Body, a.Replayed(), c.status, c.body)
 			}
@@ -186,7 +188,7 @@ func TestAnswers(t *testing.T) {
 		{"/stream", 500, idemhttp.TypeStreaming},
 	} {
 		for i := range 2 {
-			a := stacktest.Post(t, srv.URL+c.path, "failed"+c.path)
+			a := idemtest.Post(t, srv.URL+c.path, "failed"+c.path)
 			if a.Status != c.status || a.Replayed() || !strings.Contains(a.Body, c.typ) {
 				t.Errorf("%s, request %d: %d %q replayed=%v; want %d %s, never stored", c.path, i+1, a.Status, a.Body, a.Replayed(), c.status, c.typ)
 			}
@@ -200,7 +202,7 @@ func TestAnswers(t *testing.T) {
 // A method the middleware does not handle runs the chain on gin's own
 // writer, with no transaction: it may stream.
 func TestPassThrough(t *testing.T) {
-	e := stacktest.NewHTTPEnv(t, "idemgin")
+	e := idemtest.NewRouterEnv(t, "idemgin")
 	r := gin.New()
 	r.GET("/v1/orders", idemgin.Middleware(e.Middleware(t)), func(c *gin.Context) {
 		if idemhttp.TxFrom(c.Request.Context()) != nil {
@@ -223,4 +225,84 @@ func TestPassThrough(t *testing.T) {
 	if err != nil || resp.StatusCode != 200 || string(b) != "streamed" {
 		t.Fatalf("GET: %d %q %v; want 200 streamed", resp.StatusCode, b, err)
 	}
+}
+
+// idemgin.TxFrom(c) is the transaction of the request's context, which
+// idemhttp.TxFrom reads from c itself only when the engine sets
+// ContextWithFallback; the row written through it commits with the key.
+func TestTxFrom(t *testing.T) {
+	e := idemtest.NewRouterEnv(t, "idemgin")
+	for _, fallback := range []bool{false, true} {
+		r := gin.New()
+		r.ContextWithFallback = fallback
+		r.POST("/v1/orders", idemgin.Middleware(e.Middleware(t)), func(c *gin.Context) {
+			tx := idemgin.TxFrom(c)
+			switch {
+			case tx == nil || tx != idemhttp.TxFrom(c.Request.Context()):
+				c.String(http.StatusInternalServerError, "idemgin.TxFrom(c) is not the request's transaction")
+				return
+			case (idemhttp.TxFrom(c) != nil) != fallback:
+				c.String(http.StatusInternalServerError, "idemhttp.TxFrom(c) with ContextWithFallback %v: %v", fallback, idemhttp.TxFrom(c))
+				return
+			}
+			req, _ := idemhttp.RequestFrom(c.Request.Context())
+			if _, err := tx.ExecContext(c.Request.Context(), "INSERT INTO "+e.Biz+" (k, v) VALUES ($1, 'order')", req.Key); err != nil {
+				c.String(http.StatusInternalServerError, err.Error())
+				return
+			}
+			c.Status(http.StatusCreated)
+		})
+		srv := httptest.NewServer(r)
+		key := fmt.Sprintf("tx-from-%v", fallback)
+		for i := range 2 {
+			if a := idemtest.Post(t, srv.URL+"/v1/orders", key); a.Status != 201 || a.Replayed() != (i == 1) {
+				t.Errorf("ContextWithFallback %v, request %d: %d %q replayed=%v; want 201, then its replay", fallback, i+1, a.Status, a.Body, a.Replayed())
+			}
+		}
+		srv.Close()
+		if n := e.Rows(t, key); n != 1 {
+			t.Errorf("ContextWithFallback %v: %d rows, want 1", fallback, n)
+		}
+	}
+}
+
+// An error the chain records with c.Error, writing nothing, is answered
+// as the middleware answers its own failures: a 500 problem that does not
+// show it, the error logged to the middleware's Config.Logger.
+func TestErrorLogged(t *testing.T) {
+	e := idemtest.NewRouterEnv(t, "idemgin")
+	var log syncBuffer
+	mw, err := idemhttp.New(idemhttp.Config{Store: e.Store, DB: e.DB, Scope: idemhttp.SingleTenant, Logger: slog.New(slog.NewTextHandler(&log, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := gin.New()
+	r.POST("/v1/orders", idemgin.Middleware(mw), func(c *gin.Context) { _ = c.Error(errors.New("the card network is down")) })
+	srv := httptest.NewServer(r)
+	defer srv.Close()
+	a := idemtest.Post(t, srv.URL+"/v1/orders", "logged")
+	if a.Status != 500 || !strings.Contains(a.Body, idemhttp.TypeInternal) || strings.Contains(a.Body, "card network") {
+		t.Fatalf("%d %q; want the middleware's 500 problem, without the error", a.Status, a.Body)
+	}
+	if got := log.String(); !strings.Contains(got, "the card network is down") {
+		t.Fatalf("the middleware's log: %q; want the chain's error", got)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the server's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -12,7 +12,9 @@ import (
 // every statement with.
 var errNoTx = errors.New("idemgorm: WithTx got a nil *sql.Tx, so there is no transaction to write through: " +
 	"idemhttp.TxFrom (and idemgrpc.TxFrom) return nil outside their middleware, for a method it passes through, " +
-	"and in ModeClaim when the transaction could not begin; call WithTx in a handler behind the middleware")
+	"and in ModeClaim when the transaction could not begin; call WithTx in a handler behind the middleware; " +
+	"under gin, the context to read the transaction from is c.Request.Context(), or take it with idemgin.TxFrom(c): " +
+	"idemhttp.TxFrom(c) of the *gin.Context itself returns nil")
 
 // WithTx returns db bound to tx, a transaction that idem's middleware
 // (idemhttp.TxFrom, idemgrpc.TxFrom) or the caller's own idem.RunTx

@@ -20,8 +20,8 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/contrib/idemgorm"
 	"github.com/idemkit/idem/idemhttp"
-	"github.com/idemkit/idem/internal/stacktest"
-	"github.com/idemkit/idem/internal/testdb"
+	"github.com/idemkit/idem/idemtest"
+	"github.com/idemkit/idem/idemtest/testdb"
 )
 
 // TestMain points the runnable examples at the server the tests run on.
@@ -39,10 +39,10 @@ type charge struct {
 // the test's own on each server.
 var servers = []struct {
 	name string
-	open func(t *testing.T) stacktest.ORMDatabase
+	open func(t *testing.T) idemtest.Database
 }{
-	{"PostgreSQL", stacktest.ORMPostgres},
-	{"MariaDB", stacktest.ORMMariaDB},
+	{"PostgreSQL", idemtest.PostgresDatabase},
+	{"MariaDB", idemtest.MariaDBDatabase},
 }
 
 // eachDB runs test on each server, with GORM opened there as a service
@@ -64,7 +64,7 @@ func eachDB(t *testing.T, test func(t *testing.T, db *gorm.DB, store *idem.Store
 }
 
 // open opens GORM on d and migrates the charges table.
-func open(t *testing.T, d stacktest.ORMDatabase, prepared bool) *gorm.DB {
+func open(t *testing.T, d idemtest.Database, prepared bool) *gorm.DB {
 	t.Helper()
 	dialector := postgres.Open(d.DSN)
 	if d.Dialect != idem.Postgres {
@@ -79,7 +79,7 @@ func open(t *testing.T, d stacktest.ORMDatabase, prepared bool) *gorm.DB {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = sqlDB.Close() })
-	sqlDB.SetMaxOpenConns(2 * stacktest.ORMStormSize)
+	sqlDB.SetMaxOpenConns(2 * idemtest.StormSize)
 	if err := db.AutoMigrate(&charge{}); err != nil {
 		t.Fatalf("AutoMigrate: %v", err)
 	}
@@ -122,7 +122,7 @@ func rows(db *gorm.DB) func(ctx context.Context, key string) (int, error) {
 // tx.Statement.ConnPool handed to Do.
 func TestTransaction(t *testing.T) {
 	eachDB(t, func(t *testing.T, db *gorm.DB, store *idem.Store) {
-		stacktest.RunORM(t, stacktest.ORM{
+		idemtest.RunStack(t, idemtest.Stack{
 			Name:  "GORM's db.Transaction",
 			Store: store,
 			DB:    sqlDB(t, db),
@@ -139,7 +139,7 @@ func TestTransaction(t *testing.T) {
 							if err := then(); err != nil {
 								return idem.Response{}, err
 							}
-							return idem.Response{StatusCode: http.StatusCreated, Body: stacktest.ORMBody(c.ID)}, nil
+							return idem.Response{StatusCode: http.StatusCreated, Body: idemtest.ChargeBody(c.ID)}, nil
 						})
 						return err
 					}, &sql.TxOptions{Isolation: iso})
@@ -184,7 +184,7 @@ func chargeHandler(db *gorm.DB) http.Handler {
 		}
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusCreated)
-		_, _ = w.Write(stacktest.ORMBody(c.ID))
+		_, _ = w.Write(idemtest.ChargeBody(c.ID))
 	})
 }
 
@@ -195,7 +195,7 @@ func chargeHandler(db *gorm.DB) http.Handler {
 func TestHandlerUnderIdemhttp(t *testing.T) {
 	eachDB(t, func(t *testing.T, db *gorm.DB, store *idem.Store) {
 		handlers := map[sql.IsolationLevel]http.Handler{}
-		for _, iso := range append([]sql.IsolationLevel{sql.LevelDefault}, stacktest.ORMLevels...) {
+		for _, iso := range append([]sql.IsolationLevel{sql.LevelDefault}, idemtest.StormLevels...) {
 			mw, err := idemhttp.New(idemhttp.Config{
 				Store:     store,
 				DB:        sqlDB(t, db),
@@ -208,7 +208,7 @@ func TestHandlerUnderIdemhttp(t *testing.T) {
 			}
 			handlers[iso] = mw.Handler(chargeHandler(db))
 		}
-		stacktest.RunORM(t, stacktest.ORM{
+		idemtest.RunStack(t, idemtest.Stack{
 			Name:  "a GORM handler under idemhttp",
 			Store: store,
 			DB:    sqlDB(t, db),
@@ -282,8 +282,8 @@ func TestWithTx(t *testing.T) {
 		}
 
 		err = idemgorm.WithTx(ctx, db, nil).Create(&charge{Ref: "no-tx", Amount: 1}).Error
-		if err == nil || !strings.Contains(err.Error(), "nil *sql.Tx") || !strings.Contains(err.Error(), "TxFrom") {
-			t.Fatalf("Create through WithTx(nil): %v, want an error that says there is no transaction", err)
+		if err == nil || !strings.Contains(err.Error(), "nil *sql.Tx") || !strings.Contains(err.Error(), "c.Request.Context()") || !strings.Contains(err.Error(), "idemgin.TxFrom(c)") {
+			t.Fatalf("Create through WithTx(nil): %v, want an error that says there is no transaction, and which context to pass under gin", err)
 		}
 		if n, err := count(ctx, "no-tx"); err != nil || n != 0 {
 			t.Fatalf("after WithTx(nil): %d charges (%v), want 0", n, err)

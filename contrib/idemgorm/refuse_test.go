@@ -10,7 +10,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/internal/stacktest"
+	"github.com/idemkit/idem/idemtest"
 )
 
 // Outside a transaction, GORM's db.Statement.ConnPool is its pool: a
@@ -44,7 +44,7 @@ func TestOnlyTransactionsAccepted(t *testing.T) {
 			}
 		}
 
-		req := stacktest.ORMCharge("on-the-pool", "100")
+		req := idemtest.ChargeRequest("on-the-pool", "100")
 		ran, seen := false, false
 		_, err := store.Do(ctx, pool, req, func(ctx context.Context) (idem.Response, error) {
 			ran = true
@@ -60,7 +60,7 @@ func TestOnlyTransactionsAccepted(t *testing.T) {
 			t.Errorf("after Do on %s: record %+v (%v), want none", wantPool, rec, err)
 		}
 
-		claimed := stacktest.ORMCharge("claimed", "100")
+		claimed := idemtest.ChargeRequest("claimed", "100")
 		c, _, err := store.Begin(ctx, sqlDB(t, db), claimed)
 		if err != nil {
 			t.Fatal(err)
@@ -109,7 +109,7 @@ func TestPreparedStmtCacheHoldsNoIdemStatement(t *testing.T) {
 		ctx := t.Context()
 		for i := range 5 {
 			err := db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-				_, err := store.Do(ctx, tx.Statement.ConnPool, stacktest.ORMCharge(fmt.Sprint("cached-", i), "100"), func(ctx context.Context) (idem.Response, error) {
+				_, err := store.Do(ctx, tx.Statement.ConnPool, idemtest.ChargeRequest(fmt.Sprint("cached-", i), "100"), func(ctx context.Context) (idem.Response, error) {
 					return idem.Response{StatusCode: 201}, tx.Create(&charge{Ref: "cached", Amount: 1}).Error
 				})
 				return err

@@ -12,7 +12,6 @@ import (
 	"maps"
 	"net"
 	"net/http"
-	"net/url"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -21,34 +20,16 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-sql-driver/mysql"
-
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/internal/testdb"
 )
 
-// dsn returns the service's DSN for a database: a fresh SQLite file, or
-// the server package testdb finds (skipping the test when there is none,
-// failing it when IDEM_TEST_REQUIRE=1), in the idem command's form.
-func dsn(t *testing.T, name string) string {
-	switch name {
-	case "sqlite":
-		return "sqlite:" + filepath.Join(t.TempDir(), "payments.db")
-	case "postgres":
-		return testdb.Postgres.DSN(t)
-	}
-	// The suite's DSN is in the driver's format; the service takes the
-	// idem command's mysql://user:pass@host:port/db (mariadb://, tidb://).
-	server := map[string]*testdb.Server{"mysql": testdb.MySQL, "mariadb": testdb.MariaDB, "tidb": testdb.TiDB}[name]
-	cfg, err := mysql.ParseDSN(server.DSN(t))
-	if err != nil {
-		t.Fatalf("%s: %v", server.Env, err)
-	}
-	return name + "://" + url.UserPassword(cfg.User, cfg.Passwd).String() + "@" + cfg.Addr + "/" + cfg.DBName
-}
+// The service's tests here run it in process on SQLite, which needs no
+// server; the module integration_test runs its binary on each server
+// (examples/payments there).
 
-// databases are the names dsn knows: every database the service runs on.
-var databases = []string{"sqlite", "postgres", "mysql", "mariadb", "tidb"}
+// dsn is a fresh SQLite file of the test's own, in the idem command's
+// form.
+func dsn(t *testing.T) string { return "sqlite:" + filepath.Join(t.TempDir(), "payments.db") }
 
 // service is the service running for a test.
 type service struct {
@@ -137,13 +118,8 @@ func call(t *testing.T, method, target, key, body string) answer {
 }
 
 func TestPayments(t *testing.T) {
-	for _, name := range databases {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			provider := NewFakeProvider()
-			testCharges(t, start(t, dsn(t, name), provider), provider)
-		})
-	}
+	provider := NewFakeProvider()
+	testCharges(t, start(t, dsn(t), provider), provider)
 }
 
 func testCharges(t *testing.T, svc service, provider *FakeProvider) {
@@ -273,41 +249,36 @@ func testCharges(t *testing.T, svc service, provider *FakeProvider) {
 // is not cancelled with the first request, the card is charged once and
 // recorded once, and a retry gets the charge replayed.
 func TestPaymentsClientGivesUp(t *testing.T) {
-	for _, name := range databases {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			provider := NewFakeProvider()
-			provider.SetDelay(time.Second)
-			svc := start(t, dsn(t, name), provider)
-			c := &http.Client{Timeout: 300 * time.Millisecond}
-			const body = `{"amount": 500, "currency": "EUR", "card": "4242424242424242"}`
-			var replays, timeouts int
-			for attempt := range 6 {
-				if attempt > 0 {
-					time.Sleep(500 * time.Millisecond)
-				}
-				a, err := sendAs(c, apiKey, "POST", svc.url+"/v1/charges", "impatient-1", body)
-				switch {
-				case errors.Is(err, context.DeadlineExceeded):
-					timeouts++
-				case err != nil:
-					t.Fatalf("attempt %d: %v", attempt+1, err)
-				case a.status == http.StatusConflict:
-				case a.status == 201 && a.header.Get("Idempotent-Replayed") == "true":
-					replays++
-				default:
-					t.Fatalf("attempt %d: %d %s; want a timeout, a 409 or the replay", attempt+1, a.status, a.body)
-				}
-			}
-			var rows int
-			if err := svc.db.QueryRow("SELECT COUNT(*) FROM " + svc.charges).Scan(&rows); err != nil {
-				t.Fatal(err)
-			}
-			calls := slices.Collect(maps.Values(provider.Calls()))
-			if timeouts == 0 || replays == 0 || !slices.Equal(calls, []int{1}) || provider.Charges() != 1 || rows != 1 {
-				t.Fatalf("%d timeouts, %d replays, provider calls %v, %d charges, %d rows; want the first attempt to time out, a replay, one call, one charge, one row",
-					timeouts, replays, calls, provider.Charges(), rows)
-			}
-		})
+	provider := NewFakeProvider()
+	provider.SetDelay(time.Second)
+	svc := start(t, dsn(t), provider)
+	c := &http.Client{Timeout: 300 * time.Millisecond}
+	const body = `{"amount": 500, "currency": "EUR", "card": "4242424242424242"}`
+	var replays, timeouts int
+	for attempt := range 6 {
+		if attempt > 0 {
+			time.Sleep(500 * time.Millisecond)
+		}
+		a, err := sendAs(c, apiKey, "POST", svc.url+"/v1/charges", "impatient-1", body)
+		switch {
+		case errors.Is(err, context.DeadlineExceeded):
+			timeouts++
+		case err != nil:
+			t.Fatalf("attempt %d: %v", attempt+1, err)
+		case a.status == http.StatusConflict:
+		case a.status == 201 && a.header.Get("Idempotent-Replayed") == "true":
+			replays++
+		default:
+			t.Fatalf("attempt %d: %d %s; want a timeout, a 409 or the replay", attempt+1, a.status, a.body)
+		}
+	}
+	var rows int
+	if err := svc.db.QueryRow("SELECT COUNT(*) FROM " + svc.charges).Scan(&rows); err != nil {
+		t.Fatal(err)
+	}
+	calls := slices.Collect(maps.Values(provider.Calls()))
+	if timeouts == 0 || replays == 0 || !slices.Equal(calls, []int{1}) || provider.Charges() != 1 || rows != 1 {
+		t.Fatalf("%d timeouts, %d replays, provider calls %v, %d charges, %d rows; want the first attempt to time out, a replay, one call, one charge, one row",
+			timeouts, replays, calls, provider.Charges(), rows)
 	}
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemhttp"
+	"github.com/idemkit/idem/idemserve"
 )
 
 // app is the payments service: charges in a table of db, made through a
@@ -39,7 +40,7 @@ func (a *app) handler(ctx context.Context) (http.Handler, error) {
 	mw, err := idemhttp.New(idemhttp.Config{
 		Store:    a.store,
 		DB:       a.db,
-		Mode:     idemhttp.ModeClaim,
+		Mode:     idemserve.ModeClaim,
 		Required: true,
 		Logger:   a.log,
 		Scope:    account,
@@ -98,7 +99,7 @@ type chargeJSON struct {
 }
 
 // createCharge charges a card and records the charge. It runs under a
-// claim on the client's Idempotency-Key (idemhttp.ModeClaim): no
+// claim on the client's Idempotency-Key (idemserve.ModeClaim): no
 // transaction is open during the provider call, and duplicates that arrive
 // meanwhile get a 409 with Retry-After. The provider is called with the
 // claim's RelayKey, so even a rerun of this handler (after a 502, or after

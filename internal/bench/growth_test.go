@@ -5,8 +5,6 @@ import (
 	"testing"
 
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/internal/sqlseq"
-	"github.com/idemkit/idem/internal/testdb"
 )
 
 // TestTableGrowth measures how many bytes a record costs, on a populated
@@ -28,16 +26,16 @@ func TestTableGrowth(t *testing.T) {
 	const rows = 100_000
 	header := "01010c436f6e74656e742d5479706501106170706c69636174696f6e2f6a736f6e" // idem's encoding of one header
 	for _, tg := range []target{
-		{"pgx", idem.Postgres, testdb.Postgres},
-		{"mysql", idem.MySQL, testdb.MySQL},
-		{"mysql", idem.MariaDB, testdb.MariaDB},
+		{"pgx", idem.Postgres, postgresServer},
+		{"mysql", idem.MySQL, mysqlServer},
+		{"mysql", idem.MariaDB, mariadbServer},
 	} {
 		t.Run(tg.dialect.Name(), func(t *testing.T) {
 			db := tg.open(t)
 			for _, body := range []int{200, 2000} {
 				s := table(t, db, tg.dialect)
 				if tg.dialect != idem.Postgres {
-					from, sum := sqlseq.Numbers(rows)
+					from, sum := digits(rows)
 					exec(t, db, `INSERT INTO `+s.Table()+` (scope, idem_key, operation, fingerprint, status, token, lease_until, created_at, completed_at, response_status, response_headers, response_body)
 SELECT CONCAT('tenant-', LPAD(i % 5000, 6, '0')), UUID(), 'POST /v1/charges', SHA2(i, 256), 'completed', i,
   UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) - INTERVAL i * 1000 MICROSECOND, UTC_TIMESTAMP(6), 201, UNHEX(?),

@@ -10,15 +10,13 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/internal/sqlseq"
-	"github.com/idemkit/idem/internal/testdb"
 )
 
 // TestIndexCost measures what the created_at index costs on the write
 // path and what it buys the purge: a B-tree (the schema's), BRIN
 // (PostgreSQL) and no index, on fresh tables, alternating, a few rounds:
 // a set-based insert of 200,000 expired records (the conformance suite's
-// seed, sqlseq.Records), 8 workers running Do for 3 s, then a purge of the
+// expired), 8 workers running Do for 3 s, then a purge of the
 // records in batches of 1,000. It runs once per server with a created_at
 // index, through pgx's database/sql driver on PostgreSQL: not on MySQL or
 // MariaDB, where created_at leads the clustered primary key (schema
@@ -40,12 +38,11 @@ func TestIndexCost(t *testing.T) {
 	for _, c := range []struct {
 		tg       target
 		variants []string
-		seed     func(sqlseq.Records, string) (string, []any)
 		dropOn   bool // DROP INDEX names the table too (MySQL's syntax)
 	}{
-		{target{"pgx", idem.Postgres, testdb.Postgres}, []string{"btree", "brin", "none"}, sqlseq.Records.Postgres, false},
-		{target{"mysql", idem.TiDB, testdb.TiDB}, []string{"btree", "none"}, sqlseq.Records.MySQL, true},
-		{target{"sqlite", idem.SQLite, nil}, []string{"btree", "none"}, sqlseq.Records.SQLite, false},
+		{target{"pgx", idem.Postgres, postgresServer}, []string{"btree", "brin", "none"}, false},
+		{target{"mysql", idem.TiDB, tidbServer}, []string{"btree", "none"}, true},
+		{target{"sqlite", idem.SQLite, nil}, []string{"btree", "none"}, false},
 	} {
 		t.Run(c.tg.dialect.Name(), func(t *testing.T) {
 			db := c.tg.open(t)
@@ -64,8 +61,7 @@ func TestIndexCost(t *testing.T) {
 					}
 
 					start := time.Now()
-					q, args := c.seed(sqlseq.Records{Scope: "expired", Status: "completed", From: 0, To: rows, Ago: 2 * time.Hour, Lease: -2 * time.Hour}, s.Table())
-					exec(t, db, q, args...)
+					exec(t, db, expired(c.tg.dialect, s.Table(), rows), rows)
 					bulk := time.Since(start)
 
 					var (
@@ -121,4 +117,24 @@ func TestIndexCost(t *testing.T) {
 			}
 		})
 	}
+}
+
+// expired is the INSERT of rows completed records of scope "expired" into
+// table, created two hours ago and one millisecond apart going back, each
+// with a 200-byte body; its one argument is rows.
+func expired(d idem.Dialect, table string, rows int) string {
+	insert := "INSERT INTO " + table + " (scope, idem_key, operation, fingerprint, status, token, lease_until, created_at, completed_at, response_status, response_headers, response_body)\n"
+	switch d {
+	case idem.Postgres:
+		return insert + `SELECT 'expired', 'e-' || n, 'POST /v1/charges', md5(n::text), 'completed', n, at, at, at, 201, '\x0100'::bytea, convert_to(repeat('x', 200), 'UTF8')
+FROM (SELECT n, statement_timestamp() - interval '2 hours' - n * interval '1 millisecond' AS at FROM generate_series(1, $1::int) n) g`
+	case idem.SQLite:
+		return "WITH RECURSIVE c(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM c WHERE n < ?1)\n" + insert +
+			`SELECT 'expired', 'e-' || n, 'POST /v1/charges', hex(randomblob(32)), 'completed', n, at, at, at, 201, X'0100', zeroblob(200)
+FROM (SELECT n, CAST(unixepoch('subsec') * 1000000 AS INTEGER) - 7200000000 - n * 1000 AS at FROM c)`
+	}
+	from, sum := digits(rows)
+	return insert + `SELECT 'expired', CONCAT('e-', n), 'POST /v1/charges', MD5(n), 'completed', n, at, at, at, 201, X'0100', REPEAT('x', 200)
+FROM (SELECT n, UTC_TIMESTAMP(6) - INTERVAL 2 HOUR - INTERVAL n * 1000 MICROSECOND AS at
+  FROM (SELECT 1 + ` + sum + ` AS n FROM ` + from + `) c WHERE n <= ?) g`
 }

@@ -14,12 +14,11 @@ import (
 )
 
 // native runs the paths of an Env through pgx without database/sql, on the
-// Env's own tables and statements: its idem table through idempgx, the
-// floor's and the order table through pgx.Tx.
+// Env's own tables and statements: its idem table through idempgx's
+// adapter of pgx.Tx, the floor's and the order table through pgx.Tx.
 type native struct {
-	e     *Env
-	pool  *pgxpool.Pool
-	store *idempgx.Store
+	e    *Env
+	pool *pgxpool.Pool
 }
 
 func (n *native) tx(ctx context.Context, fn func(pgx.Tx) error) error {
@@ -37,7 +36,7 @@ func (n *native) bare(ctx context.Context) error {
 
 func (n *native) do(ctx context.Context, key string, replay bool) error {
 	return n.tx(ctx, func(tx pgx.Tx) error {
-		res, err := n.store.Do(ctx, tx, Request(key), func(ctx context.Context) (idem.Response, error) {
+		res, err := n.e.store.DoOn(ctx, idempgx.Tx(tx), Request(key), func(ctx context.Context) (idem.Response, error) {
 			return response, n.order(ctx, tx, key)
 		})
 		if err == nil && res.Replayed != replay {
@@ -120,11 +119,7 @@ func BenchmarkNativePgx(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(pool.Close)
-	store, err := idempgx.New(e.store)
-	if err != nil {
-		b.Fatal(err)
-	}
-	n := &native{e: e, pool: pool, store: store}
+	n := &native{e: e, pool: pool}
 	for _, p := range nativePaths {
 		for _, via := range []string{"stdlib", "native"} {
 			b.Run(p.name+"/"+via, func(b *testing.B) {

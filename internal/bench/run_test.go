@@ -17,25 +17,24 @@ import (
 	_ "modernc.org/sqlite"
 
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/internal/testdb"
 )
 
 // target is a driver on a server.
 type target struct {
 	driver  string
 	dialect idem.Dialect
-	server  *testdb.Server // nil: SQLite, in a file in a temporary directory
+	server  *server // nil: SQLite, in a file in a temporary directory
 }
 
 var targets = []target{
-	{"pgx", idem.Postgres, testdb.Postgres},
-	{"postgres", idem.Postgres, testdb.Postgres},
-	{"mysql", idem.MariaDB, testdb.MariaDB},
+	{"pgx", idem.Postgres, postgresServer},
+	{"postgres", idem.Postgres, postgresServer},
+	{"mysql", idem.MariaDB, mariadbServer},
 }
 
 // open opens tg's server with the harness's pool size, skipping when
 // there is none (failing instead under IDEM_TEST_REQUIRE=1, as in CI:
-// package testdb). IDEM_BENCH_DSN_PARAMS is appended to the DSN (e.g.
+// server.DSN). IDEM_BENCH_DSN_PARAMS is appended to the DSN (e.g.
 // "binary_parameters=yes" or "interpolateParams=true"), for measuring
 // driver settings. SQLite's database is a file of tb's own, with the DSN
 // settings docs/dialects.md asks for.

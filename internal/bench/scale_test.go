@@ -20,7 +20,6 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/internal/sqlseq"
 	"github.com/idemkit/idem/schema"
 )
 
@@ -291,7 +290,7 @@ func (st *scaleTable) fill(ctx context.Context, n int) error {
 		to := min(n, from+chunk)
 		var err error
 		if st.innodb() {
-			digits, sum := sqlseq.Numbers(chunk)
+			digits, sum := digits(chunk)
 			_, err = st.db.ExecContext(ctx, `INSERT INTO `+st.store.Table()+` (scope, idem_key, operation, fingerprint, status, token, lease_until, created_at, completed_at, response_status, response_headers, response_body)
 SELECT CONCAT('tenant-', LPAD(FLOOR(RAND() * ?), 6, '0')),
   LOWER(INSERT(INSERT(INSERT(INSERT(MD5(CONCAT(RAND(), i)), 9, 0, '-'), 14, 0, '-'), 19, 0, '-'), 24, 0, '-')),

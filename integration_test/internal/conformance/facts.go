@@ -1,0 +1,319 @@
+package conformance
+
+import (
+	"database/sql"
+	"fmt"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+
+	"github.com/idemkit/idem/idemtest"
+	"github.com/idemkit/idem/schema"
+)
+
+// facts is what the tests need to know of one database: the SQL they
+// write themselves where databases differ, what idem costs there, and
+// how the database behaves where the tests expect different outcomes.
+// Every target (targets.go) points to the facts of its database, and a
+// test reads them through its env (e.<fact>) instead of asking which
+// database it runs on, so that a new database is one facts value and a
+// new target one row. Each field says what it is and why it differs; the
+// values below say which database has which.
+type facts struct {
+	// The SQL the tests write.
+
+	now        string                   // the database's clock, as the dialect reads it
+	plusMicros func(expr string) string // the time expr plus as many microseconds as the statement's next argument
+	bindvar    int                      // the placeholders of the tests' statements, in sqlx's terms: ? or $n (rebind)
+	autoID     string                   // the column type of an auto-increment primary key, for business tables
+	// sessionProbe reads, in one string, the session state idem must
+	// leave as it found it: the last inserted id, the isolation level,
+	// the lock and statement bounds and the other settings a statement
+	// of idem could touch.
+	sessionProbe string
+	sessionQuery string                // the server's id of the session that runs it; "" in process
+	killQuery    func(id int64) string // ends session id from another session, rolling back its transaction
+	aliveQuery   string                // counts the sessions with the id of its argument: 0 once a killed one has gone
+	// waitingQuery counts the other sessions' statements whose text is
+	// LIKE its argument that wait for a lock. Postgres shows the lock wait
+	// itself (pg_stat_activity); MySQL's lock views are a cache that is
+	// not refreshed while anyone reads it more often than every 100 ms,
+	// so there it counts the statements that are running, and waitSettle
+	// gives a running one time to return early before it counts as
+	// waiting. "" in process: SQLite's waiter waits in BEGIN, which
+	// nothing shows, and waitSettle alone stands for the wait.
+	waitingQuery string
+	waitSettle   time.Duration
+	// timeoutQueries, run in order in a transaction, end the last of
+	// them with a statement timeout after 20 ms; nil where the database
+	// has none the fault history can use.
+	timeoutQueries []string
+	deadlockSetup  string // run first in a deadlock's victim, so that it is the one that detects the deadlock; "" where it needs nothing
+	// cycleCloser is set where the victim must be the transaction whose
+	// lock request closes the cycle, which deadlock then makes the
+	// victim's: TiDB's detector rolls that one back, and Postgres checks
+	// a wait once, deadlock_timeout after it begins (deadlockSetup makes
+	// the victim's the shorter), so the victim's check finds the cycle
+	// only if it was closed when the victim began to wait. nil where the
+	// detector picks by what each transaction changed (InnoDB rolls back
+	// the one that changed least).
+	cycleCloser *lockView
+	// qualifiedTable names a fresh table in a schema other than the
+	// unqualified name's, which the test may use: made where it must be,
+	// and dropped when the test ends.
+	qualifiedTable func(e *env) string
+	// seedRecords is the set-based INSERT of seeded records.
+	seedRecords func(r idemtest.Records, table string) (string, []any)
+	// settle, followed by a table's name, brings a bulk-loaded table's
+	// statistics (and Postgres's hint bits) up to date, as a day of
+	// traffic would, before a measurement.
+	settle string
+	// purgeStats, followed by a table's name, gathers the statistics the
+	// purge is planned with after TestPurgeUnderLoad's bulk insert, which
+	// autovacuum would gather only later: Postgres's ANALYZE. "" where
+	// the test leaves them to the database: InnoDB and TiDB gather them
+	// as a table changes; SQLite has none until ANALYZE runs, and plans
+	// the purge on the schema's indexes.
+	purgeStats string
+	// showLayout is a table's definition: columns, keys, indexes,
+	// storage settings, comment.
+	showLayout func(e *env, table string) string
+	// commentSQL gives a table a comment, as a migration that records a
+	// version does; nil where tables have none (SQLite).
+	commentSQL func(table, text string) string
+	// parseAddr reads where a DSN of the database's Go driver points
+	// ("tcp" or "unix", and the address), and redirectDSN points one at
+	// another TCP address: the proxy that cuts connections sits there.
+	// nil in process.
+	parseAddr   func(dsn string) (network, addr string, err error)
+	redirectDSN func(dsn, addr string) (string, error)
+	migrations  []schema.Migration // the schema files the dialect migrates with (package schema): MariaDB's are MySQL's
+	// release1 is the table every release of idem before schema versions
+	// made there, verbatim (upgrade.go), and upgraded what the newest
+	// layout shows of it in showLayout: the features an upgrade from it
+	// must give a table.
+	release1 string
+	upgraded []string
+
+	// What idem costs there.
+
+	// settingsCheck is what Do and Begin run before the claim to check
+	// the transaction's settings: TiDB's one (its optimistic mode would
+	// let duplicates through).
+	settingsCheck int64
+	// lockTimeoutStatements is what WithLockTimeout adds on every path:
+	// Postgres opens a savepoint around the claim, reads lock_timeout
+	// and sets it for the transaction, sets it back and releases the
+	// savepoint; MySQL reads innodb_lock_wait_timeout, sets it for the
+	// session and sets it back.
+	lockTimeoutStatements int64
+	lockWaitUnit          time.Duration // what WithLockTimeout rounds its bound up to: MySQL's innodb_lock_wait_timeout counts whole seconds
+
+	// How the database behaves.
+
+	// boundsLockWaits reports that WithLockTimeout is supported. On
+	// SQLite a duplicate waits at BEGIN IMMEDIATE, before idem runs, for
+	// as long as busy_timeout says; idem cannot bound that wait, so the
+	// option is refused with an error that says so.
+	boundsLockWaits bool
+	// refusedLevels are the isolation levels of isolationLevels the
+	// database refuses to begin, each with why.
+	refusedLevels map[sql.IsolationLevel]string
+	// snapshotRetryable reports what Do gets in a transaction whose
+	// snapshot predates the winner's commit: a retryable error (Postgres
+	// aborts it with a serialization failure; SQLite's write fails with
+	// SQLITE_BUSY_SNAPSHOT), which RunTx turns into a replay; else the
+	// replay itself (MySQL's locking read sees the latest committed row).
+	snapshotRetryable bool
+	// snapshotBegin begins such a transaction by hand, on a connection of
+	// its own: SQLite's BEGIN DEFERRED takes its snapshot at its first
+	// read (a transaction begun as the dialect documents, IMMEDIATE,
+	// holds the write lock, so no other can commit while it is open).
+	// "": BeginTx at REPEATABLE READ.
+	snapshotBegin string
+	faults        []string // the faults the fault history injects (faults_history.go), each said there
+	// readLocks reports that the read of an existing record locks it to
+	// the end of the transaction (MySQL's LOCK IN SHARE MODE, TiDB's FOR
+	// UPDATE; SQLite's transaction holds the write lock from BEGIN), so a
+	// Complete of the claim's old owner waits behind a takeover that has
+	// read it. Postgres's read locks nothing: it sees the latest
+	// committed row under READ COMMITTED.
+	readLocks bool
+	// errorAborts reports that an error (a deadlock) leaves the
+	// transaction open and aborted until ROLLBACK (Postgres); elsewhere
+	// the database rolls it back whole and the session runs on outside
+	// it, which Do must notice and say ("rolled back").
+	errorAborts bool
+	// skipsLocked reports that a purge batch passes over the rows a live
+	// transaction holds (Postgres: SKIP LOCKED); elsewhere it waits for
+	// them.
+	skipsLocked bool
+	// pastWindowWaits counts the transactions whose statement is LIKE
+	// its argument that wait for a row lock, where a purge batch's
+	// DELETE also locks the first row past its window (InnoDB's
+	// next-key locking: it waits if a transaction holds that row); ""
+	// where a batch locks its window only. InnoDB's transaction view is
+	// a cache refreshed at most every 100 ms.
+	pastWindowWaits string
+	// oneWriter reports a database that runs one writer at a time
+	// (SQLite): purge batches and claims queue for the write lock.
+	oneWriter bool
+	// inProcess reports an embedded database (SQLite): there is no
+	// network connection to cut and no server session to kill.
+	inProcess bool
+	// pooled reports a pooler in transaction mode between the driver and
+	// the server (PgBouncer): a client connection has a server session
+	// for one transaction at a time, any of the pool's, so what a test
+	// reads or does to "the session" (its id, a kill, a setting) is the
+	// server session of the transaction it runs in. Every fault applies:
+	// killing that server session ends the client's transaction (and
+	// PgBouncer closes the client's connection), and the proxy that cuts
+	// connections sits between the driver and the pooler.
+	pooled bool
+}
+
+// lockView is how to watch one transaction's lock waits.
+type lockView struct {
+	txID    string // the transaction's id, as the lock views name it, read inside it
+	waitsOn string // counts the lock waits on the transaction of that id
+}
+
+var postgresFacts = facts{
+	now:          "statement_timestamp()",
+	plusMicros:   func(expr string) string { return expr + " + ? * interval '1 microsecond'" },
+	bindvar:      sqlx.DOLLAR,
+	autoID:       "BIGSERIAL PRIMARY KEY",
+	sessionProbe: "SELECT current_setting('transaction_isolation') || '|' || current_setting('lock_timeout') || '|' || current_setting('statement_timeout') || '|' || current_setting('TimeZone')",
+	sessionQuery: "SELECT pg_backend_pid()",
+	killQuery:    func(id int64) string { return fmt.Sprintf("SELECT pg_terminate_backend(%d)", id) },
+	aliveQuery:   "SELECT COUNT(*) FROM pg_stat_activity WHERE pid = ?",
+	waitingQuery: "SELECT COUNT(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE ?",
+	// statement_timeout for the rest of the transaction only.
+	timeoutQueries: []string{"SET LOCAL statement_timeout = '20ms'", "SELECT pg_sleep(1)"},
+	deadlockSetup:  "SET LOCAL deadlock_timeout = '50ms'",
+	cycleCloser: &lockView{
+		txID:    "SELECT pg_backend_pid()",
+		waitsOn: "SELECT COUNT(*) FROM pg_stat_activity WHERE ? = ANY(pg_blocking_pids(pid))",
+	},
+	qualifiedTable: pgQualifiedTable,
+	seedRecords:    idemtest.Records.Postgres,
+	settle:         "VACUUM ANALYZE ",
+	purgeStats:     "ANALYZE ",
+	showLayout:     pgLayout,
+	commentSQL:     func(table, text string) string { return "COMMENT ON TABLE " + table + " IS '" + text + "'" },
+	parseAddr:      pgAddr,
+	redirectDSN:    pgRedirect,
+	migrations:     schema.Postgres,
+	release1:       release1Postgres,
+	upgraded:       []string{"autovacuum_vacuum_scale_factor=0.01", "fillfactor=90", "toast:autovacuum_vacuum_scale_factor=0.01", "comment:idem schema 2"},
+
+	lockTimeoutStatements: 4,
+	lockWaitUnit:          time.Millisecond,
+
+	boundsLockWaits:   true,
+	snapshotRetryable: true,
+	faults:            []string{faultDeadlock, faultSerialization, faultTimeout, faultKill, faultCut},
+	errorAborts:       true,
+	skipsLocked:       true,
+}
+
+// pgbouncerFacts are PostgreSQL's, behind PgBouncer in transaction
+// pooling mode.
+var pgbouncerFacts = func() facts {
+	f := postgresFacts
+	f.pooled = true
+	return f
+}()
+
+var mysqlFacts = facts{
+	now:          "UTC_TIMESTAMP(6)",
+	plusMicros:   func(expr string) string { return expr + " + INTERVAL ? MICROSECOND" },
+	bindvar:      sqlx.QUESTION,
+	autoID:       "BIGINT AUTO_INCREMENT PRIMARY KEY",
+	sessionProbe: "SELECT CONCAT_WS('|', LAST_INSERT_ID(), @@session.tx_isolation, @@session.time_zone, @@session.sql_mode, @@session.innodb_lock_wait_timeout, @@session.autocommit)",
+	sessionQuery: "SELECT CONNECTION_ID()",
+	killQuery:    func(id int64) string { return fmt.Sprintf("KILL %d", id) },
+	aliveQuery:   "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = ?",
+	waitingQuery: "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID <> CONNECTION_ID() AND INFO LIKE ?",
+	waitSettle:   200 * time.Millisecond,
+	// MariaDB's max_statement_time, for one statement.
+	timeoutQueries:        []string{"SET STATEMENT max_statement_time = 0.02 FOR SELECT SLEEP(1)"},
+	qualifiedTable:        mysqlQualifiedTable,
+	seedRecords:           idemtest.Records.MySQL,
+	settle:                "ANALYZE TABLE ",
+	showLayout:            mysqlLayout,
+	commentSQL:            func(table, text string) string { return "ALTER TABLE " + table + " COMMENT = '" + text + "'" },
+	parseAddr:             mysqlAddr,
+	redirectDSN:           mysqlRedirect,
+	migrations:            schema.MySQL,
+	release1:              release1MySQL,
+	upgraded:              []string{"PRIMARY KEY (`created_at`,`scope`,`idem_key`)", "UNIQUE KEY `T_scope_key` (`scope`,`idem_key`)", "COMMENT='idem schema 2'"},
+	lockTimeoutStatements: 3,
+	lockWaitUnit:          time.Second,
+
+	boundsLockWaits: true,
+	faults:          []string{faultDeadlock, faultTimeout, faultKill, faultCut},
+	readLocks:       true,
+	pastWindowWaits: "SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE trx_state = 'LOCK WAIT' AND trx_query LIKE ?",
+}
+
+// tidbFacts are MySQL's (TiDB speaks its SQL), but for what is said
+// here.
+var tidbFacts = func() facts {
+	f := mysqlFacts
+	f.settingsCheck = 1
+	f.refusedLevels = map[sql.IsolationLevel]string{
+		sql.LevelSerializable: "TiDB refuses SERIALIZABLE at BEGIN (error 8048), and where tidb_skip_isolation_level_check lets it through (as snapshot isolation) idem refuses the transaction: TestTiDBRefusesSerializable",
+	}
+	// No statement timeout: TiDB's max_execution_time ends a SLEEP early
+	// without an error, and its lock wait timeout counts whole seconds,
+	// too long for a history's epoch. No KILL either: the server built
+	// here panics, now and then, when it rolls back the transaction of a
+	// session killed mid-statement (the memory tracker's kill check in
+	// cleanupStmtBuf, as in pingcap/tidb issues 63052 and 63956), and a
+	// history sends dozens. A dropped connection ends the session the
+	// same way from idem's side; TestKillMidDo still kills a TiDB
+	// session once.
+	f.faults = []string{faultDeadlock, faultCut}
+	f.timeoutQueries = nil
+	f.cycleCloser = &lockView{
+		txID:    "SELECT @@tidb_current_ts",
+		waitsOn: "SELECT COUNT(*) FROM information_schema.data_lock_waits WHERE current_holding_trx_id = ?",
+	}
+	// TiDB's DELETE locks the rows it deletes, not the gaps beside them.
+	f.pastWindowWaits = ""
+	f.migrations = schema.TiDB
+	f.release1 = release1TiDB
+	f.upgraded = []string{"PRIMARY KEY (`scope`,`idem_key`)", "KEY `T_created_at_idx` (`created_at`)"}
+	return f
+}()
+
+var sqliteFacts = facts{
+	now:          idemtest.SQLiteNow,
+	plusMicros:   func(expr string) string { return expr + " + ?" },
+	bindvar:      sqlx.QUESTION,
+	autoID:       "INTEGER PRIMARY KEY",
+	sessionProbe: "SELECT last_insert_rowid() || '|' || (SELECT * FROM pragma_busy_timeout) || '|' || (SELECT * FROM pragma_query_only) || '|' || (SELECT * FROM pragma_foreign_keys) || '|' || (SELECT * FROM pragma_defer_foreign_keys)",
+	waitSettle:   200 * time.Millisecond,
+	// A schema is an attached database; ATTACH holds for one connection
+	// only, so the pool can use just "main".
+	qualifiedTable: func(e *env) string {
+		table := "main." + randName("Keys")
+		e.dropLater(table)
+		return table
+	},
+	seedRecords: idemtest.Records.SQLite,
+	settle:      "ANALYZE ",
+	showLayout:  sqliteLayout,
+	migrations:  schema.SQLite,
+	release1:    release1SQLite,
+	upgraded:    []string{"PRIMARY KEY (scope, idem_key)", "WITHOUT ROWID"},
+
+	snapshotRetryable: true,
+	snapshotBegin:     "BEGIN DEFERRED",
+	faults:            []string{faultInterrupt},
+	// The transaction holds the write lock from BEGIN IMMEDIATE.
+	readLocks: true,
+	oneWriter: true,
+	inProcess: true,
+}

@@ -1,0 +1,117 @@
+package conformance
+
+import (
+	"os"
+	"testing"
+
+	"github.com/idemkit/idem/idemtest/testdb"
+)
+
+// suite is every conformance test. Each runs on every target (or on the
+// targets of the dialect it is about) as subtests of its own.
+var suite = []struct {
+	name string
+	test func(*testing.T)
+}{
+	{"TestBeginOutcomes", TestBeginOutcomes},
+	{"TestConcurrentTakeover", TestConcurrentTakeover},
+	{"TestStaleCompleteIsFenced", TestStaleCompleteIsFenced},
+	{"TestFencingSurvivesPurge", TestFencingSurvivesPurge},
+	{"TestRelease", TestRelease},
+	{"TestExtend", TestExtend},
+	{"TestRelayKey", TestRelayKey},
+	{"TestDatabaseClockOnly", TestDatabaseClockOnly},
+	{"TestLockTimeout", TestLockTimeout},
+	{"TestFreshKeyCommitsWithBusinessRows", TestFreshKeyCommitsWithBusinessRows},
+	{"TestReplayIsByteIdentical", TestReplayIsByteIdentical},
+	{"TestStormRunsOnce", TestStormRunsOnce},
+	{"TestMismatch", TestMismatch},
+	{"TestScopesAreSeparate", TestScopesAreSeparate},
+	{"TestFnErrorStoresNothing", TestFnErrorStoresNothing},
+	{"TestKeys", TestKeys},
+	{"TestOldSnapshotSeesWinner", TestOldSnapshotSeesWinner},
+	{"TestSqlxTx", TestSqlxTx},
+	{"TestLeftClaim", TestLeftClaim},
+	{"TestInvalidRequests", TestInvalidRequests},
+	{"TestRetention", TestRetention},
+	{"TestSessionUntouched", TestSessionUntouched},
+	{"TestStatementCounts", TestStatementCounts},
+	{"TestCompletedKeyHint", TestCompletedKeyHint},
+	{"TestRetryHint", TestRetryHint},
+	{"TestMigrate", TestMigrate},
+	{"TestUpgradeFromRelease1", TestUpgradeFromRelease1},
+	{"TestMigrateLeavesNewerLayout", TestMigrateLeavesNewerLayout},
+	{"TestUpgradeUnderLoad", TestUpgradeUnderLoad},
+	{"TestPostgresReplayWritesNothing", TestPostgresReplayWritesNothing},
+	{"TestOnlyTransactionsAccepted", TestOnlyTransactionsAccepted},
+	{"TestErrorsSayWhatToDo", TestErrorsSayWhatToDo},
+	{"TestDeadlockInFn", TestDeadlockInFn},
+	{"TestInterruptInFn", TestInterruptInFn},
+	{"TestBeginLeaseCountsFromGrant", TestBeginLeaseCountsFromGrant},
+	{"TestAbortedTxMessage", TestAbortedTxMessage},
+	{"TestKillMidDo", TestKillMidDo},
+	{"TestLostCommit", TestLostCommit},
+	{"TestCrashAfterBegin", TestCrashAfterBegin},
+	{"TestCompleteBetweenReadAndWrite", TestCompleteBetweenReadAndWrite},
+	{"TestFaultHistory", TestFaultHistory},
+	{"TestRandomHistory", TestRandomHistory},
+	{"TestHTTPConcurrentDuplicates", TestHTTPConcurrentDuplicates},
+	{"TestHTTPRetryingClientsConverge", TestHTTPRetryingClientsConverge},
+	{"TestHTTPHeaderForms", TestHTTPHeaderForms},
+	{"TestHTTPProblems", TestHTTPProblems},
+	{"TestHTTPReplayHeaders", TestHTTPReplayHeaders},
+	{"TestHTTPFailuresNotStored", TestHTTPFailuresNotStored},
+	{"TestHTTPStreamingRefused", TestHTTPStreamingRefused},
+	{"TestHTTPScopeReadsBody", TestHTTPScopeReadsBody},
+	{"TestHTTPPassThrough", TestHTTPPassThrough},
+	{"TestHTTPClaimSlowProvider", TestHTTPClaimSlowProvider},
+	{"TestHTTPClaimFailuresRelease", TestHTTPClaimFailuresRelease},
+	{"TestHTTPClaimLeaseLost", TestHTTPClaimLeaseLost},
+	{"TestHTTPClientGivesUp", TestHTTPClientGivesUp},
+	{"TestHTTPDuplicatesWaitInMemory", TestHTTPDuplicatesWaitInMemory},
+	{"TestHTTPRetryAfter", TestHTTPRetryAfter},
+	{"TestHTTPScopeIsolatesCallers", TestHTTPScopeIsolatesCallers},
+	{"TestHTTPTimeout", TestHTTPTimeout},
+	{"TestHTTPRetryNumberReadsFirst", TestHTTPRetryNumberReadsFirst},
+	{"TestHTTPLockTimeoutBoundsEveryWait", TestHTTPLockTimeoutBoundsEveryWait},
+	{"TestObserver", TestObserver},
+	{"TestObserverClaims", TestObserverClaims},
+	{"TestDailyPartitionsRunAKeyTwice", TestDailyPartitionsRunAKeyTwice},
+	{"TestPurge", TestPurge},
+	{"TestPurgeSweeps", TestPurgeSweeps},
+	{"TestPurgeBatchesRunTogether", TestPurgeBatchesRunTogether},
+	{"TestInspectAndStatsAgreeWithPurge", TestInspectAndStatsAgreeWithPurge},
+	{"TestInspectKeyAcrossScopes", TestInspectKeyAcrossScopes},
+	{"TestSchemaFaultsSayWhatToDo", TestSchemaFaultsSayWhatToDo},
+	{"TestPurgeBatchDoesNotBlockClaims", TestPurgeBatchDoesNotBlockClaims},
+	{"TestPurgeUnderLoad", TestPurgeUnderLoad},
+	{"TestPooledSessionKeepsNothing", TestPooledSessionKeepsNothing},
+	{"TestPoolerStatementCacheNamesTheFix", TestPoolerStatementCacheNamesTheFix},
+	{"TestSQLiteBusyIsRetryable", TestSQLiteBusyIsRetryable},
+	{"TestSQLiteSettings", TestSQLiteSettings},
+	{"TestTiDBRefusesUnsafeSessions", TestTiDBRefusesUnsafeSessions},
+	{"TestTiDBRefusesSerializable", TestTiDBRefusesSerializable},
+	{"TestTiDBBeginStatementDecides", TestTiDBBeginStatementDecides},
+	{"TestTiDBLazyCheckLetsDuplicatesThrough", TestTiDBLazyCheckLetsDuplicatesThrough},
+}
+
+// Run runs the whole conformance suite, each test on every target: a
+// dialect through one driver on a real server (targets.go). A new dialect
+// or driver is one more target there; see docs/dialects.md. Run is meant
+// to be called once per test binary, from a Test function: it makes the
+// embedded databases' directory, and removes it and stops any container
+// it started when t ends.
+func Run(t *testing.T) {
+	dir, err := os.MkdirTemp("", "idem-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tempDir = dir
+	t.Cleanup(func() {
+		testdb.StopContainers()
+		_ = os.RemoveAll(dir)
+	})
+	for _, s := range suite {
+		t.Run(s.name, s.test)
+	}
+}
