@@ -117,7 +117,7 @@ func dynamicMethod(name, in string, call func(*paymentsAPI, context.Context, *dy
 func (a *paymentsAPI) CreateCharge(ctx context.Context, in *dynamicpb.Message) (*dynamicpb.Message, error) {
 	req, _ := idemgrpc.RequestFrom(ctx)
 	name := randName("charges/ch")
-	if err := a.e.insert(ctx, idemgrpc.TxFrom(ctx), a.biz, req.Key, name, get(in, "amount").Int()); err != nil {
+	if err := a.e.insert(ctx, a.biz, req.Key, name, get(in, "amount").Int()); err != nil {
 		return nil, status.Errorf(codes.Internal, "insert: %v", err)
 	}
 	return msg("Charge", map[string]any{"name": name, "amount": get(in, "amount").Int(), "request_id": get(in, "request_id").String()}), nil
@@ -125,7 +125,7 @@ func (a *paymentsAPI) CreateCharge(ctx context.Context, in *dynamicpb.Message) (
 
 func (a *paymentsAPI) GetCharge(ctx context.Context, in *dynamicpb.Message) (*dynamicpb.Message, error) {
 	md, _ := metadata.FromIncomingContext(ctx)
-	if idemgrpc.TxFrom(ctx) != nil {
+	if a.e.hasTx(ctx) {
 		md = metadata.Join(md, metadata.Pairs("had-tx", "true"))
 	}
 	a.seen <- md
@@ -139,7 +139,7 @@ func (a *paymentsAPI) GetCharge(ctx context.Context, in *dynamicpb.Message) (*dy
 func TestAIP155(t *testing.T) {
 	forEachDB(t, func(t *testing.T, e *env) {
 		a := &paymentsAPI{e: e, biz: e.business(), seen: make(chan metadata.MD, 1)}
-		in := mustNew(t, idemgrpc.Config{Store: e.store(), DB: e.db, Scope: idemgrpc.SingleTenant, KeyField: "request_id", Required: true, Logger: quiet})
+		in := mustNew(t, idemgrpc.Config{Store: e.store(), Runner: e.proc.runner(nil), Scope: idemgrpc.SingleTenant, KeyField: "request_id", Required: true, Logger: logTo(t)})
 		lis := serveDesc(t, "127.0.0.1:0", &paymentsDesc, a, in.Unary())
 		filling := dialBare(t, lis.addr, grpc.WithChainUnaryInterceptor(idemgrpc.UnaryClientInterceptor(idemgrpc.WithKeyField("request_id"))))
 		bare := dialBare(t, lis.addr)

@@ -12,52 +12,36 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/internal/keygate"
+	"github.com/idemkit/idem/idemserve"
 )
 
-const (
-	// DefaultTimeout is the default of [Config.Timeout]: 30 s, the Store's
-	// default lease ([idem.DefaultLease]). In [ModeClaim] the default is
-	// the Store's lease when that is shorter.
-	DefaultTimeout = 30 * time.Second
-	// DefaultRetryAfter is the default of [Config.RetryAfter]: 1 s.
-	DefaultRetryAfter = time.Second
-)
-
-// Mode says how the interceptor runs a handler.
-type Mode int
-
-const (
-	// ModeTransaction (the default) opens a transaction, then runs the
-	// handler inside [idem.Store.Do]: a duplicate waits for the first call
-	// (in memory in this process, on the row lock in another) and replays
-	// its result. The transaction stays open while the handler runs, so
-	// the handler must be quick.
-	ModeTransaction Mode = iota
-	// ModeClaim commits a claim on the key with [idem.Store.Begin], then
-	// runs the handler with no transaction open, for handlers that call a
-	// slow external service (a payment provider): the handler passes
-	// ClaimFrom(ctx).RelayKey() on as the provider's idempotency key, then
-	// writes its rows through [TxFrom], whose first call begins the
-	// transaction. The interceptor completes the claim in that transaction
-	// with the handler's answer and commits. A duplicate that arrives
-	// meanwhile is told UNAVAILABLE with a RetryInfo, not made to wait.
-	ModeClaim
-)
-
-// Config configures the interceptor. Store, DB and Scope are required.
+// Config configures the interceptor. Store, Scope and one of DB and
+// Runner are required.
 type Config struct {
 	// Store records the keys; its table must exist ([idem.Store.Migrate]).
 	Store *idem.Store
-	// DB is the database the transactions run on, the one holding the
-	// Store's table and the handler's rows.
-	DB *sql.DB
-	// TxOptions are the options of every transaction, e.g. its isolation
-	// level; nil means the database's default.
+	// Scope returns who owns the call's key: the authenticated principal,
+	// tenant or API client, so that keys never collide across owners and
+	// one caller's key never replays another's response. It is required; a
+	// service with a single caller sets [SingleTenant]. It gets the call's
+	// context (its metadata, its peer, and what the interceptors before
+	// this one put there) and the request. An error that carries a gRPC
+	// status (from status.Error, say UNAUTHENTICATED) is the answer; any
+	// other error is INTERNAL.
+	Scope func(ctx context.Context, req any) (string, error)
+	// DB is the database/sql pool the transactions run on, the one
+	// holding the Store's table and the handler's rows. TxOptions are the
+	// options of every transaction, e.g. its isolation level (nil: the
+	// database's defaults).
+	DB        *sql.DB
 	TxOptions *sql.TxOptions
-	// Mode is [ModeTransaction] (the default) or [ModeClaim], for handlers
+	// Runner, in place of DB and TxOptions, runs the transactions on
+	// another driver's pool: idempgx.New(pool, pgx.TxOptions{...}) for
+	// pgx, whose handlers get their pgx.Tx from idempgx.TxFrom.
+	Runner idem.Runner
+	// Mode is [idemserve.ModeTransaction] (the default) or [idemserve.ModeClaim], for handlers
 	// that call slow external services.
-	Mode Mode
+	Mode idemserve.Mode
 
 	// Required makes a call without a key INVALID_ARGUMENT. When false,
 	// such a call runs in a transaction like any other, but with no key
@@ -70,37 +54,21 @@ type Config struct {
 	// [MetadataKey] metadata. When both are set they must be equal. Empty
 	// (the default): the metadata alone.
 	KeyField string
-	// Scope returns who owns the call's key: the authenticated principal,
-	// tenant or API client, so that keys never collide across owners and
-	// one caller's key never replays another's response. It is required; a
-	// service with a single caller sets [SingleTenant]. It gets the call's
-	// context (its metadata, its peer, and what the interceptors before
-	// this one put there) and the request. An error that carries a gRPC
-	// status (from status.Error, say UNAUTHENTICATED) is the answer; any
-	// other error is INTERNAL.
-	Scope func(ctx context.Context, req any) (string, error)
 	// NoSideEffects lists full method names ("/payments.v1.Payments/GetCharge")
 	// that pass through untouched, with no transaction ([TxFrom] returns
 	// nil) and no key handling. Methods whose descriptor declares
 	// option idempotency_level = NO_SIDE_EFFECTS pass through as well.
 	NoSideEffects []string
-	// Timeout bounds the work of a call that holds its key: the handler
-	// and the interceptor's statements run on a context that the client's
-	// cancellation or deadline does not end, but that ends after Timeout,
-	// so that work that started finishes and is stored for the client's
-	// retry. Without [idem.WithLockTimeout] on the Store, a duplicate in
-	// this process waits at most Timeout for the call ahead of it, then is
-	// UNAVAILABLE. Default [DefaultTimeout] (30 s); in [ModeClaim] it must
-	// not exceed the Store's lease ([idem.WithLease]), which is its
-	// default when shorter, so that no retry takes over a claim whose
-	// handler may still be running.
+	// Timeout bounds the work of a call that holds its key, which runs on
+	// a context that the client's cancellation or deadline does not end,
+	// and how long a duplicate in this process waits for the call ahead of
+	// it, as idemserve.Config.Timeout says; then the duplicate is
+	// UNAVAILABLE. Default [idemserve.DefaultTimeout].
 	Timeout time.Duration
 	// RetryAfter is the delay an UNAVAILABLE answer of the interceptor
-	// (another call holds the key; contention) gives in its RetryInfo and
-	// its grpc-retry-pushback-ms trailer: when a retry is likely to
-	// succeed, not when it is sure to. Default [DefaultRetryAfter] (1 s);
-	// an in-flight answer is never told more than the lease left on the
-	// claim that holds the key.
+	// (another call holds the key, took it over, or contention) gives in
+	// its RetryInfo and its grpc-retry-pushback-ms trailer, as
+	// idemserve.Config.RetryAfter says. Default [idemserve.DefaultRetryAfter].
 	RetryAfter time.Duration
 	// ReplayMetadata lists the header and trailer metadata keys that are
 	// stored with the answer and replayed. Other metadata the handler sets
@@ -115,7 +83,8 @@ type Config struct {
 	// CANCELLED) are never stored.
 	StoreServerErrors bool
 	// Logger receives the errors answered with INTERNAL, whose message
-	// does not show them to the client. Default [slog.Default].
+	// does not show them to the client, and a claim that could not be
+	// released. Default [slog.Default].
 	Logger *slog.Logger
 }
 
@@ -131,27 +100,18 @@ func SingleTenant(context.Context, any) (string, error) { return "", nil }
 
 // New checks cfg, fills in its defaults and returns the interceptor.
 func New(cfg Config) (*Interceptor, error) {
-	if cfg.Store == nil || cfg.DB == nil {
-		return nil, errors.New("idemgrpc: Config needs a Store and a DB")
-	}
 	if cfg.Scope == nil {
 		return nil, errors.New("idemgrpc: Config needs a Scope: a function that returns who owns the call's key (the authenticated principal, tenant or API client), so that one caller's key never replays another's response; a service with a single trusted caller sets Scope: idemgrpc.SingleTenant")
-	}
-	if cfg.Mode != ModeTransaction && cfg.Mode != ModeClaim {
-		return nil, fmt.Errorf("idemgrpc: unknown Mode %d", cfg.Mode)
 	}
 	if cfg.KeyField != "" && !protoreflect.Name(cfg.KeyField).IsValid() {
 		return nil, fmt.Errorf("idemgrpc: KeyField %q is not a protobuf field name (letters, digits and underscores, e.g. request_id)", cfg.KeyField)
 	}
-	var err error
-	cfg.Timeout, cfg.RetryAfter, err = keygate.Bounds("idemgrpc", cfg.Store, cfg.Mode == ModeClaim, cfg.Timeout, cfg.RetryAfter, DefaultTimeout, DefaultRetryAfter)
+	core, err := idemserve.New(idemserve.Config{Layer: "idemgrpc", Store: cfg.Store, DB: cfg.DB, TxOptions: cfg.TxOptions, Runner: cfg.Runner, Mode: cfg.Mode,
+		Timeout: cfg.Timeout, RetryAfter: cfg.RetryAfter, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	i := &Interceptor{cfg: cfg, noSideEffects: map[string]bool{}, replayable: map[string]bool{}}
+	i := &Interceptor{cfg: cfg, core: core, noSideEffects: map[string]bool{}, replayable: map[string]bool{}}
 	for _, m := range cfg.NoSideEffects {
 		if !strings.HasPrefix(m, "/") || strings.Count(m, "/") != 2 {
 			return nil, fmt.Errorf("idemgrpc: NoSideEffects holds %q, which is not a full method name such as /payments.v1.Payments/GetCharge", m)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/contrib/idemgrpc"
+	"github.com/idemkit/idem/idemserve"
 )
 
 // New refuses a Config it cannot serve, saying what to change.
@@ -26,13 +27,17 @@ func TestNewRefuses(t *testing.T) {
 		change func(*idemgrpc.Config)
 		want   string
 	}{
-		{func(c *idemgrpc.Config) { c.Store = nil }, "needs a Store and a DB"},
-		{func(c *idemgrpc.Config) { c.DB = nil }, "needs a Store and a DB"},
+		{func(c *idemgrpc.Config) { c.Store = nil }, "needs a Store"},
+		{func(c *idemgrpc.Config) { c.DB = nil }, "needs the database its transactions run on"},
+		{func(c *idemgrpc.Config) { c.Runner = idem.NewSQLRunner(db, nil) }, "both a DB and a Runner"},
+		{func(c *idemgrpc.Config) {
+			c.DB, c.Runner, c.TxOptions = nil, idem.NewSQLRunner(db, nil), &sql.TxOptions{}
+		}, "TxOptions are database/sql's"},
 		{func(c *idemgrpc.Config) { c.Scope = nil }, "idemgrpc.SingleTenant"},
 		{func(c *idemgrpc.Config) { c.Mode = 7 }, "unknown Mode 7"},
 		{func(c *idemgrpc.Config) { c.KeyField = "request-id" }, "not a protobuf field name"},
 		{func(c *idemgrpc.Config) { c.Timeout = -time.Second }, "must not be negative"},
-		{func(c *idemgrpc.Config) { c.Mode, c.Timeout = idemgrpc.ModeClaim, 11*time.Second }, "exceeds the Store's lease"},
+		{func(c *idemgrpc.Config) { c.Mode, c.Timeout = idemserve.ModeClaim, 11*time.Second }, "exceeds the Store's lease"},
 		{func(c *idemgrpc.Config) { c.NoSideEffects = []string{"payments.v1.Payments.Get"} }, "not a full method name"},
 		{func(c *idemgrpc.Config) { c.ReplayMetadata = []string{"grpc-status"} }, "gRPC's own"},
 		{func(c *idemgrpc.Config) { c.ReplayMetadata = []string{"x y"} }, "only letters"},
@@ -47,7 +52,7 @@ func TestNewRefuses(t *testing.T) {
 		t.Fatal(err)
 	}
 	claim := ok
-	claim.Mode = idemgrpc.ModeClaim // Timeout defaults to the lease, 10 s
+	claim.Mode = idemserve.ModeClaim // Timeout defaults to the lease, 10 s
 	if _, err := idemgrpc.New(claim); err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,7 @@
 // that does not depend on the protobuf release; the same key with another
 // method or message is FAILED_PRECONDITION.
 //
-// In [ModeTransaction] (the default) the interceptor opens a transaction
+// In [idemserve.ModeTransaction] (the default) the interceptor opens a transaction
 // with [idem.RunTx] and runs the handler inside [idem.Store.Do]. The
 // handler writes its rows through [TxFrom]; its answer (the reply message,
 // or its status: code, message and details) is stored with the key in the
@@ -28,7 +28,7 @@
 // [idem.WithLockTimeout], else [Config.Timeout]); then they replay its
 // result, or get UNAVAILABLE with a RetryInfo.
 //
-// [ModeClaim] is for handlers that call a slow external service, such as
+// [idemserve.ModeClaim] is for handlers that call a slow external service, such as
 // a payment provider, which must not run inside an open transaction. The
 // interceptor commits a claim on the key ([idem.Store.Begin]) and runs the
 // handler with no transaction open; the handler passes

@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -24,9 +25,13 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/contrib/idemgrpc"
-	"github.com/idemkit/idem/internal/testdb"
+	"github.com/idemkit/idem/idempgx"
+	"github.com/idemkit/idem/idemtest/testdb"
 )
 
 func TestMain(m *testing.M) { testdb.Main(m) }
@@ -73,18 +78,23 @@ func unary[Req proto.Message](name string, call func(chargesServer, context.Cont
 	}}
 }
 
-// env is one database server, with a pool of the test's.
+// env is one database server through one driver: database/sql, or pgx
+// natively (the interceptor on an idempgx Runner, the handler's
+// transaction a pgx.Tx). db is a database/sql pool of the test's for
+// setting up and checking, on every target.
 type env struct {
 	t       *testing.T
 	name    string
 	dialect idem.Dialect
 	driver  string
+	native  bool
 	dsn     string
 	db      *sql.DB
+	proc    *process // the pool the interceptors of serveIdem run on
 }
 
-// forEachDB runs f on PostgreSQL (pgx) and MariaDB (go-sql-driver), in
-// parallel.
+// forEachDB runs f on PostgreSQL through database/sql (pgx's driver) and
+// through pgx itself, and on MariaDB (go-sql-driver), in parallel.
 func forEachDB(t *testing.T, f func(t *testing.T, e *env)) {
 	t.Parallel()
 	for _, s := range []struct {
@@ -92,28 +102,95 @@ func forEachDB(t *testing.T, f func(t *testing.T, e *env)) {
 		server  *testdb.Server
 		driver  string
 		dialect idem.Dialect
+		native  bool
 	}{
-		{"postgres", testdb.Postgres, "pgx", idem.Postgres},
-		{"mariadb", testdb.MariaDB, "mysql", idem.MariaDB},
+		{"postgres", testdb.Postgres, "pgx", idem.Postgres, false},
+		{"postgres-pgxnative", testdb.Postgres, "pgx", idem.Postgres, true},
+		{"mariadb", testdb.MariaDB, "mysql", idem.MariaDB, false},
 	} {
 		t.Run(s.name, func(t *testing.T) {
 			t.Parallel()
-			e := &env{t: t, name: s.name, dialect: s.dialect, driver: s.driver, dsn: s.server.DSN(t)}
-			e.db = e.open()
+			e := &env{t: t, name: s.name, dialect: s.dialect, driver: s.driver, native: s.native, dsn: s.server.DSN(t)}
+			db, err := sql.Open(e.driver, e.dsn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { db.Close() })
+			e.db = db
+			e.proc = e.open(0)
 			f(t, e)
 		})
 	}
 }
 
-// open opens a pool of its own on the server, closed when the test ends:
+// process is the connection pool of one process of the service: a
+// *sql.DB, or on the native target a *pgxpool.Pool.
+type process struct {
+	db  *sql.DB
+	pgx *pgxpool.Pool
+}
+
+// open opens a pool of its own on the server, of at most conns
+// connections (0: the driver's default), closed when the test ends:
 // another process's.
-func (e *env) open() *sql.DB {
+func (e *env) open(conns int) *process {
+	e.t.Helper()
+	if e.native {
+		cfg, err := pgxpool.ParseConfig(e.dsn)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		if conns > 0 {
+			cfg.MaxConns = int32(conns)
+		}
+		p, err := pgxpool.NewWithConfig(context.Background(), cfg)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		e.t.Cleanup(p.Close)
+		return &process{pgx: p}
+	}
 	db, err := sql.Open(e.driver, e.dsn)
 	if err != nil {
 		e.t.Fatal(err)
 	}
+	db.SetMaxOpenConns(conns)
 	e.t.Cleanup(func() { db.Close() })
-	return db
+	return &process{db: db}
+}
+
+// runner is the process's pool as an interceptor's Runner, its
+// transactions begun with opts.
+func (p *process) runner(opts *sql.TxOptions) idem.Runner {
+	if p.pgx == nil {
+		return idem.NewSQLRunner(p.db, opts)
+	}
+	var po pgx.TxOptions
+	if opts != nil && opts.Isolation == sql.LevelSerializable {
+		po.IsoLevel = pgx.Serializable
+	}
+	return idempgx.New(p.pgx, po)
+}
+
+// close closes the pool: the process is gone.
+func (p *process) close() {
+	if p.pgx != nil {
+		p.pgx.Close()
+		return
+	}
+	_ = p.db.Close()
+}
+
+// waits is how many times a request for one of the pool's connections
+// waited for another to be released. A *pgxpool.Pool counts the acquires
+// that found no idle connection, whether they waited for a release or
+// opened a new one, and counts the new ones: the difference is the waits.
+func (p *process) waits() int64 {
+	if p.pgx != nil {
+		st := p.pgx.Stat()
+		return st.EmptyAcquireCount() - st.NewConnsCount()
+	}
+	return p.db.Stats().WaitCount
 }
 
 func randName(prefix string) string {
@@ -181,7 +258,33 @@ func (e *env) rows(biz, key string) int {
 	return n
 }
 
-func (e *env) insert(ctx context.Context, tx *sql.Tx, biz, key, id string, amount int64) error {
+// hasTx reports whether the handler whose context is ctx has a
+// transaction, through its driver's TxFrom.
+func (e *env) hasTx(ctx context.Context) bool {
+	if e.native {
+		return idempgx.TxFrom(ctx) != nil
+	}
+	return idemgrpc.TxFrom(ctx) != nil
+}
+
+// errNoTx is the handlers' error when TxFrom gave them no transaction.
+var errNoTx = errors.New("no transaction")
+
+// insert writes a business row through the transaction of the handler
+// whose context is ctx.
+func (e *env) insert(ctx context.Context, biz, key, id string, amount int64) error {
+	if e.native {
+		tx := idempgx.TxFrom(ctx)
+		if tx == nil {
+			return errNoTx
+		}
+		_, err := tx.Exec(ctx, fmt.Sprintf("INSERT INTO %s (k, id, amount) VALUES ($1, $2, $3)", biz), key, id, amount)
+		return err
+	}
+	tx := idemgrpc.TxFrom(ctx)
+	if tx == nil {
+		return errNoTx
+	}
 	q := fmt.Sprintf("INSERT INTO %s (k, id, amount) VALUES ($1, $2, $3)", biz)
 	if e.dialect != idem.Postgres {
 		q = fmt.Sprintf("INSERT INTO %s (k, id, amount) VALUES (?, ?, ?)", biz)
@@ -190,13 +293,26 @@ func (e *env) insert(ctx context.Context, tx *sql.Tx, biz, key, id string, amoun
 	return err
 }
 
-// sessionID is the database session of tx.
-func (e *env) sessionID(ctx context.Context, tx *sql.Tx) (int64, error) {
+// sessionID is the database session of the transaction of the handler
+// whose context is ctx.
+func (e *env) sessionID(ctx context.Context) (int64, error) {
+	var id int64
+	if e.native {
+		tx := idempgx.TxFrom(ctx)
+		if tx == nil {
+			return 0, errNoTx
+		}
+		err := tx.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&id)
+		return id, err
+	}
+	tx := idemgrpc.TxFrom(ctx)
+	if tx == nil {
+		return 0, errNoTx
+	}
 	q := "SELECT pg_backend_pid()"
 	if e.dialect != idem.Postgres {
 		q = "SELECT CONNECTION_ID()"
 	}
-	var id int64
 	err := tx.QueryRowContext(ctx, q).Scan(&id)
 	return id, err
 }
@@ -288,15 +404,11 @@ func (a *api) Charge(ctx context.Context, in *structpb.Struct) (*structpb.Struct
 			return nil, err
 		}
 	}
-	tx := idemgrpc.TxFrom(ctx)
-	if tx == nil {
-		return nil, status.Error(codes.Internal, "no transaction")
-	}
 	amount := int64(in.GetFields()["amount"].GetNumberValue())
 	if a.overrun && run == 1 {
 		ctx = context.WithoutCancel(ctx)
 	}
-	if err := a.e.insert(ctx, tx, a.biz, req.Key, id, amount); err != nil {
+	if err := a.e.insert(ctx, a.biz, req.Key, id, amount); err != nil {
 		return nil, status.Errorf(codes.Internal, "insert: %v", err)
 	}
 	return structpb.NewStruct(map[string]any{"id": id, "amount": float64(amount), "key": req.Key})
@@ -308,11 +420,37 @@ func (a *api) Refund(ctx context.Context, in *structpb.Struct) (*structpb.Struct
 
 func (a *api) Get(ctx context.Context, in *wrapperspb.StringValue) (*structpb.Struct, error) {
 	_, keyed := idemgrpc.RequestFrom(ctx)
-	return structpb.NewStruct(map[string]any{"id": in.GetValue(), "tx": idemgrpc.TxFrom(ctx) != nil, "keyed": keyed})
+	return structpb.NewStruct(map[string]any{"id": in.GetValue(), "tx": a.e.hasTx(ctx), "keyed": keyed})
 }
 
-// quiet is a Logger for interceptors whose tests provoke errors.
-var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+// logTo is a Logger for interceptors that writes to t's log, shown only
+// when t fails: the tests provoke errors, and an INTERNAL answer is
+// explained only there. What is logged once t has ended is dropped.
+func logTo(t *testing.T) *slog.Logger {
+	w := &testLog{t: t}
+	t.Cleanup(func() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		w.done = true
+	})
+	return slog.New(slog.NewTextHandler(w, nil))
+}
+
+// testLog writes to t's log until t ends.
+type testLog struct {
+	t    *testing.T
+	mu   sync.Mutex
+	done bool
+}
+
+func (w *testLog) Write(b []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.done {
+		w.t.Log(strings.TrimSuffix(string(b), "\n"))
+	}
+	return len(b), nil
+}
 
 // server is a gRPC server on a loopback port.
 type server struct {
@@ -366,14 +504,14 @@ func (e *env) serveIdem(cfg idemgrpc.Config, svc chargesServer, outer ...grpc.Un
 	if cfg.Store == nil {
 		cfg.Store = e.store()
 	}
-	if cfg.DB == nil {
-		cfg.DB = e.db
+	if cfg.Runner == nil {
+		cfg.Runner, cfg.TxOptions = e.proc.runner(cfg.TxOptions), nil
 	}
 	if cfg.Scope == nil {
 		cfg.Scope = byCaller
 	}
 	if cfg.Logger == nil {
-		cfg.Logger = quiet
+		cfg.Logger = logTo(e.t)
 	}
 	in, err := idemgrpc.New(cfg)
 	if err != nil {

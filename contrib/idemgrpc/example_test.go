@@ -20,6 +20,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/contrib/idemgrpc"
+	"github.com/idemkit/idem/idemserve"
 )
 
 // orders implements the examples' service (Charge; Refund and Get are
@@ -153,7 +154,7 @@ func Example() {
 func ExampleClaimFrom() {
 	db, store, cleanup := openSQLite()
 	defer cleanup()
-	in, err := idemgrpc.New(idemgrpc.Config{Store: store, DB: db, Scope: account, Mode: idemgrpc.ModeClaim, Required: true})
+	in, err := idemgrpc.New(idemgrpc.Config{Store: store, DB: db, Scope: account, Mode: idemserve.ModeClaim, Required: true})
 	if err != nil {
 		log.Fatal(err)
 	}

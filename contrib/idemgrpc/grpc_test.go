@@ -22,6 +22,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/contrib/idemgrpc"
+	"github.com/idemkit/idem/idemserve"
 )
 
 // storm sends n concurrent calls with one key and returns their answers.
@@ -61,7 +62,7 @@ func TestStorm(t *testing.T) {
 		t.Run("claim", func(t *testing.T) {
 			a := e.api()
 			a.provider = &provider{delay: 300 * time.Millisecond}
-			srv, _ := e.serveIdem(idemgrpc.Config{Mode: idemgrpc.ModeClaim, RetryAfter: 200 * time.Millisecond}, a)
+			srv, _ := e.serveIdem(idemgrpc.Config{Mode: idemserve.ModeClaim, RetryAfter: 200 * time.Millisecond}, a)
 			rs := storm(t.Context(), dial(t, srv.addr, grpc.WithDefaultServiceConfig(retryPolicy)), n, "storm-2")
 			checkStorm(t, rs, n)
 			if got, calls := e.rows(a.biz, "storm-2"), a.provider.seen(); got != 1 || len(calls) != 1 {
@@ -98,7 +99,7 @@ func checkStorm(t *testing.T, rs []result, n int) {
 // replayed. In both modes.
 func TestClientGivesUp(t *testing.T) {
 	forEachDB(t, func(t *testing.T, e *env) {
-		for _, mode := range []idemgrpc.Mode{idemgrpc.ModeTransaction, idemgrpc.ModeClaim} {
+		for _, mode := range []idemserve.Mode{idemserve.ModeTransaction, idemserve.ModeClaim} {
 			t.Run(modeName(mode), func(t *testing.T) {
 				a := e.api()
 				a.delay = 800 * time.Millisecond
@@ -144,8 +145,8 @@ func TestClientGivesUp(t *testing.T) {
 	})
 }
 
-func modeName(m idemgrpc.Mode) string {
-	if m == idemgrpc.ModeClaim {
+func modeName(m idemserve.Mode) string {
+	if m == idemserve.ModeClaim {
 		return "claim"
 	}
 	return "transaction"
@@ -157,7 +158,7 @@ func modeName(m idemgrpc.Mode) string {
 func TestConnectionsDropped(t *testing.T) {
 	const keys = 4
 	forEachDB(t, func(t *testing.T, e *env) {
-		for _, mode := range []idemgrpc.Mode{idemgrpc.ModeTransaction, idemgrpc.ModeClaim} {
+		for _, mode := range []idemserve.Mode{idemserve.ModeTransaction, idemserve.ModeClaim} {
 			t.Run(modeName(mode), func(t *testing.T) {
 				a := e.api()
 				a.delay = 500 * time.Millisecond
@@ -211,7 +212,7 @@ func TestConnectionsDropped(t *testing.T) {
 //     takes the claim over and the provider sees the same RelayKey).
 func TestServerRestart(t *testing.T) {
 	forEachDB(t, func(t *testing.T, e *env) {
-		for _, mode := range []idemgrpc.Mode{idemgrpc.ModeTransaction, idemgrpc.ModeClaim} {
+		for _, mode := range []idemserve.Mode{idemserve.ModeTransaction, idemserve.ModeClaim} {
 			for _, dies := range []bool{false, true} {
 				name := modeName(mode) + "/finishes"
 				if dies {
@@ -223,14 +224,14 @@ func TestServerRestart(t *testing.T) {
 	})
 }
 
-func testRestart(t *testing.T, e *env, mode idemgrpc.Mode, dies bool) {
+func testRestart(t *testing.T, e *env, mode idemserve.Mode, dies bool) {
 	a := e.api()
 	a.delay = 400 * time.Millisecond
 	a.provider = &provider{}
 	a.started = make(chan struct{}, 10)
 	stopped := make(chan struct{})
 	var killErr atomic.Value
-	first := e.open() // the first process's pool
+	first := e.open(0) // the first process's pool
 	a.hook = func(ctx context.Context, run int64) error {
 		if run > 1 {
 			return nil // the restarted server's run
@@ -239,11 +240,11 @@ func testRestart(t *testing.T, e *env, mode idemgrpc.Mode, dies bool) {
 		if !dies {
 			return nil
 		}
-		if mode == idemgrpc.ModeClaim {
-			first.Close() // the process is gone: its transaction cannot begin, its claim is not released
+		if mode == idemserve.ModeClaim {
+			first.close() // the process is gone: its transaction cannot begin, its claim is not released
 			return nil
 		}
-		id, err := e.sessionID(ctx, idemgrpc.TxFrom(ctx))
+		id, err := e.sessionID(ctx)
 		if err == nil {
 			err = e.kill(id)
 		}
@@ -253,11 +254,11 @@ func testRestart(t *testing.T, e *env, mode idemgrpc.Mode, dies bool) {
 		return nil // the insert then fails on the dead session
 	}
 	lease := 30 * time.Second
-	if mode == idemgrpc.ModeClaim {
+	if mode == idemserve.ModeClaim {
 		lease = 2 * time.Second
 	}
 	s := e.store(idem.WithLease(lease))
-	srv1, _ := e.serveIdem(idemgrpc.Config{Mode: mode, Store: s, DB: first, RetryAfter: 200 * time.Millisecond}, a)
+	srv1, _ := e.serveIdem(idemgrpc.Config{Mode: mode, Store: s, Runner: first.runner(nil), RetryAfter: 200 * time.Millisecond}, a)
 	addr := srv1.addr
 	cc := dial(t, addr, grpc.WithDefaultServiceConfig(retryPolicy))
 	key := idemgrpc.NewKey()
@@ -272,8 +273,8 @@ func testRestart(t *testing.T, e *env, mode idemgrpc.Mode, dies bool) {
 	}()
 	<-a.started
 	srv1.stop()
-	second := e.open()
-	serve(t, addr, a, mustNew(t, idemgrpc.Config{Mode: mode, Store: e.also(s, idem.WithLease(lease)), DB: second, Scope: byCaller, RetryAfter: 200 * time.Millisecond, Logger: quiet}).Unary())
+	second := e.open(0)
+	serve(t, addr, a, mustNew(t, idemgrpc.Config{Mode: mode, Store: e.also(s, idem.WithLease(lease)), Runner: second.runner(nil), Scope: byCaller, RetryAfter: 200 * time.Millisecond, Logger: logTo(t)}).Unary())
 	close(stopped)
 	<-done
 	if err, _ := killErr.Load().(error); err != nil {
@@ -292,7 +293,7 @@ func testRestart(t *testing.T, e *env, mode idemgrpc.Mode, dies bool) {
 	if got, calls := e.rows(a.biz, key), a.calls.Load(); got != 1 || calls != want {
 		t.Fatalf("%d rows, handler ran %d times; want 1 and %d", got, calls, want)
 	}
-	if mode == idemgrpc.ModeClaim {
+	if mode == idemserve.ModeClaim {
 		seen := a.provider.seen()
 		for _, k := range seen {
 			if k != seen[0] {
@@ -343,7 +344,7 @@ func TestRetryPolicy(t *testing.T) {
 		a.provider = &provider{delay: time.Second}
 		a.started = make(chan struct{}, 10)
 		var count counting
-		srv, _ := e.serveIdem(idemgrpc.Config{Mode: idemgrpc.ModeClaim, RetryAfter: 400 * time.Millisecond}, a, count.interceptor)
+		srv, _ := e.serveIdem(idemgrpc.Config{Mode: idemserve.ModeClaim, RetryAfter: 400 * time.Millisecond}, a, count.interceptor)
 		cc := dial(t, srv.addr, grpc.WithDefaultServiceConfig(retryPolicy))
 		ctx := t.Context()
 
@@ -435,7 +436,7 @@ func TestLockTimeoutSameAnswer(t *testing.T) {
 		}))
 		s := e.store(idem.WithLockTimeout(500*time.Millisecond), observe)
 		one, _ := e.serveIdem(idemgrpc.Config{Store: s, RetryAfter: 5 * time.Second}, a)
-		other, _ := e.serveIdem(idemgrpc.Config{Store: e.also(s, idem.WithLockTimeout(500*time.Millisecond), observe), DB: e.open(), RetryAfter: 5 * time.Second}, a)
+		other, _ := e.serveIdem(idemgrpc.Config{Store: e.also(s, idem.WithLockTimeout(500*time.Millisecond), observe), Runner: e.open(0).runner(nil), RetryAfter: 5 * time.Second}, a)
 		ctx := t.Context()
 		ccOne, ccOther := dial(t, one.addr), dial(t, other.addr)
 		firstDone := make(chan result, 1)
@@ -483,9 +484,8 @@ func TestReplayExact(t *testing.T) {
 			if !shouldDecline(ctx) {
 				return nil
 			}
-			tx := idemgrpc.TxFrom(ctx)
 			req, _ := idemgrpc.RequestFrom(ctx)
-			if err := e.insert(ctx, tx, a.biz, req.Key, "declined", 0); err != nil {
+			if err := e.insert(ctx, a.biz, req.Key, "declined", 0); err != nil {
 				return err
 			}
 			st, _ := status.New(codes.FailedPrecondition, "card declined: insufficient funds").WithDetails(
@@ -542,14 +542,14 @@ func shouldDecline(ctx context.Context) bool {
 // runs the handler again. With StoreServerErrors an INTERNAL is a result.
 func TestFailuresNotStored(t *testing.T) {
 	forEachDB(t, func(t *testing.T, e *env) {
-		for _, mode := range []idemgrpc.Mode{idemgrpc.ModeTransaction, idemgrpc.ModeClaim} {
+		for _, mode := range []idemserve.Mode{idemserve.ModeTransaction, idemserve.ModeClaim} {
 			t.Run(modeName(mode), func(t *testing.T) {
 				for j, code := range []codes.Code{codes.Unavailable, codes.Aborted, codes.ResourceExhausted, codes.Internal, codes.Unknown} {
 					a := e.api()
 					a.provider = &provider{}
 					a.hook = func(ctx context.Context, run int64) error {
 						req, _ := idemgrpc.RequestFrom(ctx)
-						if err := e.insert(ctx, idemgrpc.TxFrom(ctx), a.biz, req.Key, "failed", 0); err != nil {
+						if err := e.insert(ctx, a.biz, req.Key, "failed", 0); err != nil {
 							return err
 						}
 						if run == 1 {
@@ -674,7 +674,7 @@ func TestClaimSlowProvider(t *testing.T) {
 		a := e.api()
 		a.provider = &provider{delay: 600 * time.Millisecond}
 		a.started = make(chan struct{}, 10)
-		srv, _ := e.serveIdem(idemgrpc.Config{Mode: idemgrpc.ModeClaim, RetryAfter: 300 * time.Millisecond}, a)
+		srv, _ := e.serveIdem(idemgrpc.Config{Mode: idemserve.ModeClaim, RetryAfter: 300 * time.Millisecond}, a)
 		cc := dial(t, srv.addr)
 		firstDone := make(chan result, 1)
 		go func() { firstDone <- call(withKey(t.Context(), "slow-1"), cc, methodCharge, 20) }()
@@ -721,13 +721,13 @@ func recovering(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler g
 // the retry runs again at once.
 func TestHandlerPanics(t *testing.T) {
 	forEachDB(t, func(t *testing.T, e *env) {
-		for _, mode := range []idemgrpc.Mode{idemgrpc.ModeTransaction, idemgrpc.ModeClaim} {
+		for _, mode := range []idemserve.Mode{idemserve.ModeTransaction, idemserve.ModeClaim} {
 			t.Run(modeName(mode), func(t *testing.T) {
 				a := e.api()
 				a.provider = &provider{}
 				a.hook = func(ctx context.Context, run int64) error {
 					req, _ := idemgrpc.RequestFrom(ctx)
-					if err := e.insert(ctx, idemgrpc.TxFrom(ctx), a.biz, req.Key, "panicked", 0); err != nil {
+					if err := e.insert(ctx, a.biz, req.Key, "panicked", 0); err != nil {
 						return err
 					}
 					if run == 1 {
@@ -767,7 +767,7 @@ func TestClaimTakenOver(t *testing.T) {
 			return nil
 		}
 		s := e.store(idem.WithLease(time.Second))
-		srv, _ := e.serveIdem(idemgrpc.Config{Mode: idemgrpc.ModeClaim, Store: s}, a)
+		srv, _ := e.serveIdem(idemgrpc.Config{Mode: idemserve.ModeClaim, Store: s}, a)
 		cc := dial(t, srv.addr)
 		firstDone := make(chan result, 1)
 		go func() { firstDone <- call(withKey(t.Context(), "over-1"), cc, methodCharge, 2) }()
@@ -799,8 +799,7 @@ func TestClaimTakenOver(t *testing.T) {
 func TestDuplicatesWaitInMemory(t *testing.T) {
 	const dups = 12
 	forEachDB(t, func(t *testing.T, e *env) {
-		db := e.open()
-		db.SetMaxOpenConns(4)
+		db := e.open(4)
 		a := e.api()
 		a.started = make(chan struct{}, dups+1)
 		a.hook = func(ctx context.Context, _ int64) error {
@@ -809,7 +808,7 @@ func TestDuplicatesWaitInMemory(t *testing.T) {
 			}
 			return nil
 		}
-		srv, _ := e.serveIdem(idemgrpc.Config{DB: db}, a)
+		srv, _ := e.serveIdem(idemgrpc.Config{Runner: db.runner(nil)}, a)
 		cc := dial(t, srv.addr)
 		var rs []result
 		done := make(chan struct{})
@@ -824,7 +823,7 @@ func TestDuplicatesWaitInMemory(t *testing.T) {
 			t.Fatalf("a call with another key took %v behind the duplicates; want it served at once", took)
 		}
 		<-done
-		if w := db.Stats().WaitCount; w != 0 {
+		if w := db.waits(); w != 0 {
 			t.Fatalf("%d calls waited for one of the pool's 4 connections; duplicates must wait in memory", w)
 		}
 		checkStorm(t, rs, dups)
@@ -854,7 +853,7 @@ func TestRetriedAttemptReadsFirst(t *testing.T) {
 			t.Fatalf("first call: %v", r)
 		}
 		instance := func() *grpc.ClientConn {
-			srv, _ := e.serveIdem(idemgrpc.Config{Store: e.also(s), DB: e.open()}, a)
+			srv, _ := e.serveIdem(idemgrpc.Config{Store: e.also(s), Runner: e.open(0).runner(nil)}, a)
 			return dial(t, srv.addr)
 		}
 		holder, err := e.db.BeginTx(ctx, nil)

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"database/sql"
 	"encoding/hex"
+	"errors"
 	"fmt"
 
 	"google.golang.org/grpc"
@@ -14,7 +15,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoregistry"
 
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/internal/keygate"
+	"github.com/idemkit/idem/idemserve"
 )
 
 // MetadataKey is the metadata key that carries a call's idempotency key:
@@ -27,7 +28,7 @@ type Interceptor struct {
 	cfg           Config
 	noSideEffects map[string]bool
 	replayable    map[string]bool // metadata keys, lower case
-	gate          keygate.Gate    // ModeTransaction: one call per key at the database
+	core          *idemserve.Server
 }
 
 // Unary returns the server interceptor: calls of methods that have side
@@ -44,6 +45,33 @@ func (i *Interceptor) Unary() grpc.UnaryServerInterceptor {
 		return i.serve(ctx, req, info.FullMethod, handler)
 	}
 }
+
+// TxFrom returns the transaction the handler writes its rows through, or
+// nil outside the interceptor and for a method that passes through. The
+// handler must not commit or roll it back: the interceptor does.
+//
+// In [idemserve.ModeTransaction] the transaction is open before the handler runs. In
+// [idemserve.ModeClaim] the first call of TxFrom begins it, so call it only once the
+// slow work is done. TxFrom returns nil if it could not begin; the
+// interceptor then rolls back and answers INTERNAL in place of the
+// handler's answer.
+//
+// Behind an interceptor on another driver's Runner ([Config].Runner),
+// TxFrom returns nil and begins nothing: the handler's transaction is
+// that driver's (idempgx.TxFrom for pgx).
+func TxFrom(ctx context.Context) *sql.Tx { return idemserve.SQLTxFrom(ctx) }
+
+// RequestFrom returns the [idem.Request] (scope, key, operation,
+// fingerprint) the interceptor is running the handler for; ok is false
+// when the call carried no key.
+func RequestFrom(ctx context.Context) (req idem.Request, ok bool) { return idemserve.RequestFrom(ctx) }
+
+// ClaimFrom returns the claim the interceptor holds for the call whose
+// context is ctx: in [idemserve.ModeClaim], for a call with a key. Otherwise it
+// returns nil. The handler uses its RelayKey, and may extend it for work
+// longer than the Store's lease (Extend on the *sql.DB, ExtendOn on
+// another driver's pool); the interceptor completes or releases it.
+func ClaimFrom(ctx context.Context) *idem.Claim { return idemserve.ClaimFrom(ctx) }
 
 // attemptError ends an attempt without storing anything: the handler
 // answered a code that is not a result. Do passes it back unchanged and
@@ -64,8 +92,7 @@ func (i *Interceptor) serve(ctx context.Context, req any, method string, handler
 		i.cfg.Store.Report(ctx, idem.Event{Kind: idem.EventInvalid, Key: key, Operation: operation(method), Err: err})
 		return nil, err
 	}
-	var r *idem.Request
-	work := ctx
+	call := idemserve.Call{Retry: retried(ctx)}
 	if present {
 		msg, ok := req.(proto.Message)
 		if !ok {
@@ -78,29 +105,29 @@ func (i *Interceptor) serve(ctx context.Context, req any, method string, handler
 			}
 			return nil, i.fail(ctx, "scope", method, key, err)
 		}
-		r = &idem.Request{Scope: scope, Key: key, Operation: operation(method), Fingerprint: fingerprint(method, msg.ProtoReflect())}
-		ctx = context.WithValue(ctx, requestKey, *r)
-		if i.cfg.Mode == ModeTransaction {
-			leave, err := i.wait(ctx, *r)
-			if err != nil {
-				return nil, err
-			}
-			defer leave()
-		}
-		// From here the call holds its key: the work is not cancelled when
-		// the client goes, so that it finishes and its result is stored
-		// for the client's retry, but it is bounded.
-		var cancel context.CancelFunc
-		work, cancel = context.WithTimeout(context.WithoutCancel(ctx), i.cfg.Timeout)
-		defer cancel()
-		if retried(ctx) {
-			work = idem.WithRetryHint(work)
-		}
+		call.Request = &idem.Request{Scope: scope, Key: key, Operation: operation(method), Fingerprint: fingerprint(method, msg.ProtoReflect())}
 	}
-	if i.cfg.Mode == ModeClaim {
-		return i.serveClaim(ctx, work, req, method, r, handler)
+	var fresh *answer
+	call.Run = func(ctx context.Context) (idem.Response, error) {
+		fresh = i.run(ctx, req, method, handler)
+		if !i.isResult(fresh.status.Code()) {
+			return idem.Response{}, &attemptError{answer: fresh}
+		}
+		if !present {
+			return idem.Response{}, nil // nothing is stored
+		}
+		return fresh.response(i.keep)
 	}
-	return i.serveTx(ctx, work, req, method, r, handler)
+	res, err := i.core.Serve(ctx, call)
+	switch {
+	case err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()):
+		return nil, status.FromContextError(ctx.Err()).Err() // the client went while its call waited for another with its key
+	case err != nil:
+		return nil, i.answerError(ctx, method, key, err)
+	case res.Replayed:
+		return i.replay(ctx, res.Response, method, key)
+	}
+	return fresh.send(ctx, false)
 }
 
 // operation is what a key is bound to: the full method name, or its
@@ -113,71 +140,11 @@ func operation(method string) string {
 	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
-// wait lets the call through the gate of its key once no other call with
-// that key in this process is at the database, so that it waits in
-// memory, not on a pooled connection, as long as a duplicate in another
-// process waits on the row lock (keygate), and then answers as that
-// duplicate would, UNAVAILABLE; it gives up at once when the client goes.
-func (i *Interceptor) wait(ctx context.Context, r idem.Request) (leave func(), err error) {
-	leave, err = i.gate.Wait(ctx, i.cfg.Store, r, i.cfg.Timeout, i.cfg.RetryAfter)
-	if err == nil {
-		return leave, nil
-	}
-	i.cfg.Store.Report(ctx, idem.Event{Kind: idem.EventInFlight, Scope: r.Scope, Key: r.Key, Operation: r.Operation})
-	if ctx.Err() != nil {
-		return nil, status.FromContextError(ctx.Err()).Err()
-	}
-	return nil, i.answerError(ctx, r.Operation, r.Key, err)
-}
-
-// serveTx runs the handler inside Store.Do, in a transaction RunTx opens
-// and retries.
-func (i *Interceptor) serveTx(ctx, work context.Context, req any, method string, r *idem.Request, handler grpc.UnaryHandler) (any, error) {
-	var (
-		fresh *answer
-		res   idem.Result
-	)
-	err := idem.RunTx(work, i.cfg.DB, i.cfg.TxOptions, func(tx *sql.Tx) error {
-		run := func(ctx context.Context) (idem.Response, error) {
-			fresh = i.run(ctx, req, method, handler, &txHolder{tx: tx})
-			if !i.isResult(fresh.status.Code()) {
-				return idem.Response{}, &attemptError{answer: fresh}
-			}
-			if r == nil {
-				return idem.Response{}, nil
-			}
-			return fresh.response(i.keep)
-		}
-		if r == nil {
-			_, err := run(work)
-			return err
-		}
-		var err error
-		res, err = i.cfg.Store.Do(work, tx, *r, run)
-		return err
-	})
-	switch {
-	case err != nil:
-		return nil, i.answerError(ctx, method, keyIn(r), err)
-	case res.Replayed:
-		return i.replay(ctx, res.Response, method, r.Key)
-	}
-	return fresh.send(ctx, false)
-}
-
-// keyIn is r's key, "" without one.
-func keyIn(r *idem.Request) string {
-	if r == nil {
-		return ""
-	}
-	return r.Key
-}
-
-// run runs the handler with h as its transaction and a recorder as its
-// stream, and returns what it answered.
-func (i *Interceptor) run(ctx context.Context, req any, method string, handler grpc.UnaryHandler, h *txHolder) *answer {
+// run runs the handler with a recorder as its stream, and returns what
+// it answered.
+func (i *Interceptor) run(ctx context.Context, req any, method string, handler grpc.UnaryHandler) *answer {
 	rec := &recorder{method: method}
-	reply, err := handler(grpc.NewContextWithServerTransportStream(context.WithValue(ctx, txKey, h), rec), req)
+	reply, err := handler(grpc.NewContextWithServerTransportStream(ctx, rec), req)
 	return rec.answer(reply, err)
 }
 

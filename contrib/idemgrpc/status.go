@@ -15,7 +15,7 @@ import (
 	"google.golang.org/protobuf/protoadapt"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemserve"
 )
 
 // ErrorDomain is the domain of the google.rpc.ErrorInfo that every error
@@ -78,30 +78,26 @@ func retryLater(ctx context.Context, wait time.Duration, reason, msg string) err
 // call with key: a status whose code says what the client should do next.
 // ctx is the call's own context, whose stream gets the trailer.
 func (i *Interceptor) answerError(ctx context.Context, method, key string, err error) error {
-	var (
-		attempt  *attemptError
-		inFlight *idem.InFlightError
-	)
-	switch {
-	case errors.As(err, &attempt):
+	if attempt, ok := errors.AsType[*attemptError](err); ok {
 		_, err := attempt.answer.send(ctx, false)
 		return err
-	case errors.Is(err, idem.ErrMismatch):
+	}
+	switch o := i.core.Outcome(err); o.Kind {
+	case idemserve.Mismatch:
 		return statusError(codes.FailedPrecondition, ReasonKeyReused,
 			fmt.Sprintf("idempotency key %q was already used for a different request (another method, or another request message); a retry must repeat the request exactly, and a new request needs a new key", key),
 			&errdetails.PreconditionFailure{Violations: []*errdetails.PreconditionFailure_Violation{{
 				Type: ReasonKeyReused, Subject: i.keySubject(), Description: "the idempotency key belongs to another request"}}})
-	case errors.Is(err, idem.ErrLeaseLost):
-		return retryLater(ctx, i.cfg.RetryAfter, ReasonTakenOver,
+	case idemserve.TakenOver:
+		return retryLater(ctx, o.RetryAfter, ReasonTakenOver,
 			fmt.Sprintf("%s ran past its lease and a retry took it over; nothing of this attempt was stored; retry with the same key to get that call's result", callWith(key)))
-	case errors.As(err, &inFlight):
-		wait := min(i.cfg.RetryAfter, inFlight.RetryAfter)
-		return retryLater(ctx, wait, ReasonInFlight,
-			fmt.Sprintf("a call with idempotency key %q is still being processed; retry after %v with the same key and request to get its result", key, wait))
-	case errors.Is(err, idem.ErrInvalidKey):
+	case idemserve.InFlight:
+		return retryLater(ctx, o.RetryAfter, ReasonInFlight,
+			fmt.Sprintf("a call with idempotency key %q is still being processed; retry after %v with the same key and request to get its result", key, o.RetryAfter))
+	case idemserve.InvalidKey:
 		return i.invalidKey(err.Error())
-	case idem.IsRetryable(err):
-		return retryLater(ctx, i.cfg.RetryAfter, ReasonContention,
+	case idemserve.Contention:
+		return retryLater(ctx, o.RetryAfter, ReasonContention,
 			fmt.Sprintf("the transaction of %s kept failing with serialization failures or deadlocks and was rolled back; nothing was stored; retry it", callWith(key)))
 	}
 	return i.fail(ctx, "transaction", method, key, err)
@@ -117,7 +113,7 @@ func callWith(key string) string {
 
 // fail logs err and answers INTERNAL.
 func (i *Interceptor) fail(ctx context.Context, stage, method, key string, err error) error {
-	i.cfg.Logger.ErrorContext(ctx, "idemgrpc: call failed", "stage", stage, "method", method, "key", key, "err", err)
+	i.core.Logger().ErrorContext(ctx, "idemgrpc: call failed", "stage", stage, "method", method, "key", key, "err", err)
 	return statusError(codes.Internal, ReasonInternal,
 		"the call failed on the server and was rolled back; nothing was stored; retry with the same idempotency key")
 }
