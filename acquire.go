@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"net/http"
 	"time"
 )
 
@@ -21,9 +20,13 @@ type record struct {
 	fingerprint string
 	status      Status
 	token       int64
-	forgotten   bool          // past retention: counts as absent
+	forgotten   bool          // past its expiry (and key memory): counts as absent
+	expired     bool          // its response is gone (past its expiry, or kept by the key memory)
 	leaseLeft   time.Duration // by the database clock; <= 0 once expired
-	resp        Response
+	code        sql.NullInt64 // the response's status code
+	header      []byte        // the stored header (NULL when sealed)
+	body        []byte        // the stored body, or header and body sealed
+	sealedKey   sql.NullString
 }
 
 // matches reports whether rec was made by a request like req: the same
@@ -128,15 +131,18 @@ func (s *Store) take(ctx context.Context, c conn, req Request, by caller) (repla
 		}
 		if !rec.forgotten {
 			switch {
-			case rec.status == StatusCompleted:
-				return s.replayed(req, rec)
 			case !rec.matches(req):
 				return nil, 0, mismatch(req, rec)
+			case rec.expired:
+				return nil, 0, expired(req)
+			case rec.status == StatusCompleted:
+				return s.replayed(req, rec)
 			case rec.status == StatusProcessing && rec.leaseLeft > 0:
 				return nil, 0, inFlight(rec.leaseLeft)
 			}
 		}
-		takeover := s.st.query(s.st.takeover, &values{req: req, token: rec.token, lease: lease, retention: micros(s.retention)})
+		takeover := s.st.query(s.st.takeover, &values{req: req, token: rec.token, lease: lease, expiry: s.expiry(req, by),
+			retention: micros(s.retention), keyMemory: micros(s.keyMemory)})
 		ok, token, waited, err = s.claimRow(ctx, c, req, takeover, byTakeover, by)
 		if err != nil {
 			return nil, 0, s.stmtErr("take over", req, err)
@@ -155,13 +161,46 @@ func (s *Store) take(ctx context.Context, c conn, req Request, by caller) (repla
 
 // replayed returns the response of rec, a completed record within
 // retention, for req, and remembers the key as completed; or the error of
-// a request that does not match it.
+// a request that does not match it, which opens nothing.
 func (s *Store) replayed(req Request, rec record) (*Result, int64, error) {
 	if !rec.matches(req) {
 		return nil, 0, mismatch(req, rec)
 	}
+	resp, err := s.response(req, rec)
+	if err != nil {
+		return nil, 0, err
+	}
 	s.completed.add(req)
-	return &Result{Response: rec.resp, Replayed: true}, 0, nil
+	return &Result{Response: resp, Replayed: true}, 0, nil
+}
+
+// response is the stored response of rec, opened when it is sealed.
+func (s *Store) response(req Request, rec record) (Response, error) {
+	header, body, err := s.open(req, rec.sealedKey.String, rec.header, rec.body)
+	if err != nil {
+		return Response{}, err
+	}
+	h, err := decodeHeader(header)
+	if err != nil {
+		return Response{}, &Error{Op: "read the record", Scope: req.Scope, Key: req.Key, Err: err,
+			Detail: "its stored response header is corrupt (not written by idem?)",
+			Hint:   "delete the record by hand (docs/operations.md) or wait for it to pass retention"}
+	}
+	return Response{StatusCode: int(rec.code.Int64), Header: h, Body: body}, nil
+}
+
+// expiry is the expiry of a new claim of req for by from now, in µs.
+// Do's claim commits with its response, in one transaction, so its
+// record replays for its retention from the claim, and its completion
+// leaves the expiry as it is (so that on PostgreSQL its update changes
+// no indexed column and stays HOT). Begin's claim commits alone and may
+// run for its lease before its completion sets the expiry anew: until
+// then it expires after its lease and its retention.
+func (s *Store) expiry(req Request, by caller) int64 {
+	if by == forDo {
+		return micros(s.retentionOf(req))
+	}
+	return micros(s.lease) + micros(s.retentionOf(req))
 }
 
 // claimNew claims req's key as a new record for by. Do's claim carries a
@@ -170,10 +209,10 @@ func (s *Store) replayed(req Request, rec record) (*Result, int64, error) {
 // which claimRow reads.
 func (s *Store) claimNew(ctx context.Context, c conn, req Request, lease int64, by caller) (ok bool, token int64, waited time.Duration, err error) {
 	if by == forBegin {
-		return s.claimRow(ctx, c, req, s.st.query(s.st.insert, &values{req: req, lease: lease}), byInsert, by)
+		return s.claimRow(ctx, c, req, s.st.query(s.st.insert, &values{req: req, lease: lease, expiry: s.expiry(req, by)}), byInsert, by)
 	}
 	token = ownToken()
-	ok, err = s.dialect.inserted(c.exec(ctx, s.st.query(s.st.insertOwn, &values{req: req, token: token, lease: lease})))
+	ok, err = s.dialect.inserted(c.exec(ctx, s.st.query(s.st.insertOwn, &values{req: req, token: token, lease: lease, expiry: s.expiry(req, by)})))
 	return ok, token, 0, err
 }
 
@@ -240,7 +279,7 @@ func (s *Store) restamp(ctx context.Context, c conn, req Request, by caller, tok
 	if by != forBegin || waited <= restampAfter {
 		return nil
 	}
-	n, err := c.exec(ctx, s.st.query(s.st.extend, &values{req: req, token: token, lease: micros(s.lease)}))
+	n, err := c.exec(ctx, s.st.query(s.st.extend, &values{req: req, token: token, lease: micros(s.lease), keep: micros(s.retentionOf(req))}))
 	if err == nil && n != 1 {
 		err = fmt.Errorf("%d records changed, want 1", n)
 	}
@@ -252,14 +291,10 @@ func (s *Store) restamp(ctx context.Context, c conn, req Request, by caller, tok
 
 // read reads the record of (Scope, Key); found is false when there is none.
 func (s *Store) read(ctx context.Context, c conn, req Request) (rec record, found bool, err error) {
-	var (
-		leaseLeft int64
-		status    sql.NullInt64
-		header    []byte
-	)
-	err = c.queryRow(ctx, s.st.query(s.st.read, &values{req: req, retention: micros(s.retention)}),
-		&rec.operation, &rec.fingerprint, &rec.status, &rec.token, &rec.forgotten, &leaseLeft,
-		&status, &header, &rec.resp.Body)
+	var leaseLeft int64
+	q := s.st.query(s.st.read, &values{req: req, retention: micros(s.retention), keyMemory: micros(s.keyMemory)})
+	err = c.queryRow(ctx, q, &rec.operation, &rec.fingerprint, &rec.status, &rec.token, &rec.forgotten, &rec.expired, &leaseLeft,
+		&rec.code, &rec.header, &rec.body, &rec.sealedKey)
 	if errors.Is(err, sql.ErrNoRows) {
 		return record{}, false, nil
 	}
@@ -267,51 +302,33 @@ func (s *Store) read(ctx context.Context, c conn, req Request) (rec record, foun
 		return record{}, false, s.stmtErr("read the record", req, err)
 	}
 	rec.leaseLeft = time.Duration(leaseLeft) * time.Microsecond
-	rec.resp.StatusCode = int(status.Int64)
-	if rec.resp.Header, err = storedHeader(req, header); err != nil {
-		return record{}, false, err
-	}
 	return rec, true, nil
 }
 
 // readCompleted reads the record of (Scope, Key) when it is completed and
-// within retention, with what its replay needs; found is false for any
+// within its expiry, with what its replay needs; found is false for any
 // other record, and when there is none.
 func (s *Store) readCompleted(ctx context.Context, c conn, req Request) (rec record, found bool, err error) {
-	var (
-		status sql.NullInt64
-		header []byte
-	)
 	err = c.queryRow(ctx, s.st.query(s.st.readCompleted, &values{req: req, retention: micros(s.retention)}),
-		&rec.operation, &rec.fingerprint, &status, &header, &rec.resp.Body)
+		&rec.operation, &rec.fingerprint, &rec.code, &rec.header, &rec.body, &rec.sealedKey)
 	if errors.Is(err, sql.ErrNoRows) {
 		return record{}, false, nil
 	}
 	if err != nil {
 		return record{}, false, s.stmtErr("read the record", req, err)
 	}
-	rec.resp.StatusCode = int(status.Int64)
-	if rec.resp.Header, err = storedHeader(req, header); err != nil {
-		return record{}, false, err
-	}
+	rec.status = StatusCompleted
 	return rec, true, nil
-}
-
-// storedHeader decodes the header of req's record as read.
-func storedHeader(req Request, header []byte) (http.Header, error) {
-	h, err := decodeHeader(header)
-	if err != nil {
-		return nil, &Error{Op: "read the record", Scope: req.Scope, Key: req.Key, Err: err,
-			Detail: "its stored response header is corrupt (not written by idem?)",
-			Hint:   "delete the record by hand (docs/operations.md) or wait for it to pass retention"}
-	}
-	return h, nil
 }
 
 // store stores resp as the final result of Do's claim, fenced on its
 // token. A claim that is gone means the database ended the transaction.
 func (s *Store) store(ctx context.Context, c conn, req Request, token int64, resp Response) error {
-	n, err := c.exec(ctx, s.st.query(s.st.complete, &values{req: req, token: token, resp: resp, header: encodeHeader(resp.Header)}))
+	q, err := s.completion(req, token, resp, forDo)
+	if err != nil {
+		return err
+	}
+	n, err := c.exec(ctx, q)
 	switch {
 	case err != nil:
 		return s.stmtErr("store the response", req, err)
@@ -320,6 +337,22 @@ func (s *Store) store(ctx context.Context, c conn, req Request, token int64, res
 	}
 	s.completed.add(req)
 	return nil
+}
+
+// completion is the statement that stores resp, sealed when the Store
+// has a sealer, as the final result of req's claim with token, made for
+// by: Do's keeps the expiry its claim set (see expiry), a Claim's counts
+// its retention from now.
+func (s *Store) completion(req Request, token int64, resp Response, by caller) (Query, error) {
+	header, body, keyID, err := s.seal(req, resp)
+	if err != nil {
+		return Query{}, err
+	}
+	v := &values{req: req, token: token, resp: resp, header: header, body: body, sealedKey: keyID}
+	if by == forBegin {
+		v.keep = micros(s.retentionOf(req))
+	}
+	return s.st.query(s.st.complete, v), nil
 }
 
 // unclaim removes Do's claim after fn failed with cause, fenced on its
@@ -357,6 +390,14 @@ func txEnded(what string, req Request, token int64, cause error) error {
 		e.Detail += "; fn's error: " + reason(cause)
 	}
 	return e
+}
+
+// expired reports that req's key has a record whose response is gone,
+// kept by the key memory.
+func expired(req Request) error {
+	return &Error{Op: "claim", Scope: req.Scope, Key: req.Key, Err: ErrExpired,
+		Detail: "the key was used and its response is gone: its retention has passed, and the Store keeps the key for its key memory; nothing ran",
+		Hint:   "do not retry with this key: look the outcome up another way, or send a new request with a new key"}
 }
 
 // mismatch reports that req's key has a record of another request.

@@ -110,7 +110,7 @@ func (c *Claim) ExtendOn(ctx context.Context, db Conn, d time.Duration) (err err
 	if err := checkDuration("Extend's duration", d); err != nil {
 		return err
 	}
-	q := c.s.st.query(c.s.st.extend, &values{req: c.req, token: c.token, lease: micros(d)})
+	q := c.s.st.query(c.s.st.extend, &values{req: c.req, token: c.token, lease: micros(d), keep: micros(c.s.retentionOf(c.req))})
 	return c.fenced(ctx, c.s.conn(db), q, "extend the lease", "stop the work and do not complete it")
 }
 
@@ -145,7 +145,10 @@ func (c *Claim) CompleteOn(ctx context.Context, tx Tx, resp Response) (err error
 	if err := resp.validate(); err != nil {
 		return err
 	}
-	q := c.s.st.query(c.s.st.complete, &values{req: c.req, token: c.token, resp: resp, header: encodeHeader(resp.Header)})
+	q, err := c.s.completion(c.req, c.token, resp, forBegin)
+	if err != nil {
+		return err
+	}
 	if err := c.fenced(ctx, c.s.conn(tx), q, "complete", "roll back this transaction"); err != nil {
 		return err
 	}

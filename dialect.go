@@ -3,6 +3,7 @@ package idem
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"regexp"
 	"strings"
@@ -44,6 +45,11 @@ type Dialect interface {
 	// PostgreSQL through lib/pq); nil where they go with parameters. It
 	// is asked once per handle, not per statement.
 	literals(c Conn) func(q Query) Query
+	// applied reports an error of a migration's statement that says it has
+	// run already (a column or index that exists, or one to drop that does
+	// not): a migration that failed part way, or that another process ran
+	// meanwhile, is run again from its start, and goes on past it.
+	applied(err error) bool
 	// schemaFault reads an error of the database as one about the table a
 	// statement named (it does not exist, its columns are not those of
 	// idem's table, its schema does not exist), or noSchemaFault.
@@ -107,21 +113,39 @@ type statements struct {
 	// version reads whether the table exists (a boolean) and its comment,
 	// in which the migrations from version 2 on record the version.
 	version statement
+	// built reads the state of an index of the table (argQuoted, and
+	// argIndexName, its name as a migration creates it): whether it is
+	// valid, whether a build of it is running, and its name as
+	// dropUnbuilt takes it; no row when it does not exist. Empty where an
+	// index is built whole or not at all; else builds says which
+	// statements of a migration build one beside the traffic
+	// (PostgreSQL's CREATE INDEX CONCURRENTLY), and migrateStep reads
+	// built before each: such a build that failed (a deadlock with
+	// another Migrate's, a process killed) leaves its index unusable,
+	// and IF NOT EXISTS would pass over it for ever.
+	built statement
+	// builds is the name of the index stmt builds beside the traffic, or
+	// "".
+	builds func(stmt string) string
+	// dropUnbuilt is the text before the name of such an index that
+	// drops it, without holding up the traffic.
+	dropUnbuilt string
 	// insert claims a new key as PROCESSING with a token from the
-	// database clock (Begin's claim), or does nothing (or fails with a
-	// duplicate-key error that inserted recognises) when it exists. It
-	// waits for an open transaction that holds the key. What it returns,
-	// insertReturns says.
+	// database clock (Begin's claim), its lease, and its expiry (the lease
+	// and the request's retention from now), or does nothing (or fails
+	// with a duplicate-key error that inserted recognises) when it
+	// exists. It waits for an open transaction that holds the key. What
+	// it returns, insertReturns says.
 	insert statement
 	// insertOwn is insert with the claim's token given (Do's, ownToken)
 	// instead of one from the clock. It returns nothing.
 	insertOwn statement
-	// takeover makes the record a new PROCESSING claim and grows its
-	// token, if the token is still the one read and the record may still
-	// be taken over (released, lease ended, or past retention) as the
-	// statement sees it: a Complete or Extend that committed between
-	// acquire's read and this write wins. What it returns,
-	// takeoverReturns says.
+	// takeover makes the record a new PROCESSING claim (with its lease and
+	// expiry, as insert's) and grows its token, if the token is still the
+	// one read and the record may still be taken over (released, lease
+	// ended, or forgotten) as the statement sees it: a Complete or Extend
+	// that committed between acquire's read and this write wins. What it
+	// returns, takeoverReturns says.
 	takeover statement
 	// insertReturns and takeoverReturns are what insert and takeover
 	// return when they claim.
@@ -131,43 +155,71 @@ type statements struct {
 	// statements do not return. Empty where they return both.
 	claimed statement
 	// read reads a record: operation, fingerprint, status, token,
-	// forgotten (past retention), lease left in µs, response status,
-	// header and body. It sees the latest committed row whatever the
-	// transaction's snapshot (on MySQL a locking read).
+	// forgotten (past its expiry, and for a completed one past the key
+	// memory after it: the key counts as absent), expired (its response
+	// is gone: past its expiry, or kept by the key memory), lease left in
+	// µs, response status, header, body and sealed_key. It sees the latest
+	// committed row whatever the transaction's snapshot (on MySQL a
+	// locking read).
 	read statement
-	// readCompleted is read of a record that is completed and within
-	// retention, and of what its replay needs: operation, fingerprint,
-	// response status, header and body. Any other record is no row. It
-	// sees and locks what read does.
+	// readCompleted is read of a record that is completed and within its
+	// expiry, and of what its replay needs: operation, fingerprint,
+	// response status, header, body and sealed_key. Any other record is
+	// no row. It sees and locks what read does.
 	readCompleted statement
 	// state reads a record's status and token as last committed, to
 	// explain why a fenced statement changed nothing.
 	state statement
-	// complete stores the final response of the claim. Fenced.
+	// complete stores the final response of the claim, and sets its
+	// expiry to the request's retention from now (a Claim's), or leaves it
+	// as it was when that is NULL (Do's, whose claim counted the retention
+	// from the claim: so its update changes no indexed column). Fenced.
 	complete statement
 	// extend moves the lease's end to at least lease from now, and at
-	// least one microsecond later than it was. Fenced.
+	// least one microsecond later than it was, and the expiry to the
+	// request's retention after that when that is later. Fenced.
 	extend statement
 	// release ends the claim without a result: the next attempt takes the
 	// record over at once. Fenced.
 	release statement
 	// remove deletes Do's claim after fn failed. Fenced.
 	remove statement
-	// purgeWindow reads what purge (with the same arguments) would
-	// delete, locking nothing: how many records, and the created_at of the
-	// last (newest) of them, in µs since the Unix epoch (0 when none).
+	// purgeWindow reads what purge and strip (with the same cursor and
+	// limit) would change, locking nothing: how many records have expired
+	// (expires_at at the cursor, in µs since the Unix epoch, or later, and
+	// not later than now), at most limit of them, and the expires_at of
+	// the last (latest) of them, in µs (0 when none).
 	purgeWindow statement
-	// purge deletes at most limit records past retention, oldest first,
-	// among those created at from (µs since the Unix epoch) or later;
-	// never a live claim.
+	// purge deletes at most limit of those records, oldest expiry first,
+	// but for those of the status given (''; 'completed' under a key
+	// memory, whose records strip keeps), and never a live claim.
 	purge statement
+	// strip keeps at most limit of those records that are completed for
+	// the key memory given: status 'expired', no response, their expiry
+	// moved on by it.
+	strip statement
+	// legacyWindow and legacyPurge are purgeWindow and purge (delete) of
+	// the records written before the schema version with expires_at (it is
+	// NULL on them), which expire as they did then, by the Store's
+	// retention and the key memory, in created_at order from the legacy
+	// cursor.
+	legacyWindow, legacyPurge statement
 	// purgeIsolation is the isolation level of the short transaction each
 	// purge batch runs in.
 	purgeIsolation sql.IsolationLevel
+	// resealRead reads, for ResealOn, at most limit completed records
+	// whose response is not sealed with the key given, in expires_at order
+	// from the cursor, and locks them: scope, key, operation, token,
+	// expires_at (µs), sealed_key, header and body.
+	resealRead statement
+	// resealWrite stores a record's response sealed anew. Fenced on the
+	// token and the status.
+	resealWrite statement
 	// inspect reads a record for a person: operation, fingerprint, status,
 	// token, lease_until, created_at and completed_at (µs since the Unix
 	// epoch; completed_at may be NULL), the database clock (µs), forgotten,
-	// response status, header and body. A plain read that locks nothing.
+	// expired, its expiry (µs), response status, header, body and
+	// sealed_key. A plain read that locks nothing.
 	inspect statement
 	// inspectKey reads the records of key in every scope, in scope order,
 	// at most limit of them: scope, then what inspect reads. The table is
@@ -179,8 +231,9 @@ type statements struct {
 	// reads as notIdemTable.
 	columns statement
 	// stats counts the records per status: status, count, oldest
-	// created_at (µs since the Unix epoch), how many are past retention
-	// (what purge would delete), and the database clock (µs).
+	// created_at (µs since the Unix epoch), how many are past their
+	// expiry (what purge would delete, or strip under a key memory), and
+	// the database clock (µs).
 	stats statement
 	// size reads the bytes of the table and of its indexes (NULL where the
 	// database cannot tell).
@@ -211,25 +264,36 @@ const (
 	argFingerprint            // the request's
 	argToken                  // the claim's fencing token
 	argLease                  // a lease, in µs
-	argRetention              // the retention, in µs
+	argRetention              // the Store's retention, in µs (a record without an expiry expires by it)
+	argKeep                   // the request's retention, in µs; complete's is NULL for Do's claim, whose expiry stays
+	argExpiry                 // a new claim's expiry from now, in µs: its lease and the request's retention
+	argKeyMemory              // the Store's key memory, in µs (0: none)
+	argSpared                 // the status a purge does not delete: "completed" under a key memory, else ""
+	argSealedKey              // the name of the key that sealed the response, NULL in the clear
 	argStatus                 // the response's status code
 	argHeader                 // the response's header, encoded
 	argBody                   // the response's body
-	argFrom                   // the purge's cursor, µs since the Unix epoch
+	argFrom                   // a cursor: µs since the Unix epoch
 	argLimit                  // at most this many records
 	argSchema                 // the table's schema; NULL for the connection's
 	argBase                   // the table's own name
 	argQuoted                 // the table's whole name, quoted
-	argIndex                  // the name of the table's created_at index
+	argIndex                  // the name of the table's expires_at index
+	argIndexName              // the name of an index a migration builds
 )
 
 // values are what the engine binds a statement's arguments to.
 type values struct {
-	req                           Request
-	token, lease, retention, from int64
-	limit                         int
-	resp                          Response
-	header                        []byte
+	req                                        Request
+	token, lease, retention, expiry, keyMemory int64
+	keep                                       any // int64, or nil
+	from                                       int64
+	limit                                      int
+	resp                                       Response
+	header, body                               []byte
+	spared                                     string
+	sealedKey                                  any
+	indexName                                  string
 }
 
 // query binds st's arguments to v, for the Store's table.
@@ -254,12 +318,22 @@ func (s *statements) query(st statement, v *values) Query {
 			args[i] = v.lease
 		case argRetention:
 			args[i] = v.retention
+		case argKeep:
+			args[i] = v.keep
+		case argExpiry:
+			args[i] = v.expiry
+		case argKeyMemory:
+			args[i] = v.keyMemory
+		case argSpared:
+			args[i] = v.spared
+		case argSealedKey:
+			args[i] = v.sealedKey
 		case argStatus:
 			args[i] = v.resp.StatusCode
 		case argHeader:
 			args[i] = v.header
 		case argBody:
-			args[i] = v.resp.Body
+			args[i] = v.body
 		case argFrom:
 			args[i] = v.from
 		case argLimit:
@@ -271,7 +345,9 @@ func (s *statements) query(st statement, v *values) Query {
 		case argQuoted:
 			args[i] = s.table.quoted
 		case argIndex:
-			args[i] = s.table.base() + "_created_at_idx"
+			args[i] = s.table.base() + "_expires_at_idx"
+		case argIndexName:
+			args[i] = v.indexName
 		}
 	}
 	return Query{SQL: st.sql, Args: args}
@@ -282,12 +358,18 @@ func (s *statements) query(st statement, v *values) Query {
 func (s *statements) rendered(t table, ddl []schema.Migration) *statements {
 	s.table = t
 	s.migrations = migrationStatements(ddl, t.quoted, t.base())
-	for _, st := range []*statement{&s.version, &s.insert, &s.insertOwn, &s.takeover, &s.claimed, &s.read,
-		&s.readCompleted, &s.state, &s.complete, &s.extend, &s.release, &s.remove, &s.purgeWindow, &s.purge,
-		&s.inspect, &s.inspectKey, &s.columns, &s.stats, &s.size} {
+	for _, st := range s.all() {
 		st.sql = render(st.sql, t.quoted, t.base())
 	}
 	return s
+}
+
+// all is every statement of s.
+func (s *statements) all() []*statement {
+	return []*statement{&s.version, &s.insert, &s.insertOwn, &s.takeover, &s.claimed, &s.read,
+		&s.readCompleted, &s.state, &s.complete, &s.extend, &s.release, &s.remove, &s.purgeWindow, &s.purge,
+		&s.strip, &s.legacyWindow, &s.legacyPurge, &s.resealRead, &s.resealWrite, &s.inspect, &s.inspectKey,
+		&s.columns, &s.stats, &s.size}
 }
 
 // args lists a statement's arguments in order.
@@ -301,6 +383,7 @@ const (
 	noSchemaFault schemaFault = iota // the error is not about the table
 	noTable                          // the table does not exist
 	notIdemTable                     // a column of idem's table is missing, or of another type: the table is someone else's
+	olderTable                       // a column added since the first schema version is missing: the table is idem's, of an older release
 	noSchema                         // the table's schema does not exist (MySQL: its database; SQLite: the attached database)
 )
 
@@ -334,19 +417,65 @@ func (s *Store) next(err error) string {
 // Store's table, when the dialect reads it as one about the table itself;
 // "" when it does not.
 func (s *Store) schemaAdvice(err error) string {
-	switch s.dialect.schemaFault(err) {
+	fault := s.dialect.schemaFault(err)
+	if errors.As(err, new(notIdem)) {
+		fault = notIdemTable
+	}
+	switch fault {
 	case noTable:
 		return fmt.Sprintf("table %s does not exist: create it with Store.Migrate or idem migrate --table %s, or name the table idem uses (WithTable, --table)", s.table, s.table)
 	case notIdemTable:
 		return fmt.Sprintf("table %s is not idem's: its columns are not those of idem's table; name the table idem uses (WithTable, --table): running this again will not help", s.table)
+	case olderTable:
+		return fmt.Sprintf("table %s lacks a column of idem's table of this release: if it is idem's, of an older release, upgrade it with Store.Migrate or idem migrate --table %s (which refuses a table that is not idem's)", s.table, s.table)
 	case noSchema:
 		return fmt.Sprintf("the schema of table %s does not exist: create it first (CREATE SCHEMA on PostgreSQL, CREATE DATABASE on MySQL, ATTACH DATABASE on SQLite), or name a table in a schema that exists", s.table)
 	}
 	return ""
 }
 
+// laterColumns are the columns of idem's table added after its first
+// schema version: an error naming one of them as missing is about a table
+// of an older release (olderTable), not another's.
+var laterColumns = []string{"expires_at", "sealed_key"}
+
+// missingFault is the schemaFault of a database's error that a column is
+// missing, msg its text: olderTable when it names one of laterColumns,
+// notIdemTable otherwise.
+func missingFault(msg string) schemaFault {
+	for _, c := range laterColumns {
+		if strings.Contains(msg, c) {
+			return olderTable
+		}
+	}
+	return notIdemTable
+}
+
+// notIdem marks an error of a statement on a table that lacks a column of
+// idem's first schema version, as probed found: a table of an older
+// release lacks only laterColumns.
+type notIdem struct{ error }
+
+func (e notIdem) Unwrap() error { return e.error }
+
+// probed is err marked notIdem when the dialect reads it as a later
+// column missing (olderTable) and the columns probe, run on c (a handle
+// outside the failed statement's transaction, whose statements after
+// the error may fail), finds a column of the first version missing too.
+func (s *Store) probed(ctx context.Context, c conn, err error) error {
+	if s.dialect.schemaFault(err) != olderTable {
+		return err
+	}
+	noRows := func(func(...any) error) error { return nil }
+	if perr := c.queryRows(ctx, s.st.query(s.st.columns, &values{}), noRows); perr != nil && s.dialect.schemaFault(perr) == notIdemTable {
+		return notIdem{err}
+	}
+	return err
+}
+
 // columnsProbe is every dialect's columns statement: it names each column
-// of idem's table and reads no row.
+// that idem's table has had since its first schema version, and reads no
+// row.
 var columnsProbe = statement{sql: columnsProbeSQL}
 
 const columnsProbeSQL = `SELECT scope, idem_key, operation, fingerprint, status, token, lease_until, created_at,

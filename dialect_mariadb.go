@@ -22,11 +22,9 @@ type mariadbDialect struct{ mysqlDialect }
 func (mariadbDialect) Name() string { return "mariadb" }
 
 func (mariadbDialect) statements(parts []string) *statements {
-	return myStatements(parts, schema.MySQL, mariadbInsert, returning{token: true}, myRead, myReadCompleted, myState)
+	return myStatements(parts, schema.MySQL, mariadbInsert, returning{token: true}, myShareLock)
 }
 
 // mariadbInsert is MySQL's insert, returning the token.
-const mariadbInsert = `INSERT INTO idempotency_keys (scope, idem_key, operation, fingerprint, status, token, lease_until, created_at)
-VALUES (?, ?, ?, ?, 'processing', TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)),
-  UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, UTC_TIMESTAMP(6))
+const mariadbInsert = myInsert + `
 RETURNING token`

@@ -29,44 +29,58 @@ type mysqlDialect struct{}
 func (mysqlDialect) Name() string { return "mysql" }
 
 func (mysqlDialect) statements(parts []string) *statements {
-	return myStatements(parts, schema.MySQL, myInsert, returning{}, myRead, myReadCompleted, myState)
+	return myStatements(parts, schema.MySQL, myInsert, returning{}, myShareLock)
 }
 
+// The locking clauses of the reads that must see the latest committed
+// row whatever the transaction's snapshot: a shared-lock read on MySQL
+// and MariaDB, FOR UPDATE on TiDB (see TiDB).
+const (
+	myShareLock = ` LOCK IN SHARE MODE`
+	myForUpdate = ` FOR UPDATE`
+)
+
 // myStatements are the MySQL family's statements for a table, with the
-// migrations, the insert (and what it returns) and the three locking
-// reads (read, readCompleted and state) of one database. No claim
+// migrations, the insert (and what it returns) and the locking clause of
+// the reads (read, readCompleted and state) of one database. No claim
 // statement returns anything but MariaDB's insert (its token): MySQL has
 // no RETURNING, MariaDB none on UPDATE, and LAST_INSERT_ID() must stay
 // the caller's; claimed reads the rest.
-func myStatements(parts []string, ddl []schema.Migration, insert string, insertReturns returning, read, readCompleted, state string) *statements {
+func myStatements(parts []string, ddl []schema.Migration, insert string, insertReturns returning, lock string) *statements {
 	quoted := "`" + strings.Join(parts, "`.`") + "`"
+	expiry := args(argRetention, argKeyMemory, argRetention, argRetention) // myForgotten, myExpired
 	return (&statements{
 		version:       statement{myVersion, args(argSchema, argBase)},
-		insert:        statement{insert, args(argScope, argKey, argOperation, argFingerprint, argLease)},
-		insertOwn:     statement{myInsertOwn, args(argScope, argKey, argOperation, argFingerprint, argToken, argLease)},
-		takeover:      statement{myTakeover, args(argOperation, argFingerprint, argLease, argScope, argKey, argToken, argRetention)},
+		insert:        statement{insert, args(argScope, argKey, argOperation, argFingerprint, argLease, argExpiry)},
+		insertOwn:     statement{myInsertOwn, args(argScope, argKey, argOperation, argFingerprint, argToken, argLease, argExpiry)},
+		takeover:      statement{myTakeover, args(argOperation, argFingerprint, argLease, argExpiry, argScope, argKey, argToken, argRetention, argKeyMemory)},
 		insertReturns: insertReturns,
 		claimed:       statement{myClaimed, args(argScope, argKey)},
-		read:          statement{read, args(argRetention, argScope, argKey)},
-		readCompleted: statement{readCompleted, args(argScope, argKey, argRetention)},
-		state:         statement{state, args(argScope, argKey)},
-		complete:      statement{myComplete, args(argStatus, argHeader, argBody, argScope, argKey, argToken)},
-		extend:        statement{myExtend, args(argLease, argScope, argKey, argToken)},
+		read:          statement{myRead + lock, append(expiry, argScope, argKey)},
+		readCompleted: statement{myReadCompleted + lock, args(argScope, argKey, argRetention)},
+		state:         statement{myState + lock, args(argScope, argKey)},
+		complete:      statement{myComplete, args(argStatus, argHeader, argBody, argSealedKey, argKeep, argScope, argKey, argToken)},
+		extend:        statement{myExtend, args(argLease, argKeep, argLease, argScope, argKey, argToken)},
 		release:       statement{myRelease, args(argScope, argKey, argToken)},
 		remove:        statement{myRemove, args(argScope, argKey, argToken)},
-		purgeWindow:   statement{myPurgeWindow, args(argFrom, argRetention, argRetention, argLimit)},
-		purge:         statement{myPurge, args(argFrom, argRetention, argRetention, argLimit)},
+		purgeWindow:   statement{myPurgeWindow, args(argFrom, argLimit)},
+		purge:         statement{myPurge, args(argFrom, argSpared, argLimit)},
+		strip:         statement{myStrip, args(argKeyMemory, argFrom, argLimit)},
+		legacyWindow:  statement{myLegacyWindow, args(argFrom, argRetention, argKeyMemory, argRetention, argLimit)},
+		legacyPurge:   statement{myLegacyPurge, args(argFrom, argRetention, argKeyMemory, argRetention, argLimit)},
 		// READ COMMITTED: under REPEATABLE READ a batch locks the gap
-		// before the first row past its window (every gap of the primary
-		// key, if the optimizer runs it as a full scan), where fresh claims
-		// go when no newer record lies between, so each would wait for the
-		// batch to commit; READ COMMITTED takes no gap locks. The batch
-		// still waits for a row past its window that a transaction holds.
+		// before the first row past its window (every gap of the index, if
+		// the optimizer runs it as a full scan), where fresh claims go when
+		// no newer record lies between, so each would wait for the batch
+		// to commit; READ COMMITTED takes no gap locks. The batch still
+		// waits for a row past its window that a transaction holds.
 		purgeIsolation: sql.LevelReadCommitted,
-		inspect:        statement{myInspect, args(argRetention, argScope, argKey)},
-		inspectKey:     statement{myInspectKey, args(argRetention, argKey, argLimit)},
+		resealRead:     statement{myResealRead, args(argFrom, argSealedKey, argLimit)},
+		resealWrite:    statement{myResealWrite, args(argBody, argSealedKey, argScope, argKey, argToken)},
+		inspect:        statement{myInspect, append(append(expiry, argRetention), argScope, argKey)},
+		inspectKey:     statement{myInspectKey, append(append(expiry, argRetention), argKey, argLimit)},
 		columns:        columnsProbe,
-		stats:          statement{myStats, args(argRetention, argRetention)},
+		stats:          statement{myStats, args(argRetention)},
 		size:           statement{mySize, args(argSchema, argBase)},
 	}).rendered(table{parts: parts, quoted: quoted}, ddl)
 }
@@ -78,58 +92,78 @@ WHERE table_schema = COALESCE(?, DATABASE()) AND table_name = ?`
 // TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)), or
 // one more than the token before it, but for a new claim of Do's, whose
 // token Do chose (insertOwn).
-const myInsert = `INSERT INTO idempotency_keys (scope, idem_key, operation, fingerprint, status, token, lease_until, created_at)
+const myInsert = `INSERT INTO idempotency_keys (scope, idem_key, operation, fingerprint, status, token, lease_until, created_at, expires_at)
 VALUES (?, ?, ?, ?, 'processing', TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)),
-  UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, UTC_TIMESTAMP(6))`
+  UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)`
 
-const myInsertOwn = `INSERT INTO idempotency_keys (scope, idem_key, operation, fingerprint, status, token, lease_until, created_at)
-VALUES (?, ?, ?, ?, 'processing', ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, UTC_TIMESTAMP(6))`
+const myInsertOwn = `INSERT INTO idempotency_keys (scope, idem_key, operation, fingerprint, status, token, lease_until, created_at, expires_at)
+VALUES (?, ?, ?, ?, 'processing', ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)`
 
 // MySQL evaluates SET from left to right; token is read before it is
 // assigned and nothing after it reads it. The WHERE reads the row as last
-// committed (an UPDATE's read is a locking one).
+// committed (an UPDATE's read is a locking one). A record without an
+// expiry (written before schema version 3) expires by the Store's
+// retention; a completed one is kept for the key memory past its expiry.
 const myTakeover = `UPDATE idempotency_keys SET operation = ?, fingerprint = ?, status = 'processing',
   token = GREATEST(token + 1, TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))),
   lease_until = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, created_at = UTC_TIMESTAMP(6),
-  completed_at = NULL, response_status = NULL, response_headers = NULL, response_body = NULL
+  expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND,
+  completed_at = NULL, response_status = NULL, response_headers = NULL, response_body = NULL, sealed_key = NULL
 WHERE scope = ? AND idem_key = ? AND token = ?
   AND (status = 'released'
     OR status = 'processing' AND lease_until <= UTC_TIMESTAMP(6)
-    OR status = 'completed' AND completed_at + INTERVAL ? MICROSECOND <= UTC_TIMESTAMP(6))`
+    OR status = 'completed' AND COALESCE(expires_at, completed_at + INTERVAL ? MICROSECOND) + INTERVAL ? MICROSECOND <= UTC_TIMESTAMP(6)
+    OR status = 'expired' AND expires_at <= UTC_TIMESTAMP(6))`
 
 // The claim's created_at is its statement's start; claimed runs right
 // after that statement.
 const myClaimed = `SELECT token, TIMESTAMPDIFF(MICROSECOND, created_at, UTC_TIMESTAMP(6)) FROM idempotency_keys WHERE scope = ? AND idem_key = ?`
 
-// myReadRecord is read without its locking clause, which TiDB's read
-// has another of.
-const myReadRecord = `SELECT operation, fingerprint, status, token,
-  (CASE WHEN status = 'completed' THEN completed_at ELSE lease_until END) + INTERVAL ? MICROSECOND <= UTC_TIMESTAMP(6),
+// myLive is whether a record is a claim with a live lease, which no
+// expiry makes absent: a retention shorter than the lease.
+const myLive = `(status = 'processing' AND lease_until > UTC_TIMESTAMP(6))`
+
+// myExpiry is a record's expiry, by the Store's retention where it has
+// none of its own.
+const myExpiry = `COALESCE(expires_at, (CASE WHEN status = 'completed' THEN completed_at ELSE lease_until END) + INTERVAL ? MICROSECOND)`
+
+// myForgotten and myExpired are whether a record counts as absent (past
+// its expiry; a completed one also past the key memory; never a live
+// claim), and whether its
+// response is gone (past its expiry, or a key kept by the memory): with
+// the retention, the key memory, the retention and the retention.
+const (
+	myForgotten = `((CASE WHEN status = 'completed' THEN ` + myExpiry + ` + INTERVAL ? MICROSECOND
+    WHEN status = 'expired' THEN expires_at ELSE ` + myExpiry + ` END) <= UTC_TIMESTAMP(6) AND NOT ` + myLive + `)`
+	myExpired = `(status = 'expired' OR status = 'completed' AND ` + myExpiry + ` <= UTC_TIMESTAMP(6))`
+)
+
+// myRead, myReadCompleted and myState are read, readCompleted and state
+// without their locking clause, which is the database's.
+const (
+	myRead = `SELECT operation, fingerprint, status, token, ` + myForgotten + `, ` + myExpired + `,
   TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), lease_until),
-  response_status, response_headers, response_body
+  response_status, response_headers, response_body, sealed_key
 FROM idempotency_keys WHERE scope = ? AND idem_key = ?`
-
-// A shared-lock read sees the latest committed row even when the
-// transaction's REPEATABLE READ snapshot is older.
-const myRead = myReadRecord + ` LOCK IN SHARE MODE`
-
-// myReadCompletedRecord is readCompleted without its locking clause.
-const myReadCompletedRecord = `SELECT operation, fingerprint, response_status, response_headers, response_body
+	myReadCompleted = `SELECT operation, fingerprint, response_status, response_headers, response_body, sealed_key
 FROM idempotency_keys WHERE scope = ? AND idem_key = ?
-  AND status = 'completed' AND completed_at + INTERVAL ? MICROSECOND > UTC_TIMESTAMP(6)`
+  AND status = 'completed' AND COALESCE(expires_at, completed_at + INTERVAL ? MICROSECOND) > UTC_TIMESTAMP(6)`
+	myState = `SELECT status, token FROM idempotency_keys WHERE scope = ? AND idem_key = ?`
+)
 
-const myReadCompleted = myReadCompletedRecord + ` LOCK IN SHARE MODE`
-
-const myStateRecord = `SELECT status, token FROM idempotency_keys WHERE scope = ? AND idem_key = ?`
-
-const myState = myStateRecord + ` LOCK IN SHARE MODE`
-
+// Do's completion (a NULL retention) leaves expires_at as it was: the
+// update changes no indexed column.
 const myComplete = `UPDATE idempotency_keys SET status = 'completed', completed_at = UTC_TIMESTAMP(6),
-  response_status = ?, response_headers = ?, response_body = ?
+  response_status = ?, response_headers = ?, response_body = ?, sealed_key = ?,
+  expires_at = COALESCE(UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, expires_at)
 WHERE scope = ? AND idem_key = ? AND token = ? AND status = 'processing'`
 
+// expires_at is set before lease_until, so that it reads the lease's end
+// as it was, on every database of the family, and follows the new end.
 const myExtend = `UPDATE idempotency_keys
-SET lease_until = GREATEST(UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, lease_until + INTERVAL 1 MICROSECOND)
+SET expires_at = GREATEST(COALESCE(expires_at, UTC_TIMESTAMP(6)),
+    GREATEST(UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, lease_until + INTERVAL 1 MICROSECOND) + INTERVAL ? MICROSECOND),
+  lease_until = GREATEST(UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, lease_until + INTERVAL 1 MICROSECOND)
 WHERE scope = ? AND idem_key = ? AND token = ? AND status = 'processing'`
 
 const myRelease = `UPDATE idempotency_keys SET status = 'released', lease_until = UTC_TIMESTAMP(6)
@@ -137,30 +171,58 @@ WHERE scope = ? AND idem_key = ? AND token = ? AND status = 'processing'`
 
 const myRemove = `DELETE FROM idempotency_keys WHERE scope = ? AND idem_key = ? AND token = ? AND status = 'processing'`
 
-// myPurgeWhere picks the records a purge deletes: created at the purge's
-// cursor (µs since the Unix epoch) or later, and past retention.
-// created_at is never later than completed_at or lease_until, so it bounds
-// the scan at both ends: it leads the primary key (schema version 2) or
-// has an index of its own.
-const myPurgeWhere = `created_at >= '1970-01-01 00:00:00' + INTERVAL ? MICROSECOND
-  AND created_at <= UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND
-  AND (CASE WHEN status = 'completed' THEN completed_at ELSE lease_until END) <= UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND`
+// myDue picks the records whose expiry has come, from the purge's cursor
+// (µs since the Unix epoch) on, through the expires_at index.
+const myDue = `expires_at >= '1970-01-01 00:00:00' + INTERVAL ? MICROSECOND AND expires_at <= UTC_TIMESTAMP(6)`
 
-const myPurgeWindow = `SELECT COUNT(*), COALESCE(MAX(created_us), 0) FROM (
+const myPurgeWindow = `SELECT COUNT(*), COALESCE(MAX(expires_us), 0) FROM (
+  SELECT TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', expires_at) AS expires_us FROM idempotency_keys
+  WHERE ` + myDue + `
+  ORDER BY expires_at LIMIT ?) w`
+
+const myPurge = `DELETE FROM idempotency_keys WHERE ` + myDue + ` AND status <> ? AND NOT ` + myLive + `
+ORDER BY expires_at LIMIT ?`
+
+const myStrip = `UPDATE idempotency_keys SET status = 'expired', response_headers = NULL, response_body = NULL, sealed_key = NULL,
+  expires_at = expires_at + INTERVAL ? MICROSECOND
+WHERE ` + myDue + ` AND status = 'completed'
+ORDER BY expires_at LIMIT ?`
+
+// myLegacyWhere picks the records without an expiry that are past the
+// Store's retention (a completed one also past the key memory), created
+// at the legacy cursor (µs since the Unix epoch) or later. created_at is
+// never later than completed_at or lease_until, so it bounds the scan at
+// both ends: it leads the primary key (schema version 2) or has an index
+// of its own (TiDB).
+const myLegacyWhere = `expires_at IS NULL
+  AND created_at >= '1970-01-01 00:00:00' + INTERVAL ? MICROSECOND
+  AND created_at <= UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND
+  AND (CASE WHEN status = 'completed' THEN completed_at + INTERVAL ? MICROSECOND ELSE lease_until END) <= UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND`
+
+const myLegacyWindow = `SELECT COUNT(*), COALESCE(MAX(created_us), 0) FROM (
   SELECT TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', created_at) AS created_us FROM idempotency_keys
-  WHERE ` + myPurgeWhere + `
+  WHERE ` + myLegacyWhere + `
   ORDER BY created_at LIMIT ?) w`
 
-const myPurge = `DELETE FROM idempotency_keys WHERE ` + myPurgeWhere + `
+const myLegacyPurge = `DELETE FROM idempotency_keys WHERE ` + myLegacyWhere + `
 ORDER BY created_at LIMIT ?`
 
+const myResealRead = `SELECT scope, idem_key, operation, token, TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', expires_at),
+  COALESCE(sealed_key, ''), response_headers, response_body
+FROM idempotency_keys
+WHERE expires_at >= '1970-01-01 00:00:00' + INTERVAL ? MICROSECOND AND status = 'completed' AND NOT (sealed_key <=> ?)
+ORDER BY expires_at LIMIT ? FOR UPDATE`
+
+const myResealWrite = `UPDATE idempotency_keys SET response_headers = NULL, response_body = ?, sealed_key = ?
+WHERE scope = ? AND idem_key = ? AND token = ? AND status = 'completed'`
+
 // myInspectRecord is what inspect and inspectKey read of a record, with
-// the retention as its one argument.
+// the arguments of myForgotten and myExpired, then the retention.
 const myInspectRecord = `operation, fingerprint, status, token,
   TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', lease_until), TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', created_at),
   TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', completed_at), TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)),
-  (CASE WHEN status = 'completed' THEN completed_at ELSE lease_until END) + INTERVAL ? MICROSECOND <= UTC_TIMESTAMP(6),
-  response_status, response_headers, response_body
+  ` + myForgotten + `, ` + myExpired + `, TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', ` + myExpiry + `),
+  response_status, response_headers, response_body, COALESCE(sealed_key, '')
 FROM idempotency_keys`
 
 const myInspect = `SELECT ` + myInspectRecord + ` WHERE scope = ? AND idem_key = ?`
@@ -169,8 +231,7 @@ const myInspect = `SELECT ` + myInspectRecord + ` WHERE scope = ? AND idem_key =
 const myInspectKey = `SELECT scope, ` + myInspectRecord + ` WHERE idem_key = ? ORDER BY scope LIMIT ?`
 
 const myStats = `SELECT status, COUNT(*), MIN(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', created_at)),
-  COUNT(CASE WHEN created_at <= UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND
-    AND (CASE WHEN status = 'completed' THEN completed_at ELSE lease_until END) <= UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND THEN 1 END),
+  COUNT(CASE WHEN ` + myExpiry + ` <= UTC_TIMESTAMP(6) AND NOT ` + myLive + ` THEN 1 END),
   TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))
 FROM idempotency_keys GROUP BY status ORDER BY status`
 
@@ -248,6 +309,9 @@ func mysqlErrno(err error) (uint16, bool) {
 const (
 	erBadDB           = 1049 // ER_BAD_DB_ERROR: unknown database (a schema-qualified table's schema)
 	erBadField        = 1054 // ER_BAD_FIELD_ERROR: unknown column
+	erDupFieldName    = 1060 // ER_DUP_FIELDNAME: the column exists
+	erDupKeyName      = 1061 // ER_DUP_KEYNAME: the index exists
+	erCantDropKey     = 1091 // ER_CANT_DROP_FIELD_OR_KEY: the column or index to drop does not exist
 	erNoSuchTable     = 1146 // ER_NO_SUCH_TABLE
 	erDupEntry        = 1062
 	erLockWaitTimeout = 1205
@@ -270,13 +334,19 @@ func (mysqlDialect) inserted(_ int64, err error) (bool, error) {
 // fix knows nothing better than the messages' own advice.
 func (mysqlDialect) fix(error) string { return "" }
 
+// applied reads MySQL's error numbers, which MariaDB and TiDB share.
+func (mysqlDialect) applied(err error) bool {
+	n, _ := mysqlErrno(err)
+	return n == erDupFieldName || n == erDupKeyName || n == erCantDropKey
+}
+
 func (mysqlDialect) schemaFault(err error) schemaFault {
 	n, _ := mysqlErrno(err)
 	switch n {
 	case erNoSuchTable:
 		return noTable
 	case erBadField:
-		return notIdemTable
+		return missingFault(err.Error())
 	case erBadDB:
 		return noSchema
 	}
@@ -314,8 +384,8 @@ func (mysqlDialect) literals(c Conn) func(Query) Query {
 
 // myLiterals writes the arguments into the query as literals: strings and
 // byte slices as hexadecimal literals (X'6869'), which mean the same bytes
-// whatever the connection's character set or sql_mode, a nil byte slice as
-// NULL, integers in decimal. go-sql-driver/mysql then sends the statement
+// whatever the connection's character set or sql_mode, nil and a nil byte
+// slice as NULL, integers in decimal. go-sql-driver/mysql then sends the statement
 // as text in one round trip, where with parameters it prepares, executes
 // and closes it (two round trips and a statement the server builds and
 // frees), unless the DSN sets interpolateParams. The query's only "?" are
@@ -331,6 +401,8 @@ func myLiterals(q Query) Query {
 			size += 4 + hex.EncodedLen(len(v))
 		case int, int64:
 			size += 20
+		case nil:
+			size += 4
 		default:
 			return q
 		}
@@ -360,6 +432,8 @@ func myLiterals(q Query) Query {
 		case int64:
 			var buf [20]byte
 			b.Write(strconv.AppendInt(buf[:0], v, 10))
+		case nil:
+			b.WriteString("NULL")
 		}
 	}
 	b.WriteString(rest)

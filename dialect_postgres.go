@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -36,121 +37,218 @@ func (postgresDialect) Name() string { return "postgres" }
 
 func (postgresDialect) statements(parts []string) *statements {
 	quoted := `"` + strings.Join(parts, `"."`) + `"`
-	return (&statements{
+	st := (&statements{
 		version:         statement{pgVersion, args(argQuoted)},
-		insert:          statement{pgInsert, args(argScope, argKey, argOperation, argFingerprint, argLease)},
-		insertOwn:       statement{pgInsertOwn, args(argScope, argKey, argOperation, argFingerprint, argToken, argLease)},
-		takeover:        statement{pgTakeover, args(argOperation, argFingerprint, argLease, argScope, argKey, argToken, argRetention)},
+		built:           statement{pgBuilt, args(argQuoted, argIndexName)},
+		builds:          pgBuilds,
+		dropUnbuilt:     "DROP INDEX CONCURRENTLY IF EXISTS ",
+		insert:          statement{pgInsert, args(argScope, argKey, argOperation, argFingerprint, argLease, argExpiry)},
+		insertOwn:       statement{pgInsertOwn, args(argScope, argKey, argOperation, argFingerprint, argToken, argLease, argExpiry)},
+		takeover:        statement{pgTakeover, args(argOperation, argFingerprint, argLease, argExpiry, argScope, argKey, argToken, argRetention, argKeyMemory)},
 		insertReturns:   returning{token: true, lag: true},
 		takeoverReturns: returning{token: true, lag: true},
-		read:            statement{pgRead, args(argRetention, argScope, argKey)},
+		read:            statement{pgRead, args(argRetention, argKeyMemory, argScope, argKey)},
 		readCompleted:   statement{pgReadCompleted, args(argScope, argKey, argRetention)},
 		state:           statement{pgState, args(argScope, argKey)},
-		complete:        statement{pgComplete, args(argStatus, argHeader, argBody, argScope, argKey, argToken)},
-		extend:          statement{pgExtend, args(argLease, argScope, argKey, argToken)},
+		complete:        statement{pgComplete, args(argStatus, argHeader, argBody, argSealedKey, argKeep, argScope, argKey, argToken)},
+		extend:          statement{pgExtend, args(argLease, argKeep, argScope, argKey, argToken)},
 		release:         statement{pgRelease, args(argScope, argKey, argToken)},
 		remove:          statement{pgRemove, args(argScope, argKey, argToken)},
-		purgeWindow:     statement{pgPurgeWindow, args(argFrom, argRetention, argLimit)},
-		purge:           statement{pgPurge, args(argFrom, argRetention, argLimit)},
+		purgeWindow:     statement{pgPurgeWindow, args(argFrom, argLimit)},
+		purge:           statement{pgPurge, args(argFrom, argLimit, argSpared)},
+		strip:           statement{pgStrip, args(argFrom, argLimit, argKeyMemory)},
+		legacyWindow:    statement{pgLegacyWindow, args(argFrom, argRetention, argLimit, argKeyMemory)},
+		legacyPurge:     statement{pgLegacyPurge, args(argFrom, argRetention, argLimit, argKeyMemory)},
 		// READ COMMITTED whatever the server's default: no serialization
 		// failures against live traffic.
 		purgeIsolation: sql.LevelReadCommitted,
-		inspect:        statement{pgInspect, args(argRetention, argScope, argKey)},
-		inspectKey:     statement{pgInspectKey, args(argRetention, argKey, argLimit)},
+		resealRead:     statement{pgResealRead, args(argFrom, argSealedKey, argLimit)},
+		resealWrite:    statement{pgResealWrite, args(argBody, argSealedKey, argScope, argKey, argToken)},
+		inspect:        statement{pgInspect, args(argRetention, argKeyMemory, argScope, argKey)},
+		inspectKey:     statement{pgInspectKey, args(argRetention, argKeyMemory, argKey, argLimit)},
 		columns:        columnsProbe,
 		stats:          statement{pgStats, args(argRetention)},
 		size:           statement{pgSize, args(argQuoted)},
 	}).rendered(table{parts: parts, quoted: quoted}, schema.Postgres)
+	if len(parts) == 2 {
+		// An index is dropped by its name in its table's schema, which is
+		// not on the search_path.
+		for _, ddl := range st.migrations {
+			for i, s := range ddl {
+				ddl[i] = strings.Replace(s, "DROP INDEX CONCURRENTLY IF EXISTS ", `DROP INDEX CONCURRENTLY IF EXISTS "`+parts[0]+`".`, 1)
+			}
+		}
+	}
+	return st
 }
 
 // pgVersion finds the table as a quoted, possibly qualified name would, on
 // the search_path.
 const pgVersion = `SELECT to_regclass($1) IS NOT NULL, COALESCE(obj_description(to_regclass($1), 'pg_class'), '')`
 
+// pgBuilt reads an index of the table by its name in the table's
+// schema; pg_stat_progress_create_index has a row for each build running,
+// which names its index from the build's start when it is concurrent.
+const pgBuilt = `SELECT i.indisvalid,
+  EXISTS (SELECT 1 FROM pg_stat_progress_create_index p WHERE p.index_relid = i.indexrelid),
+  i.indexrelid::regclass::text
+FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+WHERE i.indrelid = to_regclass($1) AND c.relname = $2`
+
+// pgBuildsConcurrently matches the migrations' statements that build an
+// index beside the traffic, and names it.
+var pgBuildsConcurrently = regexp.MustCompile(`^CREATE INDEX CONCURRENTLY IF NOT EXISTS "?([^\s"]+)"? ON `)
+
+// pgBuilds is the name of the index stmt builds concurrently, or "".
+func pgBuilds(stmt string) string {
+	if m := pgBuildsConcurrently.FindStringSubmatch(stmt); m != nil {
+		return m[1]
+	}
+	return ""
+}
+
 // RETURNING runs once the row is written, after any wait for another
 // transaction that held the key; created_at is the statement's start.
-const pgInsert = `INSERT INTO idempotency_keys (scope, idem_key, operation, fingerprint, status, token, lease_until, created_at)
+const pgInsert = `INSERT INTO idempotency_keys (scope, idem_key, operation, fingerprint, status, token, lease_until, created_at, expires_at)
 VALUES ($1, $2, $3, $4, 'processing', (extract(epoch FROM statement_timestamp()) * 1000000)::bigint,
-  statement_timestamp() + $5::bigint * interval '1 microsecond', statement_timestamp())
+  statement_timestamp() + $5::bigint * interval '1 microsecond', statement_timestamp(),
+  statement_timestamp() + $6::bigint * interval '1 microsecond')
 ON CONFLICT (scope, idem_key) DO NOTHING
 RETURNING token, ((extract(epoch FROM clock_timestamp()) - extract(epoch FROM created_at)) * 1000000)::bigint`
 
-const pgInsertOwn = `INSERT INTO idempotency_keys (scope, idem_key, operation, fingerprint, status, token, lease_until, created_at)
-VALUES ($1, $2, $3, $4, 'processing', $5, statement_timestamp() + $6::bigint * interval '1 microsecond', statement_timestamp())
+const pgInsertOwn = `INSERT INTO idempotency_keys (scope, idem_key, operation, fingerprint, status, token, lease_until, created_at, expires_at)
+VALUES ($1, $2, $3, $4, 'processing', $5, statement_timestamp() + $6::bigint * interval '1 microsecond', statement_timestamp(),
+  statement_timestamp() + $7::bigint * interval '1 microsecond')
 ON CONFLICT (scope, idem_key) DO NOTHING`
 
 // Under READ COMMITTED, an update that waited for another transaction
-// evaluates its WHERE again on the row that one committed.
+// evaluates its WHERE again on the row that one committed. A record
+// without an expiry (written before schema version 3) expires by the
+// Store's retention ($8); a completed one is kept for the key memory
+// ($9) past its expiry.
 const pgTakeover = `UPDATE idempotency_keys SET operation = $1, fingerprint = $2, status = 'processing',
   token = GREATEST(token + 1, (extract(epoch FROM statement_timestamp()) * 1000000)::bigint),
   lease_until = statement_timestamp() + $3::bigint * interval '1 microsecond', created_at = statement_timestamp(),
-  completed_at = NULL, response_status = NULL, response_headers = NULL, response_body = NULL
-WHERE scope = $4 AND idem_key = $5 AND token = $6
+  expires_at = statement_timestamp() + $4::bigint * interval '1 microsecond',
+  completed_at = NULL, response_status = NULL, response_headers = NULL, response_body = NULL, sealed_key = NULL
+WHERE scope = $5 AND idem_key = $6 AND token = $7
   AND (status = 'released'
     OR status = 'processing' AND lease_until <= statement_timestamp()
-    OR status = 'completed' AND completed_at + $7::bigint * interval '1 microsecond' <= statement_timestamp())
+    OR status = 'completed' AND COALESCE(expires_at, completed_at + $8::bigint * interval '1 microsecond') + $9::bigint * interval '1 microsecond' <= statement_timestamp()
+    OR status = 'expired' AND expires_at <= statement_timestamp())
 RETURNING token, ((extract(epoch FROM clock_timestamp()) - extract(epoch FROM created_at)) * 1000000)::bigint`
 
-const pgRead = `SELECT operation, fingerprint, status, token,
-  (CASE WHEN status = 'completed' THEN completed_at ELSE lease_until END) + $1::bigint * interval '1 microsecond' <= statement_timestamp(),
-  (extract(epoch FROM lease_until - statement_timestamp()) * 1000000)::bigint,
-  response_status, response_headers, response_body
-FROM idempotency_keys WHERE scope = $2 AND idem_key = $3`
+// pgLive is whether a record is a claim with a live lease, which no
+// expiry makes absent: a retention shorter than the lease.
+const pgLive = `(status = 'processing' AND lease_until > statement_timestamp())`
 
-const pgReadCompleted = `SELECT operation, fingerprint, response_status, response_headers, response_body
+// pgExpiry is a record's expiry, by the Store's retention ($1) where it
+// has none of its own.
+const pgExpiry = `COALESCE(expires_at, (CASE WHEN status = 'completed' THEN completed_at ELSE lease_until END) + $1::bigint * interval '1 microsecond')`
+
+// pgForgotten and pgExpired are whether a record counts as absent (past
+// its expiry; a completed one also past the key memory, $2; never a live
+// claim), and whether its response is gone (past its expiry, or a key
+// kept by the memory).
+const (
+	pgForgotten = `((CASE WHEN status = 'completed' THEN ` + pgExpiry + ` + $2::bigint * interval '1 microsecond'
+    WHEN status = 'expired' THEN expires_at ELSE ` + pgExpiry + ` END) <= statement_timestamp() AND NOT ` + pgLive + `)`
+	pgExpired = `(status = 'expired' OR status = 'completed' AND ` + pgExpiry + ` <= statement_timestamp())`
+)
+
+const pgRead = `SELECT operation, fingerprint, status, token, ` + pgForgotten + `, ` + pgExpired + `,
+  (extract(epoch FROM lease_until - statement_timestamp()) * 1000000)::bigint,
+  response_status, response_headers, response_body, sealed_key
+FROM idempotency_keys WHERE scope = $3 AND idem_key = $4`
+
+const pgReadCompleted = `SELECT operation, fingerprint, response_status, response_headers, response_body, sealed_key
 FROM idempotency_keys WHERE scope = $1 AND idem_key = $2
-  AND status = 'completed' AND completed_at + $3::bigint * interval '1 microsecond' > statement_timestamp()`
+  AND status = 'completed' AND COALESCE(expires_at, completed_at + $3::bigint * interval '1 microsecond') > statement_timestamp()`
 
 const pgState = `SELECT status, token FROM idempotency_keys WHERE scope = $1 AND idem_key = $2`
 
+// Do's completion ($5 NULL) sets expires_at to the value it has, so that
+// its update changes no indexed column and stays HOT.
 const pgComplete = `UPDATE idempotency_keys SET status = 'completed', completed_at = statement_timestamp(),
-  response_status = $1, response_headers = $2, response_body = $3
-WHERE scope = $4 AND idem_key = $5 AND token = $6 AND status = 'processing'`
+  response_status = $1, response_headers = $2, response_body = $3, sealed_key = $4,
+  expires_at = COALESCE(statement_timestamp() + $5::bigint * interval '1 microsecond', expires_at)
+WHERE scope = $6 AND idem_key = $7 AND token = $8 AND status = 'processing'`
 
+// Each expression of SET reads the row as it was: the expiry follows the
+// lease's new end.
 const pgExtend = `UPDATE idempotency_keys
-SET lease_until = GREATEST(statement_timestamp() + $1::bigint * interval '1 microsecond', lease_until + interval '1 microsecond')
-WHERE scope = $2 AND idem_key = $3 AND token = $4 AND status = 'processing'`
+SET lease_until = GREATEST(statement_timestamp() + $1::bigint * interval '1 microsecond', lease_until + interval '1 microsecond'),
+  expires_at = GREATEST(expires_at, GREATEST(statement_timestamp() + $1::bigint * interval '1 microsecond', lease_until + interval '1 microsecond') + $2::bigint * interval '1 microsecond')
+WHERE scope = $3 AND idem_key = $4 AND token = $5 AND status = 'processing'`
 
 const pgRelease = `UPDATE idempotency_keys SET status = 'released', lease_until = statement_timestamp()
 WHERE scope = $1 AND idem_key = $2 AND token = $3 AND status = 'processing'`
 
 const pgRemove = `DELETE FROM idempotency_keys WHERE scope = $1 AND idem_key = $2 AND token = $3 AND status = 'processing'`
 
-// pgPurgeWhere picks the records a purge deletes: past retention ($2) and
-// created at the purge's cursor ($1, µs since the Unix epoch) or later.
-// created_at is never later than completed_at or lease_until, so its index
-// bounds the scan at both ends.
-const pgPurgeWhere = `created_at >= 'epoch'::timestamptz + $1::bigint * interval '1 microsecond'
-    AND created_at <= statement_timestamp() - $2::bigint * interval '1 microsecond'
-    AND (CASE WHEN status = 'completed' THEN completed_at ELSE lease_until END) <= statement_timestamp() - $2::bigint * interval '1 microsecond'`
+// pgDue picks the records whose expiry has come, from the purge's cursor
+// ($1, µs since the Unix epoch) on, through the expires_at index.
+const pgDue = `expires_at >= 'epoch'::timestamptz + $1::bigint * interval '1 microsecond' AND expires_at <= statement_timestamp()`
 
-const pgPurgeWindow = `SELECT count(*), COALESCE(max((extract(epoch FROM created_at) * 1000000)::bigint), 0) FROM (
-  SELECT created_at FROM idempotency_keys WHERE ` + pgPurgeWhere + `
-  ORDER BY created_at LIMIT $3) w`
+const pgPurgeWindow = `SELECT count(*), COALESCE(max((extract(epoch FROM expires_at) * 1000000)::bigint), 0) FROM (
+  SELECT expires_at FROM idempotency_keys WHERE ` + pgDue + `
+  ORDER BY expires_at LIMIT $2) w`
 
 // SKIP LOCKED passes over rows a live transaction holds instead of waiting
 // for them.
 const pgPurge = `DELETE FROM idempotency_keys WHERE (scope, idem_key) IN (
-  SELECT scope, idem_key FROM idempotency_keys WHERE ` + pgPurgeWhere + `
+  SELECT scope, idem_key FROM idempotency_keys WHERE ` + pgDue + ` AND status <> $3 AND NOT ` + pgLive + `
+  ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED)`
+
+const pgStrip = `UPDATE idempotency_keys SET status = 'expired', response_headers = NULL, response_body = NULL, sealed_key = NULL,
+  expires_at = expires_at + $3::bigint * interval '1 microsecond'
+WHERE (scope, idem_key) IN (
+  SELECT scope, idem_key FROM idempotency_keys WHERE ` + pgDue + ` AND status = 'completed'
+  ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED)`
+
+// pgLegacyWhere picks the records without an expiry that are past the
+// Store's retention ($2; a completed one also past the key memory, $4),
+// created at the legacy cursor ($1) or later. created_at is never later
+// than completed_at or lease_until, so the partial index on created_at
+// bounds the scan at both ends.
+const pgLegacyWhere = `expires_at IS NULL
+    AND created_at >= 'epoch'::timestamptz + $1::bigint * interval '1 microsecond'
+    AND created_at <= statement_timestamp() - $2::bigint * interval '1 microsecond'
+    AND (CASE WHEN status = 'completed' THEN completed_at + $4::bigint * interval '1 microsecond' ELSE lease_until END) <= statement_timestamp() - $2::bigint * interval '1 microsecond'`
+
+const pgLegacyWindow = `SELECT count(*), COALESCE(max((extract(epoch FROM created_at) * 1000000)::bigint), 0) FROM (
+  SELECT created_at FROM idempotency_keys WHERE ` + pgLegacyWhere + `
+  ORDER BY created_at LIMIT $3) w`
+
+const pgLegacyPurge = `DELETE FROM idempotency_keys WHERE (scope, idem_key) IN (
+  SELECT scope, idem_key FROM idempotency_keys WHERE ` + pgLegacyWhere + `
   ORDER BY created_at LIMIT $3 FOR UPDATE SKIP LOCKED)`
 
+const pgResealRead = `SELECT scope, idem_key, operation, token, (extract(epoch FROM expires_at) * 1000000)::bigint,
+  COALESCE(sealed_key, ''), response_headers, response_body
+FROM idempotency_keys
+WHERE expires_at >= 'epoch'::timestamptz + $1::bigint * interval '1 microsecond' AND status = 'completed' AND sealed_key IS DISTINCT FROM $2
+ORDER BY expires_at LIMIT $3 FOR UPDATE SKIP LOCKED`
+
+const pgResealWrite = `UPDATE idempotency_keys SET response_headers = NULL, response_body = $1, sealed_key = $2
+WHERE scope = $3 AND idem_key = $4 AND token = $5 AND status = 'completed'`
+
 // pgInspectRecord is what inspect and inspectKey read of a record, with
-// the retention as $1.
+// the retention as $1 and the key memory as $2.
 const pgInspectRecord = `operation, fingerprint, status, token,
   (extract(epoch FROM lease_until) * 1000000)::bigint, (extract(epoch FROM created_at) * 1000000)::bigint,
   (extract(epoch FROM completed_at) * 1000000)::bigint, (extract(epoch FROM statement_timestamp()) * 1000000)::bigint,
-  (CASE WHEN status = 'completed' THEN completed_at ELSE lease_until END) + $1::bigint * interval '1 microsecond' <= statement_timestamp(),
-  response_status, response_headers, response_body
+  ` + pgForgotten + `, ` + pgExpired + `, (extract(epoch FROM ` + pgExpiry + `) * 1000000)::bigint,
+  response_status, response_headers, response_body, COALESCE(sealed_key, '')
 FROM idempotency_keys`
 
-const pgInspect = `SELECT ` + pgInspectRecord + ` WHERE scope = $2 AND idem_key = $3`
+const pgInspect = `SELECT ` + pgInspectRecord + ` WHERE scope = $3 AND idem_key = $4`
 
 // scope is COLLATE "C": the order is the bytes'.
-const pgInspectKey = `SELECT scope, ` + pgInspectRecord + ` WHERE idem_key = $2 ORDER BY scope LIMIT $3`
+const pgInspectKey = `SELECT scope, ` + pgInspectRecord + ` WHERE idem_key = $3 ORDER BY scope LIMIT $4`
 
 const pgStats = `SELECT status, COUNT(*), MIN((extract(epoch FROM created_at) * 1000000)::bigint),
-  COUNT(CASE WHEN created_at <= statement_timestamp() - $1::bigint * interval '1 microsecond'
-    AND (CASE WHEN status = 'completed' THEN completed_at ELSE lease_until END) <= statement_timestamp() - $1::bigint * interval '1 microsecond' THEN 1 END),
+  COUNT(CASE WHEN ` + pgExpiry + ` <= statement_timestamp() AND NOT ` + pgLive + ` THEN 1 END),
   (extract(epoch FROM statement_timestamp()) * 1000000)::bigint
 FROM idempotency_keys GROUP BY status ORDER BY status`
 
@@ -219,12 +317,23 @@ func (postgresDialect) retryable(err error) bool {
 	return false
 }
 
+func (postgresDialect) applied(err error) bool {
+	switch sqlStateOf(err) {
+	case "42701", // duplicate_column
+		"42P07", // duplicate_table: an index of that name
+		"42710": // duplicate_object
+		return true
+	}
+	return false
+}
+
 func (postgresDialect) schemaFault(err error) schemaFault {
 	switch sqlStateOf(err) {
 	case "42P01": // undefined_table
 		return noTable
-	case "42703", // undefined_column
-		"42883", // undefined_function: a column of idem's name and another type (created_at text >= timestamptz)
+	case "42703": // undefined_column
+		return missingFault(err.Error())
+	case "42883", // undefined_function: a column of idem's name and another type (created_at text >= timestamptz)
 		"42804": // datatype_mismatch
 		return notIdemTable
 	case "3F000": // invalid_schema_name
@@ -280,7 +389,8 @@ func (postgresDialect) boundLockWait(ctx context.Context, c conn, d time.Duratio
 //
 // Strings are escape strings (E'...', backslash and quote doubled), which
 // mean the same whatever standard_conforming_strings says; byte slices
-// are hex bytea (E'\\x6869'::bytea), a nil one NULL; integers decimal. A
+// are hex bytea (E'\\x6869'::bytea), a nil one NULL, and so is nil;
+// integers decimal. A
 // string with a byte outside printable ASCII (0x20..0x7E) keeps its
 // parameters, so that no client encoding can read a byte of it as part
 // of a character that swallows the backslash doubled after it (SJIS,
@@ -315,6 +425,8 @@ func pgLiterals(q Query) Query {
 			size += 13 + hex.EncodedLen(len(v))
 		case int, int64:
 			size += 22
+		case nil:
+			size += 4
 		default:
 			return q
 		}
@@ -381,6 +493,8 @@ func writePgLiteral(b *strings.Builder, a any) {
 		writePgInt(b, int64(v))
 	case int64:
 		writePgInt(b, v)
+	case nil:
+		b.WriteString("NULL")
 	default:
 		panic(fmt.Sprintf("idem: no PostgreSQL literal for %T", a))
 	}

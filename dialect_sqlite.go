@@ -47,47 +47,58 @@ func (sqliteDialect) Name() string { return "sqlite" }
 
 func (sqliteDialect) statements(parts []string) *statements {
 	quoted := `"` + strings.Join(parts, `"."`) + `"`
+	expiry := args(argRetention, argKeyMemory, argRetention, argRetention) // sqForgotten, sqExpired
 	st := (&statements{
-		version:         statement{sqVersion, args(argSchema, argBase)},
-		insert:          statement{sqInsert, args(argScope, argKey, argOperation, argFingerprint, argLease)},
-		insertOwn:       statement{sqInsertOwn, args(argScope, argKey, argOperation, argFingerprint, argToken, argLease)},
-		takeover:        statement{sqTakeover, args(argOperation, argFingerprint, argLease, argScope, argKey, argToken, argRetention)},
+		version:         statement{sqVersion, args(argBase, argSchema, argIndex, argSchema, argBase)},
+		insert:          statement{sqInsert, args(argScope, argKey, argOperation, argFingerprint, argLease, argExpiry)},
+		insertOwn:       statement{sqInsertOwn, args(argScope, argKey, argOperation, argFingerprint, argToken, argLease, argExpiry)},
+		takeover:        statement{sqTakeover, args(argOperation, argFingerprint, argLease, argExpiry, argScope, argKey, argToken, argRetention, argKeyMemory)},
 		insertReturns:   returning{token: true, lag: true},
 		takeoverReturns: returning{token: true, lag: true},
-		read:            statement{sqRead, args(argRetention, argScope, argKey)},
+		read:            statement{sqRead, append(expiry, argScope, argKey)},
 		readCompleted:   statement{sqReadCompleted, args(argScope, argKey, argRetention)},
 		state:           statement{sqState, args(argScope, argKey)},
-		complete:        statement{sqComplete, args(argStatus, argHeader, argBody, argScope, argKey, argToken)},
-		extend:          statement{sqExtend, args(argLease, argScope, argKey, argToken)},
+		complete:        statement{sqComplete, args(argStatus, argHeader, argBody, argSealedKey, argKeep, argScope, argKey, argToken)},
+		extend:          statement{sqExtend, args(argLease, argKeep, argLease, argScope, argKey, argToken)},
 		release:         statement{sqRelease, args(argScope, argKey, argToken)},
 		remove:          statement{sqRemove, args(argScope, argKey, argToken)},
-		purgeWindow:     statement{sqPurgeWindow, args(argFrom, argRetention, argRetention, argLimit)},
-		purge:           statement{sqPurge, args(argFrom, argRetention, argRetention, argLimit)},
+		purgeWindow:     statement{sqPurgeWindow, args(argFrom, argLimit)},
+		purge:           statement{sqPurge, args(argFrom, argSpared, argLimit)},
+		strip:           statement{sqStrip, args(argKeyMemory, argFrom, argLimit)},
+		legacyWindow:    statement{sqLegacyWindow, args(argFrom, argRetention, argKeyMemory, argRetention, argLimit)},
+		legacyPurge:     statement{sqLegacyPurge, args(argFrom, argRetention, argKeyMemory, argRetention, argLimit)},
 		// The default: every SQLite transaction is SERIALIZABLE.
 		purgeIsolation: sql.LevelDefault,
-		inspect:        statement{sqInspect, args(argRetention, argScope, argKey)},
-		inspectKey:     statement{sqInspectKey, args(argRetention, argKey, argLimit)},
+		resealRead:     statement{sqResealRead, args(argFrom, argSealedKey, argLimit)},
+		resealWrite:    statement{sqResealWrite, args(argBody, argSealedKey, argScope, argKey, argToken)},
+		inspect:        statement{sqInspect, append(append(expiry, argRetention), argScope, argKey)},
+		inspectKey:     statement{sqInspectKey, append(append(expiry, argRetention), argKey, argLimit)},
 		columns:        columnsProbe,
-		stats:          statement{sqStats, args(argRetention, argRetention)},
+		stats:          statement{sqStats, args(argRetention)},
 		size:           statement{sqSize, args(argSchema, argBase, argSchema, argIndex)},
 	}).rendered(table{parts: parts, quoted: quoted, schemaName: "main"}, schema.SQLite)
 	if len(parts) == 2 {
 		// SQLite qualifies an index's name with the schema (the attached
 		// database) and never the table it is on.
-		index := st.table.base() + "_created_at_idx"
 		for _, ddl := range st.migrations {
 			for i, s := range ddl {
-				ddl[i] = strings.Replace(s, " "+index+" ON "+quoted+" ",
-					` "`+parts[0]+`"."`+index+`" ON "`+parts[1]+`" `, 1)
+				for _, suffix := range []string{"_created_at_idx", "_expires_at_idx", "_legacy_idx"} {
+					index := parts[1] + suffix
+					s = strings.Replace(s, " "+index+" ON "+quoted+" ", ` "`+parts[0]+`"."`+index+`" ON "`+parts[1]+`" `, 1)
+					s = strings.Replace(s, "DROP INDEX IF EXISTS "+index, `DROP INDEX IF EXISTS "`+parts[0]+`"."`+index+`"`, 1)
+				}
+				ddl[i] = s
 			}
 		}
 	}
 	return st
 }
 
-// sqVersion has no comment to read: SQLite's tables have none, and its
-// table has one version so far.
-const sqVersion = `SELECT COUNT(*) > 0, '' FROM pragma_table_list WHERE schema = ? AND name = ? COLLATE NOCASE`
+// sqVersion reads the version from the indexes: SQLite's tables have no
+// comment. Version 2 made the expires_at index last, so a table that has
+// it is of version 2.
+const sqVersion = `SELECT COUNT(*) > 0, CASE WHEN EXISTS (SELECT 1 FROM pragma_index_list(?, ?) WHERE name = ?) THEN 'idem schema 2' ELSE '' END
+FROM pragma_table_list WHERE schema = ? AND name = ? COLLATE NOCASE`
 
 // sqNow is the database clock in microseconds since the Unix epoch. SQLite's
 // 'now' has millisecond resolution and is the same for every use within one
@@ -99,43 +110,67 @@ const sqNow = "(CAST(ROUND(unixepoch('now', 'subsec') * 1000) AS INTEGER) * 1000
 // key: the write lock is taken at BEGIN IMMEDIATE, or when the statement
 // starts, before it reads the clock. So it is granted at its start, and
 // returns 0 for how long it waited.
-const sqInsert = `INSERT INTO idempotency_keys (scope, idem_key, operation, fingerprint, status, token, lease_until, created_at)
-VALUES (?, ?, ?, ?, 'processing', ` + sqNow + `, ` + sqNow + ` + ?, ` + sqNow + `)
+const sqInsert = `INSERT INTO idempotency_keys (scope, idem_key, operation, fingerprint, status, token, lease_until, created_at, expires_at)
+VALUES (?, ?, ?, ?, 'processing', ` + sqNow + `, ` + sqNow + ` + ?, ` + sqNow + `, ` + sqNow + ` + ?)
 ON CONFLICT (scope, idem_key) DO NOTHING
 RETURNING token, 0`
 
-const sqInsertOwn = `INSERT INTO idempotency_keys (scope, idem_key, operation, fingerprint, status, token, lease_until, created_at)
-VALUES (?, ?, ?, ?, 'processing', ?, ` + sqNow + ` + ?, ` + sqNow + `)
+const sqInsertOwn = `INSERT INTO idempotency_keys (scope, idem_key, operation, fingerprint, status, token, lease_until, created_at, expires_at)
+VALUES (?, ?, ?, ?, 'processing', ?, ` + sqNow + ` + ?, ` + sqNow + `, ` + sqNow + ` + ?)
 ON CONFLICT (scope, idem_key) DO NOTHING`
 
 // A writer holds the database's only write lock, so the WHERE reads the
-// row as last committed.
+// row as last committed. A record without an expiry (written before
+// schema version 2) expires by the Store's retention; a completed one is
+// kept for the key memory past its expiry.
 const sqTakeover = `UPDATE idempotency_keys SET operation = ?, fingerprint = ?, status = 'processing',
-  token = max(token + 1, ` + sqNow + `), lease_until = ` + sqNow + ` + ?, created_at = ` + sqNow + `,
-  completed_at = NULL, response_status = NULL, response_headers = NULL, response_body = NULL
+  token = max(token + 1, ` + sqNow + `), lease_until = ` + sqNow + ` + ?, created_at = ` + sqNow + `, expires_at = ` + sqNow + ` + ?,
+  completed_at = NULL, response_status = NULL, response_headers = NULL, response_body = NULL, sealed_key = NULL
 WHERE scope = ? AND idem_key = ? AND token = ?
   AND (status = 'released'
     OR status = 'processing' AND lease_until <= ` + sqNow + `
-    OR status = 'completed' AND completed_at + ? <= ` + sqNow + `)
+    OR status = 'completed' AND COALESCE(expires_at, completed_at + ?) + ? <= ` + sqNow + `
+    OR status = 'expired' AND expires_at <= ` + sqNow + `)
 RETURNING token, 0`
 
-const sqRead = `SELECT operation, fingerprint, status, token,
-  (CASE WHEN status = 'completed' THEN completed_at ELSE lease_until END) + ? <= ` + sqNow + `,
+// sqLive is whether a record is a claim with a live lease, which no
+// expiry makes absent: a retention shorter than the lease.
+const sqLive = `(status = 'processing' AND lease_until > ` + sqNow + `)`
+
+// sqExpiry is a record's expiry, by the Store's retention where it has
+// none of its own.
+const sqExpiry = `COALESCE(expires_at, (CASE WHEN status = 'completed' THEN completed_at ELSE lease_until END) + ?)`
+
+// sqForgotten and sqExpired are whether a record counts as absent (past
+// its expiry; a completed one also past the key memory; never a live
+// claim), and whether its
+// response is gone: with the retention, the key memory, the retention and
+// the retention.
+const (
+	sqForgotten = `((CASE WHEN status = 'completed' THEN ` + sqExpiry + ` + ?
+    WHEN status = 'expired' THEN expires_at ELSE ` + sqExpiry + ` END) <= ` + sqNow + ` AND NOT ` + sqLive + `)`
+	sqExpired = `(status = 'expired' OR status = 'completed' AND ` + sqExpiry + ` <= ` + sqNow + `)`
+)
+
+const sqRead = `SELECT operation, fingerprint, status, token, ` + sqForgotten + `, ` + sqExpired + `,
   lease_until - ` + sqNow + `,
-  response_status, response_headers, response_body
+  response_status, response_headers, response_body, sealed_key
 FROM idempotency_keys WHERE scope = ? AND idem_key = ?`
 
-const sqReadCompleted = `SELECT operation, fingerprint, response_status, response_headers, response_body
+const sqReadCompleted = `SELECT operation, fingerprint, response_status, response_headers, response_body, sealed_key
 FROM idempotency_keys WHERE scope = ? AND idem_key = ?
-  AND status = 'completed' AND completed_at + ? > ` + sqNow
+  AND status = 'completed' AND COALESCE(expires_at, completed_at + ?) > ` + sqNow
 
 const sqState = `SELECT status, token FROM idempotency_keys WHERE scope = ? AND idem_key = ?`
 
 const sqComplete = `UPDATE idempotency_keys SET status = 'completed', completed_at = ` + sqNow + `,
-  response_status = ?, response_headers = ?, response_body = ?
+  response_status = ?, response_headers = ?, response_body = ?, sealed_key = ?,
+  expires_at = COALESCE(` + sqNow + ` + ?, expires_at)
 WHERE scope = ? AND idem_key = ? AND token = ? AND status = 'processing'`
 
-const sqExtend = `UPDATE idempotency_keys SET lease_until = max(` + sqNow + ` + ?, lease_until + 1)
+// Each expression of SET reads the row as it was.
+const sqExtend = `UPDATE idempotency_keys SET expires_at = max(COALESCE(expires_at, ` + sqNow + `), max(` + sqNow + ` + ?, lease_until + 1) + ?),
+  lease_until = max(` + sqNow + ` + ?, lease_until + 1)
 WHERE scope = ? AND idem_key = ? AND token = ? AND status = 'processing'`
 
 const sqRelease = `UPDATE idempotency_keys SET status = 'released', lease_until = ` + sqNow + `
@@ -143,27 +178,52 @@ WHERE scope = ? AND idem_key = ? AND token = ? AND status = 'processing'`
 
 const sqRemove = `DELETE FROM idempotency_keys WHERE scope = ? AND idem_key = ? AND token = ? AND status = 'processing'`
 
-// sqPurgeWhere picks the records a purge deletes: created at the purge's
-// cursor (µs since the Unix epoch) or later, and past retention.
-// created_at is never later than completed_at or lease_until, so its index
-// bounds the scan at both ends.
-const sqPurgeWhere = `created_at >= ? AND created_at <= ` + sqNow + ` - ?
-    AND (CASE WHEN status = 'completed' THEN completed_at ELSE lease_until END) <= ` + sqNow + ` - ?`
+// sqDue picks the records whose expiry has come, from the purge's cursor
+// on, through the expires_at index.
+const sqDue = `expires_at >= ? AND expires_at <= ` + sqNow
 
-const sqPurgeWindow = `SELECT count(*), COALESCE(max(created_at), 0) FROM (
-  SELECT created_at FROM idempotency_keys WHERE ` + sqPurgeWhere + `
-  ORDER BY created_at LIMIT ?)`
+const sqPurgeWindow = `SELECT count(*), COALESCE(max(expires_at), 0) FROM (
+  SELECT expires_at FROM idempotency_keys WHERE ` + sqDue + `
+  ORDER BY expires_at LIMIT ?)`
 
 // DELETE ... LIMIT needs a compile-time option; a subquery does not.
 const sqPurge = `DELETE FROM idempotency_keys WHERE (scope, idem_key) IN (
-  SELECT scope, idem_key FROM idempotency_keys WHERE ` + sqPurgeWhere + `
+  SELECT scope, idem_key FROM idempotency_keys WHERE ` + sqDue + ` AND status <> ? AND NOT ` + sqLive + `
+  ORDER BY expires_at LIMIT ?)`
+
+const sqStrip = `UPDATE idempotency_keys SET status = 'expired', response_headers = NULL, response_body = NULL, sealed_key = NULL,
+  expires_at = expires_at + ?
+WHERE (scope, idem_key) IN (
+  SELECT scope, idem_key FROM idempotency_keys WHERE ` + sqDue + ` AND status = 'completed'
+  ORDER BY expires_at LIMIT ?)`
+
+// sqLegacyWhere picks the records without an expiry that are past the
+// Store's retention (a completed one also past the key memory), created
+// at the legacy cursor or later, through the partial index on created_at.
+const sqLegacyWhere = `expires_at IS NULL AND created_at >= ? AND created_at <= ` + sqNow + ` - ?
+    AND (CASE WHEN status = 'completed' THEN completed_at + ? ELSE lease_until END) <= ` + sqNow + ` - ?`
+
+const sqLegacyWindow = `SELECT count(*), COALESCE(max(created_at), 0) FROM (
+  SELECT created_at FROM idempotency_keys WHERE ` + sqLegacyWhere + `
   ORDER BY created_at LIMIT ?)`
 
+const sqLegacyPurge = `DELETE FROM idempotency_keys WHERE (scope, idem_key) IN (
+  SELECT scope, idem_key FROM idempotency_keys WHERE ` + sqLegacyWhere + `
+  ORDER BY created_at LIMIT ?)`
+
+const sqResealRead = `SELECT scope, idem_key, operation, token, expires_at, COALESCE(sealed_key, ''), response_headers, response_body
+FROM idempotency_keys
+WHERE expires_at >= ? AND status = 'completed' AND sealed_key IS NOT ?
+ORDER BY expires_at LIMIT ?`
+
+const sqResealWrite = `UPDATE idempotency_keys SET response_headers = NULL, response_body = ?, sealed_key = ?
+WHERE scope = ? AND idem_key = ? AND token = ? AND status = 'completed'`
+
 // sqInspectRecord is what inspect and inspectKey read of a record, with
-// the retention as its one argument.
+// the arguments of sqForgotten and sqExpired, then the retention.
 const sqInspectRecord = `operation, fingerprint, status, token, lease_until, created_at, completed_at, ` + sqNow + `,
-  (CASE WHEN status = 'completed' THEN completed_at ELSE lease_until END) + ? <= ` + sqNow + `,
-  response_status, response_headers, response_body
+  ` + sqForgotten + `, ` + sqExpired + `, ` + sqExpiry + `,
+  response_status, response_headers, response_body, COALESCE(sealed_key, '')
 FROM idempotency_keys`
 
 const sqInspect = `SELECT ` + sqInspectRecord + ` WHERE scope = ? AND idem_key = ?`
@@ -172,8 +232,7 @@ const sqInspect = `SELECT ` + sqInspectRecord + ` WHERE scope = ? AND idem_key =
 const sqInspectKey = `SELECT scope, ` + sqInspectRecord + ` WHERE idem_key = ? ORDER BY scope LIMIT ?`
 
 const sqStats = `SELECT status, COUNT(*), MIN(created_at),
-  COUNT(CASE WHEN created_at <= ` + sqNow + ` - ?
-    AND (CASE WHEN status = 'completed' THEN completed_at ELSE lease_until END) <= ` + sqNow + ` - ? THEN 1 END),
+  COUNT(CASE WHEN ` + sqExpiry + ` <= ` + sqNow + ` AND NOT ` + sqLive + ` THEN 1 END),
   ` + sqNow + `
 FROM idempotency_keys GROUP BY status ORDER BY status`
 
@@ -251,6 +310,13 @@ const sqliteErrorCode = 1
 // fix knows nothing better than the messages' own advice.
 func (sqliteDialect) fix(error) string { return "" }
 
+// applied reads SQLite's message for a column that exists; its indexes
+// are made and dropped IF NOT EXISTS and IF EXISTS.
+func (sqliteDialect) applied(err error) bool {
+	e := sqliteError(err)
+	return e != nil && e.Code()&0xff == sqliteErrorCode && strings.Contains(e.Error(), "duplicate column name: ")
+}
+
 func (sqliteDialect) schemaFault(err error) schemaFault {
 	e := sqliteError(err)
 	if e == nil || e.Code()&0xff != sqliteErrorCode {
@@ -259,8 +325,8 @@ func (sqliteDialect) schemaFault(err error) schemaFault {
 	switch msg := e.Error(); {
 	case strings.Contains(msg, "no such table: "):
 		return noTable
-	case strings.Contains(msg, "no such column: "):
-		return notIdemTable
+	case strings.Contains(msg, "no such column: "), strings.Contains(msg, " has no column named "):
+		return missingFault(msg)
 	case strings.Contains(msg, "unknown database "):
 		return noSchema
 	}

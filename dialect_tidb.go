@@ -59,16 +59,10 @@ type tidbDialect struct{ mysqlDialect }
 func (tidbDialect) Name() string { return "tidb" }
 
 func (tidbDialect) statements(parts []string) *statements {
-	return myStatements(parts, schema.TiDB, myInsert, returning{}, tidbRead, tidbReadCompleted, tidbState)
+	// FOR UPDATE is a current read in a pessimistic transaction: it sees
+	// the latest committed row whatever the transaction's snapshot.
+	return myStatements(parts, schema.TiDB, myInsert, returning{}, myForUpdate)
 }
-
-// FOR UPDATE is a current read in a pessimistic transaction: it sees the
-// latest committed row whatever the transaction's snapshot.
-const (
-	tidbRead          = myReadRecord + ` FOR UPDATE`
-	tidbReadCompleted = myReadCompletedRecord + ` FOR UPDATE`
-	tidbState         = myStateRecord + ` FOR UPDATE`
-)
 
 // tidbSettings reads what checkSession decides on: the session's mode,
 // its in-place check, its isolation level and isolation check, and the

@@ -30,6 +30,13 @@ var (
 	// message says which case it is. Roll back the transaction it was part
 	// of.
 	ErrLeaseLost = errors.New("idem: lease lost")
+	// ErrExpired reports a key that was used and whose response is gone:
+	// past its retention, within the Store's key memory
+	// ([WithKeyMemory]). Nothing ran, and nothing will for this key until
+	// the key memory passes: it is never retried automatically. A
+	// request with the key and another payload is [ErrMismatch] instead.
+	// HTTP: 410 Gone.
+	ErrExpired = errors.New("idem: the key was used and its response is gone")
 )
 
 // InFlightError is returned while another live claim holds the key.

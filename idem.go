@@ -18,6 +18,11 @@ type Request struct {
 	Key         string // the client's Idempotency-Key: 1..255 bytes, visible ASCII (0x21..0x7E)
 	Operation   string // what the key is bound to, e.g. "POST /v1/charges"
 	Fingerprint string // digest of the request payload, e.g. from Fingerprint
+	// Retention is how long this record replays once completed (per
+	// operation, route or method); 0: the Store's ([WithRetention]). At
+	// most [MaxDuration]. The record stores its own expiry, which the
+	// purge honours.
+	Retention time.Duration
 }
 
 // Response is the final result of an operation, stored and replayed.
@@ -53,16 +58,21 @@ type Store struct {
 	table     string
 	lease     time.Duration
 	retention time.Duration
+	keyMemory time.Duration // WithKeyMemory; 0: none
 	lockWait  time.Duration // with hasLockWait: the bound of WithLockTimeout
 	st        *statements   // the dialect's statements for the table
 	observer  Observer
 	// completed holds the keys this Store has served (completed.go).
 	completed *completed
-	// purgeFrom is where the next purge batch starts: a created_at in µs
+	// expiryFrom and legacyFrom are where the next purge batch starts: an
+	// expires_at, or for the records without one a created_at, in µs
 	// since the Unix epoch, 0 for the beginning (purge.go).
-	purgeFrom atomic.Int64
-	// hasLockWait reports that WithLockTimeout was given.
-	hasLockWait bool
+	expiryFrom, legacyFrom atomic.Int64
+	// sealer seals the stored responses (WithSealer); nil: in the clear.
+	sealer Sealer
+	// hasLockWait and hasSealer report that WithLockTimeout and
+	// WithSealer were given.
+	hasLockWait, hasSealer bool
 }
 
 // New returns a [Store] for the dialect, or an error that names the bad
@@ -91,6 +101,11 @@ func (s *Store) configure() error {
 	if err := checkDuration("retention", s.retention); err != nil {
 		return err
 	}
+	if s.keyMemory != 0 {
+		if err := checkDuration("key memory", s.keyMemory); err != nil {
+			return err
+		}
+	}
 	if s.hasLockWait {
 		if s.lockWait <= 0 || s.lockWait > MaxLockTimeout {
 			return fmt.Errorf("idem: lock timeout must be positive and at most %v, got %v", MaxLockTimeout, s.lockWait)
@@ -98,6 +113,9 @@ func (s *Store) configure() error {
 		if _, ok := s.dialect.(lockWaiter); !ok {
 			return fmt.Errorf("idem: WithLockTimeout is not supported by the %s dialect", s.dialect.Name())
 		}
+	}
+	if s.hasSealer && s.sealer == nil {
+		return errors.New("idem: WithSealer needs a Sealer, got nil")
 	}
 	parts, err := parseTable(s.table)
 	if err != nil {
@@ -115,6 +133,23 @@ func (s *Store) Dialect() Dialect { return s.dialect }
 
 // Lease returns how long a PROCESSING claim is honoured ([WithLease]).
 func (s *Store) Lease() time.Duration { return s.lease }
+
+// Retention returns how long a completed key replays by default
+// ([WithRetention]).
+func (s *Store) Retention() time.Duration { return s.retention }
+
+// KeyMemory returns how long past its retention a key is still refused
+// ([WithKeyMemory]); 0 when the Store keeps no key memory.
+func (s *Store) KeyMemory() time.Duration { return s.keyMemory }
+
+// retentionOf is how long req's record replays: its own retention, or
+// the Store's.
+func (s *Store) retentionOf(req Request) time.Duration {
+	if req.Retention > 0 {
+		return req.Retention
+	}
+	return s.retention
+}
 
 // LockTimeout returns the bound of [WithLockTimeout] on how long Do and
 // Begin wait for another open transaction that holds the key, and whether

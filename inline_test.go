@@ -6,13 +6,13 @@ import (
 )
 
 func TestMySQLInline(t *testing.T) {
-	q := myLiterals(Query{SQL: "UPDATE t SET a = ?, b = ?, c = ?, d = ? WHERE e = ? AND f = ?",
-		Args: []any{"x'?\\", []byte{0, 0xff}, []byte(nil), []byte{}, int64(-7), 201}})
-	if want := `UPDATE t SET a = X'78273f5c', b = X'00ff', c = NULL, d = X'' WHERE e = -7 AND f = 201`; q.SQL != want || q.Args != nil {
+	q := myLiterals(Query{SQL: "UPDATE t SET a = ?, b = ?, c = ?, d = ?, k = ? WHERE e = ? AND f = ?",
+		Args: []any{"x'?\\", []byte{0, 0xff}, []byte(nil), []byte{}, nil, int64(-7), 201}})
+	if want := `UPDATE t SET a = X'78273f5c', b = X'00ff', c = NULL, d = X'', k = NULL WHERE e = -7 AND f = 201`; q.SQL != want || q.Args != nil {
 		t.Errorf("inline = %q, %v; want %q, nil", q.SQL, q.Args, want)
 	}
 	big := make([]byte, maxInline)
-	for _, args := range [][]any{{big}, {1.5}, {"one", "two"}, {nil}} {
+	for _, args := range [][]any{{big}, {1.5}, {"one", "two"}} {
 		got := myLiterals(Query{SQL: "SELECT ?", Args: args})
 		if got.SQL != "SELECT ?" || len(got.Args) != len(args) {
 			t.Errorf("inline of %d args of types %T: %q, %d args; want the query and arguments unchanged", len(args), args[0], got.SQL, len(got.Args))
@@ -25,16 +25,16 @@ func TestMySQLInline(t *testing.T) {
 // (pgx, whose database/sql driver caches a prepared statement per
 // distinct text) it leaves the parameters.
 func TestPostgresInline(t *testing.T) {
-	q := pgLiterals(Query{SQL: "UPDATE t SET a = $1, b = $2, c = $3, d = $4 WHERE e = $5 AND f = $6 AND g = $1 AND h = $7::bigint",
-		Args: []any{`x'$\y`, []byte{0, 0xff}, []byte(nil), []byte{}, int64(-7), 201, 10}})
-	if want := `UPDATE t SET a = E'x''$\\y', b = E'\\x00ff'::bytea, c = NULL, d = E'\\x'::bytea WHERE e = (-7) AND f = 201 AND g = E'x''$\\y' AND h = 10::bigint`; q.SQL != want || q.Args != nil {
+	q := pgLiterals(Query{SQL: "UPDATE t SET a = $1, b = $2, c = $3, d = $4, k = $8::bigint WHERE e = $5 AND f = $6 AND g = $1 AND h = $7::bigint",
+		Args: []any{`x'$\y`, []byte{0, 0xff}, []byte(nil), []byte{}, int64(-7), 201, 10, nil}})
+	if want := `UPDATE t SET a = E'x''$\\y', b = E'\\x00ff'::bytea, c = NULL, d = E'\\x'::bytea, k = NULL::bigint WHERE e = (-7) AND f = 201 AND g = E'x''$\\y' AND h = 10::bigint`; q.SQL != want || q.Args != nil {
 		t.Errorf("literals = %q, %v; want %q, nil", q.SQL, q.Args, want)
 	}
 	big := strings.Repeat("x", maxInline)
 	// Too long, another type, NUL, invalid UTF-8, a character beyond
 	// ASCII (whose bytes some client encodings read otherwise), a control
 	// character.
-	for _, args := range [][]any{{big}, {1.5}, {"a\x00b"}, {"\xff"}, {"Á\\'"}, {"tab\there"}, {nil}} {
+	for _, args := range [][]any{{big}, {1.5}, {"a\x00b"}, {"\xff"}, {"Á\\'"}, {"tab\there"}} {
 		got := pgLiterals(Query{SQL: "SELECT $1", Args: args})
 		if got.SQL != "SELECT $1" || len(got.Args) != len(args) {
 			t.Errorf("literals of %T %q: %q, %d args; want the query and arguments unchanged", args[0], args[0], got.SQL, len(got.Args))

@@ -21,11 +21,24 @@ type Record struct {
 	CreatedAt   time.Time // when the current claim was made
 	CompletedAt time.Time // when the response was stored; zero unless completed
 	Now         time.Time // the database clock when the record was read
-	// Forgotten reports a record past retention: Do treats the key as
+	// Forgotten reports a record past its expiry (and, for a completed
+	// one, past the Store's key memory after it): Do treats the key as
 	// absent, and Purge deletes the record.
 	Forgotten bool
+	// Expired reports a record whose response is gone: past its
+	// retention, or kept by the key memory ([StatusExpired]). Do refuses
+	// the key ([ErrExpired]) until it is Forgotten.
+	Expired bool
+	// ExpiresAt is when the record's response stops replaying, or its
+	// claim may be forgotten (for a record kept by the key memory: when
+	// the key is forgotten).
+	ExpiresAt time.Time
+	// SealedKey names the key the stored response is sealed with
+	// ([WithSealer]); "" for one stored in the clear.
+	SealedKey string
 	// Response is the stored response; nil unless Status is
-	// [StatusCompleted].
+	// [StatusCompleted], and for a sealed one when the Store has no
+	// sealer (a sealer that cannot open it is an error of Inspect's).
 	Response *Response
 }
 
@@ -51,16 +64,16 @@ func (s *Store) InspectOn(ctx context.Context, db Conn, scope, key string) (*Rec
 	}
 	rec := Record{Scope: scope, Key: key}
 	var cols recordColumns
-	q := s.st.query(s.st.inspect, &values{req: req, retention: micros(s.retention)})
+	q := s.st.query(s.st.inspect, &values{req: req, retention: micros(s.retention), keyMemory: micros(s.keyMemory)})
 	err := s.conn(db).queryRow(ctx, q, cols.dest(&rec)...)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil
 	}
 	if err == nil {
-		err = cols.fill(&rec)
+		err = s.fill(&cols, &rec)
 	}
 	if err != nil {
-		return nil, s.inspectError(fmt.Sprintf("inspect key %q in scope %q", key, scope), err)
+		return nil, s.inspectError(ctx, s.conn(db), fmt.Sprintf("inspect key %q in scope %q", key, scope), err)
 	}
 	return &rec, nil
 }
@@ -91,21 +104,21 @@ func (s *Store) InspectKeyOn(ctx context.Context, db Conn, key string, limit int
 		return nil, fmt.Errorf("idem: InspectKey limit must be positive, got %d", limit)
 	}
 	var recs []Record
-	q := s.st.query(s.st.inspectKey, &values{req: Request{Key: key}, retention: micros(s.retention), limit: limit})
+	q := s.st.query(s.st.inspectKey, &values{req: Request{Key: key}, retention: micros(s.retention), keyMemory: micros(s.keyMemory), limit: limit})
 	err := s.conn(db).queryRows(ctx, q, func(scan func(...any) error) error {
 		rec := Record{Key: key}
 		var cols recordColumns
 		if err := scan(append([]any{&rec.Scope}, cols.dest(&rec)...)...); err != nil {
 			return err
 		}
-		if err := cols.fill(&rec); err != nil {
+		if err := s.fill(&cols, &rec); err != nil {
 			return err
 		}
 		recs = append(recs, rec)
 		return nil
 	})
 	if err != nil {
-		return nil, s.inspectError(fmt.Sprintf("inspect key %q in every scope", key), err)
+		return nil, s.inspectError(ctx, s.conn(db), fmt.Sprintf("inspect key %q in every scope", key), err)
 	}
 	return recs, nil
 }
@@ -113,37 +126,41 @@ func (s *Store) InspectKeyOn(ctx context.Context, db Conn, key string, limit int
 // recordColumns are the columns of the inspect statements that are not
 // read straight into a Record.
 type recordColumns struct {
-	lease, created, now int64
-	completed, status   sql.NullInt64
-	header, body        []byte
+	lease, created, now, expires int64
+	completed, status            sql.NullInt64
+	header, body                 []byte
 }
 
 // dest is where the inspect statements' columns go, in their order.
 func (c *recordColumns) dest(rec *Record) []any {
 	return []any{&rec.Operation, &rec.Fingerprint, &rec.Status, &rec.Token, &c.lease, &c.created, &c.completed, &c.now,
-		&rec.Forgotten, &c.status, &c.header, &c.body}
+		&rec.Forgotten, &rec.Expired, &c.expires, &c.status, &c.header, &c.body, &rec.SealedKey}
 }
 
-// fill puts the columns dest read into rec.
-func (c *recordColumns) fill(rec *Record) error {
-	rec.LeaseUntil, rec.CreatedAt, rec.Now = fromMicros(c.lease), fromMicros(c.created), fromMicros(c.now)
+// fill puts the columns dest read into rec, with the response opened
+// when the Store's sealer can open it.
+func (s *Store) fill(c *recordColumns, rec *Record) error {
+	rec.LeaseUntil, rec.CreatedAt, rec.Now, rec.ExpiresAt = fromMicros(c.lease), fromMicros(c.created), fromMicros(c.now), fromMicros(c.expires)
 	if c.completed.Valid {
 		rec.CompletedAt = fromMicros(c.completed.Int64)
 	}
-	if rec.Status == StatusCompleted {
-		h, err := decodeHeader(c.header)
-		if err != nil {
-			return err
-		}
-		rec.Response = &Response{StatusCode: int(c.status.Int64), Header: h, Body: c.body}
+	if rec.Status != StatusCompleted || rec.SealedKey != "" && s.sealer == nil {
+		return nil
 	}
+	req := Request{Scope: rec.Scope, Key: rec.Key, Operation: rec.Operation}
+	resp, err := s.response(req, record{code: c.status, header: c.header, body: c.body, sealedKey: sql.NullString{String: rec.SealedKey, Valid: rec.SealedKey != ""}})
+	if err != nil {
+		return err
+	}
+	rec.Response = &resp
 	return nil
 }
 
 // inspectError is the error of a read of the table for a person (what),
 // with what to do when the database says the table is not there or not
 // idem's.
-func (s *Store) inspectError(what string, err error) error {
+func (s *Store) inspectError(ctx context.Context, c conn, what string, err error) error {
+	err = s.probed(ctx, c, err)
 	return &Error{Op: what + " of " + s.table, Err: err, Hint: s.advice(err, "")}
 }
 
@@ -154,7 +171,8 @@ type Stats struct {
 	ByStatus map[Status]int64
 	// Total is the number of records.
 	Total int64
-	// Expired counts the records past retention that Purge would delete now.
+	// Expired counts the records past their expiry: what Purge would
+	// delete now, or strip to the key under a key memory.
 	Expired int64
 	// Oldest is when the oldest record's claim was made; zero when there is
 	// no record.
@@ -203,11 +221,11 @@ func (s *Store) StatsOn(ctx context.Context, db Conn) (Stats, error) {
 		return nil
 	})
 	if err != nil {
-		return Stats{}, s.inspectError("stats", err)
+		return Stats{}, s.inspectError(ctx, c, "stats", err)
 	}
 	var table, index sql.NullInt64
 	if err := c.queryRow(ctx, s.st.query(s.st.size, &values{}), &table, &index); err != nil && !errors.Is(err, sql.ErrNoRows) {
-		return Stats{}, s.inspectError("size", err)
+		return Stats{}, s.inspectError(ctx, c, "size", err)
 	}
 	if table.Valid {
 		st.TableBytes = table.Int64

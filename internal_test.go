@@ -144,12 +144,16 @@ func TestStatementsAreWhole(t *testing.T) {
 		if (st.claimed.sql == "") != returnsAll {
 			t.Errorf("%s: claimed %q, but the claim statements return %v and %v", d.Name(), st.claimed.sql, st.insertReturns, st.takeoverReturns)
 		}
+		if n := len(st.all()); n != 24 {
+			t.Errorf("%s: %d statements; this test names 24", d.Name(), n)
+		}
 		for name, q := range map[string]statement{
 			"version": st.version, "insert": st.insert, "insertOwn": st.insertOwn, "takeover": st.takeover,
 			"claimed": st.claimed, "read": st.read, "readCompleted": st.readCompleted, "state": st.state,
 			"complete": st.complete, "extend": st.extend, "release": st.release, "remove": st.remove,
-			"purgeWindow": st.purgeWindow, "purge": st.purge, "inspect": st.inspect, "inspectKey": st.inspectKey,
-			"columns": st.columns, "stats": st.stats, "size": st.size,
+			"purgeWindow": st.purgeWindow, "purge": st.purge, "strip": st.strip, "legacyWindow": st.legacyWindow,
+			"legacyPurge": st.legacyPurge, "resealRead": st.resealRead, "resealWrite": st.resealWrite,
+			"inspect": st.inspect, "inspectKey": st.inspectKey, "columns": st.columns, "stats": st.stats, "size": st.size,
 		} {
 			if name == "claimed" && returnsAll {
 				continue

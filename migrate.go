@@ -2,10 +2,12 @@ package idem
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"regexp"
 	"strconv"
+	"time"
 )
 
 // versionComment is how migrations from version 2 on record the table's
@@ -59,14 +61,93 @@ func (s *Store) MigrateOn(ctx context.Context, db Conn) error {
 	return nil
 }
 
-// migrateStep runs the statements of one migration in order.
+// migrateStep runs the statements of one migration in order, passing
+// over those that have run already (Dialect.applied). Before a statement
+// that builds an index beside the traffic, it waits for a build of it
+// that runs (another process's Migrate), and drops it when a build of it
+// failed (readyToBuild). A statement that fails with an error a retry may
+// cure (two such builds on one table deadlock, and the one waiting for
+// the other is chosen to fail, having built nothing) runs the step again
+// from its start, after a pause, up to migrateAttempts in all: its
+// statements are safe to repeat.
 func (s *Store) migrateStep(ctx context.Context, c conn, stmts []string) error {
+	for attempt := 1; ; attempt++ {
+		err := s.runStep(ctx, c, stmts)
+		if err == nil || !IsRetryable(err) {
+			return err
+		}
+		if attempt == migrateAttempts {
+			return gaveUp(attempt, err)
+		}
+		if perr := pause(ctx, migratePoll); perr != nil {
+			return errors.Join(err, perr)
+		}
+	}
+}
+
+// migrateAttempts bounds the runs of one migration step: each that fails
+// lost a race with another Migrate, which is done with the step or builds
+// an index the next run waits for.
+const migrateAttempts = 50
+
+// runStep runs stmts once, as migrateStep says.
+func (s *Store) runStep(ctx context.Context, c conn, stmts []string) error {
 	for _, stmt := range stmts {
-		if _, err := c.exec(ctx, Query{SQL: stmt}); err != nil {
+		if s.st.builds != nil {
+			if name := s.st.builds(stmt); name != "" {
+				if err := s.readyToBuild(ctx, c, name); err != nil {
+					return err
+				}
+			}
+		}
+		if _, err := c.exec(ctx, Query{SQL: stmt}); err != nil && !s.dialect.applied(err) {
 			return err
 		}
 	}
 	return nil
+}
+
+// migratePoll is how long Migrate waits before it looks again at an index
+// another process builds, or runs again a step that lost a race.
+const migratePoll = 100 * time.Millisecond
+
+// readyToBuild returns once the index name is absent or valid, or
+// dropped because a build of it failed, and no build of it runs.
+func (s *Store) readyToBuild(ctx context.Context, c conn, name string) error {
+	for {
+		var (
+			valid, building bool
+			qualified       string
+		)
+		err := c.queryRow(ctx, s.st.query(s.st.built, &values{indexName: name}), &valid, &building, &qualified)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			return nil
+		case err != nil:
+			return err
+		case building:
+			if err := pause(ctx, migratePoll); err != nil {
+				return err
+			}
+		case valid:
+			return nil
+		default:
+			_, err := c.exec(ctx, Query{SQL: s.st.dropUnbuilt + qualified})
+			return err
+		}
+	}
+}
+
+// pause waits d, or until ctx ends.
+func pause(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }
 
 // schemaVersion reads the table's schema version: 0 when it is absent,

@@ -27,10 +27,28 @@ func WithTable(name string) Option { return func(s *Store) { s.table = name } }
 // [MaxDuration].
 func WithLease(d time.Duration) Option { return func(s *Store) { s.lease = d } }
 
-// WithRetention sets how long a completed key replays (default 24h). Past
-// it the key is forgotten and may be reused with any payload. It must be
-// positive and at most [MaxDuration].
+// WithRetention sets how long a completed key replays (default 24h), for
+// a request that sets no Retention of its own. Past it the key is
+// forgotten and may be reused with any payload (unless the Store keeps a
+// key memory: [WithKeyMemory]). It must be positive and at most
+// [MaxDuration]. A record replays for at least its retention after it
+// was completed, and for at most its lease more: its expiry is set when
+// the key is claimed, so that a completion within the lease changes no
+// index.
 func WithRetention(d time.Duration) Option { return func(s *Store) { s.retention = d } }
+
+// WithKeyMemory keeps a key for d past its retention: when a completed
+// record's response has passed its retention, Purge drops the response
+// (its body and header) but keeps the small record (scope, key,
+// operation, fingerprint, status code, completion time) until d has
+// passed as well. Until then a request with the key is refused without
+// running: [ErrExpired] when it matches the record, [ErrMismatch] when it
+// does not. A client that retries after a day offline is then told its
+// response is gone rather than charged a second time. Off by default and
+// with d 0 (a key is forgotten at the end of its retention); else d must
+// be positive and at most [MaxDuration]. docs/operations.md, Key memory, gives its
+// storage cost.
+func WithKeyMemory(d time.Duration) Option { return func(s *Store) { s.keyMemory = d } }
 
 // MaxDuration is the largest lease, retention or Extend that idem accepts:
 // 100 years. Durations are sent to the database in microseconds and added

@@ -5,29 +5,37 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"sync/atomic"
 )
 
-// Purge deletes the records past retention: completed ones whose response
-// was stored longer ago than the retention, and claims whose lease ended
-// longer ago than that. It deletes in batches of at most batch rows, oldest
-// first, each a read of what it will delete and a DELETE in a short
-// transaction of its own on db (READ COMMITTED on PostgreSQL and MySQL,
-// retried like [RunTx] on a deadlock or a busy database), until a batch
-// comes back short, and returns how many it deleted. A PROCESSING claim
-// with a live lease is never touched, and rows a live transaction holds are
-// skipped (Postgres) or waited for (MySQL, also the first row past the
-// batch's window, up to innodb_lock_wait_timeout); on SQLite each batch
-// waits for the write lock like any writer. So Purge may run from several
-// processes at once and beside live traffic. Each batch starts where the
-// Store's previous batch ended, so that it does not walk again the rows
-// earlier batches deleted; a record passed over (a live claim that has
-// since expired, a row that was locked) is deleted by the next sweep, which
-// starts from the oldest record after a batch that came back short. Purge
-// and PurgeBatch may also run from several goroutines on one Store: batches
-// that run at once take consecutive windows of the table and do not wait
-// for each other's rows, so a backlog is purged faster, at some cost to the
-// traffic beside it. Each batch is reported to the [Store]'s [Observer].
-// See docs/operations.md for batch sizes, cadence and workers.
+// Purge deletes the records past their expiry: completed ones whose
+// response has passed its retention (the request's, or the Store's), and
+// claims whose lease ended longer ago than that. Under a key memory
+// ([WithKeyMemory]) a completed record first loses its response and keeps
+// its key ([StatusExpired]) until the key memory has passed too; then it
+// is deleted. It works in batches of at most batch rows, oldest expiry
+// first, each a read of what it will change and a DELETE (and an UPDATE
+// for the records it keeps) in a short transaction of its own on db
+// (READ COMMITTED on PostgreSQL and MySQL, retried like [RunTx] on a
+// deadlock or a busy database), until a batch comes back short, and
+// returns how many records it deleted or kept to their key. A PROCESSING
+// claim with a live lease is never touched, and rows a live transaction
+// holds are skipped (Postgres) or waited for (MySQL, also the first row
+// past the batch's window, up to innodb_lock_wait_timeout); on SQLite
+// each batch waits for the write lock like any writer. So Purge may run
+// from several processes at once and beside live traffic. Each batch
+// starts where the Store's previous batch ended, so that it does not walk
+// again the rows earlier batches deleted; a record passed over (a row
+// that was locked) is purged by the next sweep, which starts from the
+// oldest record after a batch that came back short. Purge and PurgeBatch
+// may also run from several goroutines on one Store: batches that run at
+// once take consecutive windows of the table and do not wait for each
+// other's rows, so a backlog is purged faster, at some cost to the
+// traffic beside it. Records written before the schema version with
+// expiries (by an earlier release) expire by the Store's retention, and
+// are purged first, in the order they were made. Each batch is reported
+// to the [Store]'s [Observer]. See docs/operations.md for batch sizes,
+// cadence and workers.
 func (s *Store) Purge(ctx context.Context, db *sql.DB, batch int) (int64, error) {
 	if db == nil {
 		return 0, errors.New("idem: Purge needs a *sql.DB, got nil")
@@ -48,23 +56,24 @@ func (s *Store) PurgeOn(ctx context.Context, r Runner, batch int) (int64, error)
 	}
 	var total int64
 	for {
-		n, err := s.deleteBatch(ctx, r, batch)
+		n, more, err := s.purgeBatch(ctx, r, batch)
 		if err != nil {
+			err = s.probed(ctx, s.conn(r), err)
 			return total, &Error{Op: "purge " + s.table, Err: err,
 				Detail: fmt.Sprintf("stopped after deleting %d records: %s", total, reason(err)),
 				Hint:   s.advice(err, "the deleted ones stay deleted, run Purge again")}
 		}
 		total += n
-		if n < int64(batch) {
+		if !more {
 			return total, nil
 		}
 	}
 }
 
-// PurgeBatch deletes at most limit records past retention, as Purge does,
-// with one DELETE in a short transaction, and returns how many it deleted.
-// Purge calls it until a batch comes back short; call it yourself to pace
-// a purge or to report its progress.
+// PurgeBatch deletes at most limit records past their expiry (or keeps
+// them to their key), as Purge does, in one short transaction, and
+// returns how many. Purge calls it until a batch comes back short; call
+// it yourself to pace a purge or to report its progress.
 func (s *Store) PurgeBatch(ctx context.Context, db *sql.DB, limit int) (int64, error) {
 	if db == nil {
 		return 0, errors.New("idem: PurgeBatch needs a *sql.DB, got nil")
@@ -81,71 +90,113 @@ func (s *Store) PurgeBatchOn(ctx context.Context, r Runner, limit int) (int64, e
 	if limit <= 0 {
 		return 0, fmt.Errorf("idem: PurgeBatch limit must be positive, got %d", limit)
 	}
-	n, err := s.deleteBatch(ctx, r, limit)
+	n, _, err := s.purgeBatch(ctx, r, limit)
 	if err != nil {
+		err = s.probed(ctx, s.conn(r), err)
 		return n, &Error{Op: "purge " + s.table, Err: err, Hint: s.advice(err, "nothing of this batch was deleted, run it again")}
 	}
 	return n, nil
 }
 
-// deleteBatch deletes one batch in a transaction of the dialect's purge
-// isolation level, retried as RunTx retries (a deadlock on MySQL, a busy
-// database on SQLite: the batch is safe to run again), and reports it to
-// the Observer.
-func (s *Store) deleteBatch(ctx context.Context, r Runner, limit int) (n int64, err error) {
+// purgeBatch purges one batch of at most limit records, in transactions
+// of the dialect's purge isolation level, retried as RunTx retries (a
+// deadlock on MySQL, a busy database on SQLite: the batch is safe to run
+// again), and reports it to the Observer. The records without an expiry
+// come first; what the batch has room for after them is taken from the
+// expiry's order. more reports that its window was full: the sweep goes
+// on.
+func (s *Store) purgeBatch(ctx context.Context, r Runner, limit int) (n int64, more bool, err error) {
 	start := startWatch()
 	defer func() { s.observe(ctx, Event{Kind: EventPurgeBatch, Duration: start.elapsed(), Rows: n, Err: err}) }()
-	retention := micros(s.retention)
-	from, to, found, err := s.purgeWindow(ctx, r, retention, limit)
-	if err != nil || !found {
-		return 0, err
+	v := values{retention: micros(s.retention), keyMemory: micros(s.keyMemory), limit: limit}
+	legacy, err := s.purgeWindow(ctx, r, &s.legacyFrom, s.st.legacyWindow, v)
+	if err != nil {
+		return 0, false, err
 	}
+	if legacy.rows > 0 {
+		if n, err = s.purgeIn(ctx, r, legacy, func(c conn, v *values) (int64, error) {
+			return c.exec(ctx, s.st.query(s.st.legacyPurge, v))
+		}, v); err != nil || legacy.rows == int64(limit) {
+			return n, err == nil, err
+		}
+	}
+	v.limit = limit - int(legacy.rows)
+	due, err := s.purgeWindow(ctx, r, &s.expiryFrom, s.st.purgeWindow, v)
+	if err != nil || due.rows == 0 {
+		return n, false, err
+	}
+	if s.keyMemory > 0 {
+		v.spared = string(StatusCompleted)
+	}
+	m, err := s.purgeIn(ctx, r, due, func(c conn, v *values) (int64, error) {
+		deleted, err := c.exec(ctx, s.st.query(s.st.purge, v))
+		if err != nil || s.keyMemory == 0 {
+			return deleted, err
+		}
+		kept, err := c.exec(ctx, s.st.query(s.st.strip, v))
+		return deleted + kept, err
+	}, v)
+	return n + m, err == nil && due.rows == int64(v.limit), err
+}
+
+// window is a part of the sweep of one cursor that a batch takes: from
+// the cursor where it starts to where the cursor moved, and how many
+// records it holds.
+type window struct {
+	cursor   *atomic.Int64
+	from, to int64
+	rows     int64
+}
+
+// purgeIn runs purge on w in one transaction. When it fails, the cursor
+// goes back so that the next batch takes w again.
+func (s *Store) purgeIn(ctx context.Context, r Runner, w window, purge func(c conn, v *values) (int64, error), v values) (n int64, err error) {
+	v.from = w.from
 	err = InTx(ctx, r, s.st.purgeIsolation, func(tx Tx) (err error) {
-		n, err = s.conn(tx).exec(ctx, s.st.query(s.st.purge, &values{from: from, retention: retention, limit: limit}))
+		n, err = purge(s.conn(tx), &v)
 		return err
 	})
 	if err != nil {
-		s.purgeFrom.CompareAndSwap(to, from) // the next batch takes this window again
+		w.cursor.CompareAndSwap(w.to, w.from)
 		return 0, err
 	}
 	return n, nil
 }
 
-// purgeWindow takes the next window of the sweep for a batch of limit
-// records: it reads, from the Store's purge cursor on, how many records
-// past retention the batch would delete and the created_at of the last of
-// them, and moves the cursor there, to the next batch's start. found is
-// false when there is none. A window shorter than limit ends the sweep:
+// purgeWindow takes the next window of a sweep for a batch of v.limit
+// records: it reads, with q from cursor on, how many records the batch
+// would purge and where the last of them is (its expiry, or for the
+// records without one its created_at), and moves the cursor there, to
+// the next batch's start. A window shorter than the limit ends the sweep:
 // the cursor goes back to the beginning.
 //
 // A deleted row stays in the table's indexes until the database reclaims
 // it (InnoDB's purge thread, a VACUUM), and a batch that started at the
 // beginning would walk every such row before the first it can delete;
 // with the cursor, a sweep through the table reads each row once. A record
-// the cursor has passed (one that was a live claim then, or locked) is
-// purged by the next sweep.
+// the cursor has passed (one that was locked) is purged by the next
+// sweep.
 //
 // The read locks nothing, and the cursor moves only if no other batch of
 // the Store moved it meanwhile (else the window is read again from where
 // that batch left it). So batches that run at once, from several
-// goroutines, delete consecutive windows instead of waiting for each
+// goroutines, purge consecutive windows instead of waiting for each
 // other's rows.
-func (s *Store) purgeWindow(ctx context.Context, r Runner, retention int64, limit int) (from, to int64, found bool, err error) {
+func (s *Store) purgeWindow(ctx context.Context, r Runner, cursor *atomic.Int64, q statement, v values) (window, error) {
 	for {
-		from = s.purgeFrom.Load()
-		var n int64
-		err = InTx(ctx, r, s.st.purgeIsolation, func(tx Tx) error {
-			q := s.st.query(s.st.purgeWindow, &values{from: from, retention: retention, limit: limit})
-			return s.conn(tx).queryRow(ctx, q, &n, &to)
+		w := window{cursor: cursor, from: cursor.Load()}
+		v.from = w.from
+		err := InTx(ctx, r, s.st.purgeIsolation, func(tx Tx) error {
+			return s.conn(tx).queryRow(ctx, s.st.query(q, &v), &w.rows, &w.to)
 		})
 		if err != nil {
-			return 0, 0, false, err
+			return window{}, err
 		}
-		if n < int64(limit) {
-			to = 0
+		if w.rows < int64(v.limit) {
+			w.to = 0
 		}
-		if s.purgeFrom.CompareAndSwap(from, to) {
-			return from, to, n > 0, nil
+		if cursor.CompareAndSwap(w.from, w.to) {
+			return w, nil
 		}
 	}
 }

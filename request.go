@@ -23,7 +23,13 @@ func (r Request) validate() error {
 	if err := checkField("Operation", r.Operation, MaxOperationLen); err != nil {
 		return err
 	}
-	return checkField("Fingerprint", r.Fingerprint, MaxFingerprintLen)
+	if err := checkField("Fingerprint", r.Fingerprint, MaxFingerprintLen); err != nil {
+		return err
+	}
+	if r.Retention < 0 || r.Retention > MaxDuration {
+		return fmt.Errorf("%w: Retention must be 0 (the Store's) or positive and at most %v (MaxDuration), got %v", ErrInvalidRequest, MaxDuration, r.Retention)
+	}
+	return nil
 }
 
 // ValidateKey reports whether key is a valid Idempotency-Key: 1..255 bytes
@@ -79,4 +85,8 @@ const (
 	// StatusReleased: the claim was given up without a result; the next
 	// attempt takes the key over at once.
 	StatusReleased Status = "released"
+	// StatusExpired: the operation's response is gone, its retention over,
+	// but the key is kept for the Store's key memory ([WithKeyMemory]): a
+	// request with it is refused ([ErrExpired], or [ErrMismatch]).
+	StatusExpired Status = "expired"
 )

@@ -298,7 +298,7 @@ func TestRetriedStatuses(t *testing.T) {
 }
 
 func TestFinalStatusesNotRetried(t *testing.T) {
-	for _, code := range []int{200, 201, 204, 302, 400, 401, 402, 403, 404, 413, 422, 501} {
+	for _, code := range []int{200, 201, 204, 302, 400, 401, 402, 403, 404, 410, 413, 422, 501} {
 		t.Run(fmt.Sprint(code), func(t *testing.T) {
 			srv := newServer(t, statuses(code, 201))
 			resp, _ := do(t, fast(srv.Client().Transport), post(t, srv.URL, "{}"))

@@ -58,6 +58,10 @@ type Config struct {
 	// (a path too long for [idem.MaxOperationLen] is replaced by its
 	// SHA-256).
 	Operation func(*http.Request) string
+	// Retention returns how long the record of a request replays once
+	// completed, per route or method (idem.Request.Retention); nil, or 0
+	// for a request: the Store's ([idem.WithRetention]).
+	Retention func(*http.Request) time.Duration
 	// MaxBody is the largest request body accepted, in bytes; a larger one
 	// is a 413 before any database work. Default [DefaultMaxBody] (1 MiB).
 	MaxBody int64

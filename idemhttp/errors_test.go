@@ -31,6 +31,7 @@ func TestAnswerError(t *testing.T) {
 		logged     bool
 	}{
 		{fmt.Errorf("wrapped: %w", idem.ErrMismatch), 422, TypeKeyReused, "", false},
+		{fmt.Errorf("wrapped: %w", idem.ErrExpired), 410, TypeKeyExpired, "", false},
 		{&idem.InFlightError{RetryAfter: 3 * time.Second}, 409, TypeInFlight, "2", false},
 		{&idem.InFlightError{RetryAfter: time.Second}, 409, TypeInFlight, "1", false},
 		{fmt.Errorf("%w: key taken over", idem.ErrLeaseLost), 409, TypeInFlight, "2", false},

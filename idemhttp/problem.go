@@ -30,6 +30,12 @@ const (
 	// another request (method, path, query or body). Do not retry: a new
 	// request needs a new key.
 	TypeKeyReused = "https://github.com/idemkit/idem/blob/main/docs/http.md#key-reused"
+	// TypeKeyExpired (410): the key was used and its stored response is
+	// gone: its retention has passed, and the server keeps the key for its
+	// key memory (idem.WithKeyMemory) so that the request does not run a
+	// second time. Nothing ran. Do not retry with this key: look the
+	// outcome up another way, or send a new request with a new key.
+	TypeKeyExpired = "https://github.com/idemkit/idem/blob/main/docs/http.md#key-expired"
 	// TypeInFlight (409, with Retry-After): another request holds the key,
 	// or took it over from this one. Retry with the same key and body to
 	// get its result.
@@ -101,6 +107,9 @@ func (m *Middleware) answerError(w http.ResponseWriter, r *http.Request, err err
 	case idemserve.Mismatch:
 		p = problem(http.StatusUnprocessableEntity, TypeKeyReused, "Idempotency-Key reused",
 			"this %s was already used for a different request (another method, path, query or body); a retry must repeat the request exactly, and a new request needs a new key", HeaderIdempotencyKey)
+	case idemserve.Expired:
+		p = problem(http.StatusGone, TypeKeyExpired, "Idempotency-Key expired",
+			"this %s was used, and its stored response is gone: its retention has passed; the request did not run again; do not retry with this key: look the outcome up another way, or send a new request with a new key", HeaderIdempotencyKey)
 	case idemserve.TakenOver:
 		p = problem(http.StatusConflict, TypeInFlight, "Request taken over",
 			"this request ran past its lease and a retry with the same %s took it over; nothing of this attempt was stored; retry to get that request's result", HeaderIdempotencyKey)

@@ -75,6 +75,9 @@ func (m *Middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 			return
 		}
 		call.Request = &idem.Request{Scope: scope, Key: key, Operation: m.cfg.Operation(withBody(r, body)), Fingerprint: fingerprint(r, body)}
+		if m.cfg.Retention != nil {
+			call.Request.Retention = m.cfg.Retention(r)
+		}
 	}
 	var rec *recorder
 	call.Run = func(ctx context.Context) (idem.Response, error) {

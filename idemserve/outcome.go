@@ -42,6 +42,10 @@ const (
 	// failures or deadlocks ([idem.IsRetryable]); nothing was stored.
 	// Retry after RetryAfter with the same key.
 	Contention
+	// Expired: the key was used and its response is gone, past its
+	// retention but within the Store's key memory ([idem.ErrExpired]).
+	// Nothing ran. Not to be retried, by a client or a broker.
+	Expired
 )
 
 // Outcome says what err, an error of Serve that is not the handler's
@@ -51,6 +55,8 @@ func (s *Server) Outcome(err error) Outcome {
 	switch {
 	case errors.Is(err, idem.ErrMismatch):
 		return Outcome{Kind: Mismatch}
+	case errors.Is(err, idem.ErrExpired):
+		return Outcome{Kind: Expired}
 	case errors.Is(err, idem.ErrLeaseLost):
 		return Outcome{Kind: TakenOver, RetryAfter: s.cfg.RetryAfter}
 	case errors.As(err, &inFlight):

@@ -3,16 +3,21 @@
 //
 //	postgres/0001_create.up.sql       the table and its created_at index
 //	postgres/0002_autovacuum.up.sql   storage and autovacuum settings
+//	postgres/0003_expiry.up.sql       each record's expiry and seal key
 //	mysql/0001_create.up.sql          the table, clustered on (scope, idem_key)
 //	mysql/0002_insertion_order.up.sql clustered on (created_at, scope, idem_key)
+//	mysql/0003_expiry.up.sql          each record's expiry and seal key
 //	tidb/0001_create.up.sql
+//	tidb/0002_expiry.up.sql           each record's expiry and seal key
 //	sqlite/0001_create.up.sql
+//	sqlite/0002_expiry.up.sql         each record's expiry and seal key
 //
 // File N brings a table to schema version N; version 1 is the table every
 // release before versioning made. Store.Migrate applies the files a table
 // has not had, in order, with the Store's table name, and records the
 // version in the table's comment (from version 2 on; a table without one
-// is of version 1). goose and golang-migrate read a directory as it is:
+// is of version 1; SQLite's tables have no comment, and its version 2 is
+// told by its expires_at index). goose and golang-migrate read a directory as it is:
 // each file is NNNN_name.up.sql with a "-- +goose Up" annotation, the
 // names both tools number their migrations by. Copy the directory of your
 // dialect into your migrations, or point the tool at FS. docs/operations.md
@@ -23,15 +28,23 @@
 //	scope, idem_key   unique together; compared byte for byte
 //	operation         what the key is bound to
 //	fingerprint       digest of the request payload
-//	status            'processing', 'completed' or 'released'
+//	status            'processing', 'completed', 'released' or 'expired'
+//	                  (a completed record whose response is gone, kept
+//	                  by the key memory: WithKeyMemory)
 //	token             fencing token: grows with every takeover, never repeats
 //	                  (a new claim of Do's: a random negative number)
 //	lease_until       end of a PROCESSING claim's lease (database clock, UTC)
-//	created_at        when the current claim was made (the purge's order)
+//	created_at        when the current claim was made
 //	completed_at      when the response was stored
 //	response_status   the stored HTTP status code
 //	response_headers  the stored header, idem's own length-prefixed encoding
 //	response_body     the stored body, as bytes
+//	expires_at        when the response stops replaying, or the claim may be
+//	                  forgotten (the purge's order); NULL on a row written
+//	                  before version 3 (2 on TiDB and SQLite), which expires
+//	                  by the Store's retention
+//	sealed_key        NULL in the clear; else the name of the key that sealed
+//	                  the response into response_body (response_headers NULL)
 package schema
 
 import (

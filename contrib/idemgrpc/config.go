@@ -54,6 +54,11 @@ type Config struct {
 	// [MetadataKey] metadata. When both are set they must be equal. Empty
 	// (the default): the metadata alone.
 	KeyField string
+	// Retention returns how long the record of a call of the full method
+	// name replays once completed (idem.Request.Retention); nil, or 0 for
+	// a method: the Store's ([idem.WithRetention]). AIP-155 asks that a
+	// request_id be honoured for at least an hour.
+	Retention func(method string) time.Duration
 	// NoSideEffects lists full method names ("/payments.v1.Payments/GetCharge")
 	// that pass through untouched, with no transaction ([TxFrom] returns
 	// nil) and no key handling. Methods whose descriptor declares

@@ -106,6 +106,9 @@ func (i *Interceptor) serve(ctx context.Context, req any, method string, handler
 			return nil, i.fail(ctx, "scope", method, key, err)
 		}
 		call.Request = &idem.Request{Scope: scope, Key: key, Operation: operation(method), Fingerprint: fingerprint(method, msg.ProtoReflect())}
+		if i.cfg.Retention != nil {
+			call.Request.Retention = i.cfg.Retention(method)
+		}
 	}
 	var fresh *answer
 	call.Run = func(ctx context.Context) (idem.Response, error) {

@@ -35,6 +35,12 @@ const (
 	// this scope for another request (another method or message). Do not
 	// retry: a new request needs a new key.
 	ReasonKeyReused = "IDEMPOTENCY_KEY_REUSED"
+	// ReasonKeyExpired (FAILED_PRECONDITION): the key was used and its
+	// stored answer is gone: its retention has passed, and the server
+	// keeps the key for its key memory (idem.WithKeyMemory) so that the
+	// call does not run a second time. Nothing ran. Do not retry with
+	// this key.
+	ReasonKeyExpired = "IDEMPOTENCY_KEY_EXPIRED"
 	// ReasonInFlight (UNAVAILABLE, with RetryInfo): another call holds the
 	// key. Retry with the same key and request to get its result.
 	ReasonInFlight = "IDEMPOTENCY_KEY_IN_FLIGHT"
@@ -88,6 +94,11 @@ func (i *Interceptor) answerError(ctx context.Context, method, key string, err e
 			fmt.Sprintf("idempotency key %q was already used for a different request (another method, or another request message); a retry must repeat the request exactly, and a new request needs a new key", key),
 			&errdetails.PreconditionFailure{Violations: []*errdetails.PreconditionFailure_Violation{{
 				Type: ReasonKeyReused, Subject: i.keySubject(), Description: "the idempotency key belongs to another request"}}})
+	case idemserve.Expired:
+		return statusError(codes.FailedPrecondition, ReasonKeyExpired,
+			fmt.Sprintf("idempotency key %q was used, and its stored answer is gone: its retention has passed; the call did not run again; do not retry with this key", key),
+			&errdetails.PreconditionFailure{Violations: []*errdetails.PreconditionFailure_Violation{{
+				Type: ReasonKeyExpired, Subject: i.keySubject(), Description: "the idempotency key's answer is gone"}}})
 	case idemserve.TakenOver:
 		return retryLater(ctx, o.RetryAfter, ReasonTakenOver,
 			fmt.Sprintf("%s ran past its lease and a retry took it over; nothing of this attempt was stored; retry with the same key to get that call's result", callWith(key)))

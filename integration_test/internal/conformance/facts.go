@@ -205,7 +205,7 @@ var postgresFacts = facts{
 	redirectDSN:    pgRedirect,
 	migrations:     schema.Postgres,
 	release1:       release1Postgres,
-	upgraded:       []string{"autovacuum_vacuum_scale_factor=0.01", "fillfactor=90", "toast:autovacuum_vacuum_scale_factor=0.01", "comment:idem schema 2"},
+	upgraded:       []string{"autovacuum_vacuum_scale_factor=0.01", "fillfactor=90", "toast:autovacuum_vacuum_scale_factor=0.01", "expires_at timestamp with time zone", "T_expires_at_idx", "comment:idem schema 3"},
 
 	lockTimeoutStatements: 4,
 	lockWaitUnit:          time.Millisecond,
@@ -247,7 +247,7 @@ var mysqlFacts = facts{
 	redirectDSN:           mysqlRedirect,
 	migrations:            schema.MySQL,
 	release1:              release1MySQL,
-	upgraded:              []string{"PRIMARY KEY (`created_at`,`scope`,`idem_key`)", "UNIQUE KEY `T_scope_key` (`scope`,`idem_key`)", "COMMENT='idem schema 2'"},
+	upgraded:              []string{"PRIMARY KEY (`created_at`,`scope`,`idem_key`)", "UNIQUE KEY `T_scope_key` (`scope`,`idem_key`)", "KEY `T_expires_at_idx` (`expires_at`)", "COMMENT='idem schema 3'"},
 	lockTimeoutStatements: 3,
 	lockWaitUnit:          time.Second,
 
@@ -284,7 +284,7 @@ var tidbFacts = func() facts {
 	f.pastWindowWaits = ""
 	f.migrations = schema.TiDB
 	f.release1 = release1TiDB
-	f.upgraded = []string{"PRIMARY KEY (`scope`,`idem_key`)", "KEY `T_created_at_idx` (`created_at`)"}
+	f.upgraded = []string{"PRIMARY KEY (`scope`,`idem_key`)", "KEY `T_created_at_idx` (`created_at`)", "KEY `T_expires_at_idx` (`expires_at`)"}
 	return f
 }()
 
@@ -307,7 +307,7 @@ var sqliteFacts = facts{
 	showLayout:  sqliteLayout,
 	migrations:  schema.SQLite,
 	release1:    release1SQLite,
-	upgraded:    []string{"PRIMARY KEY (scope, idem_key)", "WITHOUT ROWID"},
+	upgraded:    []string{"PRIMARY KEY (scope, idem_key)", "WITHOUT ROWID", "expires_at INTEGER", "T_expires_at_idx"},
 
 	snapshotRetryable: true,
 	snapshotBegin:     "BEGIN DEFERRED",

@@ -85,6 +85,13 @@ func (s *store) InspectKey(ctx context.Context, db handle, key string, limit int
 	return s.Store.InspectKey(ctx, sqlOf(db), key, limit)
 }
 
+func (s *store) Reseal(ctx context.Context, db pool, batch int) (int64, error) {
+	if s.native {
+		return s.ResealOn(ctx, runnerOf(db), batch)
+	}
+	return s.Store.Reseal(ctx, sqlDBOf(db), batch)
+}
+
 func (s *store) Stats(ctx context.Context, db handle) (idem.Stats, error) {
 	if s.native {
 		return s.StatsOn(ctx, connOf(db))

@@ -1,7 +1,6 @@
 package conformance
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -11,6 +10,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemtest"
 )
 
 // The table every release of idem before schema versions made (schema
@@ -139,134 +139,197 @@ FROM pg_class c WHERE c.oid = $1::regclass`, table).Scan(&def))
 	return def
 }
 
-// A table of release 1, holding records in every state, is upgraded in
-// place by two Migrate calls at once while requests run on it, to the
-// layout a new table gets; a third Migrate changes nothing. Then every old
-// key is replayed: each completed one replays its stored response without
-// running fn, the live claim is in flight, the released claim and the
-// claim whose lease ended run once.
-func TestUpgradeFromRelease1(t *testing.T) {
-	const (
-		seeded  = 1_000 // completed records written in bulk
-		done    = 100   // completed by Do
-		workers = 4     // requests on fresh keys during the upgrade
-	)
-	forEach(t, func(t *testing.T, e *env) {
-		s, o := e.createRelease1(idem.WithRetention(time.Hour)), e.op()
-		before := e.layout(s.Table())
-
-		e.seed(s, "seeded", seeded, time.Minute, -time.Minute, "completed")
-		stored := map[string]idem.Result{}
-		for i := range done {
-			req := charge(fmt.Sprintf("done-%d", i), "1")
-			res, err := o.do(s, req)
-			must(t, err)
-			stored[req.Key] = res
-		}
-		live, dead, released := charge("live-claim", "1"), charge("dead-claim", "1"), charge("released", "1")
-		e.leaveClaim(s, live, time.Hour)
-		e.leaveClaim(s, dead, 0)
-		c, _, err := s.Begin(ctx, e.db, released)
-		must(t, err)
-		must(t, c.Release(ctx, e.db))
-		var old []idem.Request
-		rows, err := e.db.Query(e.rebind("SELECT idem_key, operation, fingerprint FROM "+s.Table()+" WHERE scope = ?"), "seeded")
-		must(t, err)
-		for rows.Next() {
-			req := idem.Request{Scope: "seeded"}
-			must(t, rows.Scan(&req.Key, &req.Operation, &req.Fingerprint))
-			old = append(old, req)
-		}
-		must(t, errors.Join(rows.Err(), rows.Close()))
-		if len(old) != seeded {
-			t.Fatalf("read %d seeded records, want %d", len(old), seeded)
-		}
-		for i := range done {
-			old = append(old, charge(fmt.Sprintf("done-%d", i), "1"))
-		}
-
-		stopWorkers := load(workers, func(w, i int) error {
-			req := charge(fmt.Sprintf("during-%d-%d", w, i), "1")
-			return runTx(ctx, e.db, nil, func(tx txn) error {
-				_, err := s.Do(ctx, tx, req, o.fn(tx, req.Key))
-				return err
-			})
-		})
-		var (
-			migrations sync.WaitGroup
-			migrated   [2]error
-		)
-		start := time.Now()
-		for i := range migrated {
-			migrations.Go(func() { migrated[i] = s.Migrate(ctx, e.db) })
-		}
-		migrations.Wait()
-		took := time.Since(start)
-		during, err := stopWorkers()
-		must(t, errors.Join(append(migrated[:], err)...))
-		t.Logf("upgraded %d records in %v, beside %d requests", seeded+done+3+len(during), took.Round(time.Millisecond), len(during))
-
-		upgraded := e.layout(s.Table())
-		if fresh := e.layout(e.store().Table()); upgraded != fresh {
-			t.Fatalf("the upgraded table's layout is not a new table's:\nupgraded: %s\nnew:      %s\n(release 1: %s)", upgraded, fresh, before)
-		}
-		for _, want := range e.upgraded {
-			if !strings.Contains(upgraded, want) {
-				t.Errorf("the upgraded table's layout lacks %q:\n%s", want, upgraded)
+// createAt makes a table of schema version v, empty, dropped when the test
+// ends: release 1's (createRelease1), brought to v by the schema files of
+// the versions after it. It returns a Store on it that has not migrated
+// it.
+func (e *env) createAt(v int, opts ...idem.Option) *store {
+	e.t.Helper()
+	s := e.createRelease1(opts...)
+	for _, m := range e.migrations[1:v] {
+		for _, stmt := range strings.Split(m.SQL, ";\n") {
+			if stmt = strings.TrimSpace(stmt); strings.Trim(stmt, "-+ goseUpNOTRANSACTION\n") != "" && !onlyComments(stmt) {
+				e.exec(strings.ReplaceAll(stmt, "idempotency_keys", s.Table()))
 			}
 		}
-		must(t, s.Migrate(ctx, e.db))
-		if again := e.layout(s.Table()); again != upgraded {
-			t.Fatalf("Migrate of an upgraded table changed it:\nbefore: %s\nafter:  %s", upgraded, again)
-		}
+	}
+	return s
+}
 
-		calls := o.calls.Load()
-		replays := make(chan idem.Request)
-		errs := make([]error, 8)
-		var rg sync.WaitGroup
-		for r := range errs {
-			rg.Go(func() {
-				for req := range replays {
-					if errs[r] != nil {
-						continue
+// onlyComments reports whether stmt holds nothing but SQL comments.
+func onlyComments(stmt string) bool {
+	for line := range strings.Lines(stmt) {
+		if l := strings.TrimSpace(line); l != "" && !strings.HasPrefix(l, "--") {
+			return false
+		}
+	}
+	return true
+}
+
+// requestOf is the request that wrote the record of scope and key.
+func (e *env) requestOf(s *store, scope, key string) idem.Request {
+	e.t.Helper()
+	req := idem.Request{Scope: scope, Key: key}
+	must(e.t, e.db.QueryRow(e.rebind("SELECT operation, fingerprint FROM "+s.Table()+" WHERE scope = ? AND idem_key = ?"), scope, key).Scan(&req.Operation, &req.Fingerprint))
+	return req
+}
+
+// olderWrites is a worker's call of load that writes what a request of the
+// release before does beside an upgrade: one completed record of the
+// older layout, key k-i of scope "during-w", by set-based SQL (the code of
+// this release cannot write the older layout).
+func (e *env) olderWrites(s *store) func(w, i int) error {
+	return func(w, i int) error {
+		q, args := e.seedRecords(idemtest.Records{Scope: fmt.Sprintf("during-%d", w), Status: "completed", From: i, To: i + 1, Ago: 0, Lease: -time.Second}, s.Table())
+		_, err := e.db.Exec(q, args...)
+		return err
+	}
+}
+
+// A table of each earlier schema version (release 1's, and the version
+// before this release's), holding records in every state its release
+// wrote, is upgraded in place by two Migrate calls at once while the
+// release before writes to it, to the layout a new table gets; a third
+// Migrate changes nothing. Before, this release's requests on it fail
+// with the advice to migrate, and run nothing. After, every old key is
+// replayed: each completed one replays its stored response without
+// running fn, the live claim is in flight, the claim whose lease ended
+// runs once; the old records expire by the Store's retention, as they did.
+func TestUpgradeFromEarlierVersions(t *testing.T) {
+	const (
+		seeded  = 1_000 // completed records written in bulk
+		workers = 4     // the release before's writes during the upgrade
+	)
+	forEach(t, func(t *testing.T, e *env) {
+		versions := []int{1}
+		if v := len(e.migrations) - 1; v > 1 {
+			versions = append(versions, v)
+		}
+		for _, v := range versions {
+			t.Run(fmt.Sprintf("from-v%d", v), func(t *testing.T) {
+				e := e.in(t)
+				s, o := e.createAt(v, idem.WithRetention(time.Hour)), e.op()
+				before := e.layout(s.Table())
+
+				e.seed(s, "seeded", seeded, time.Minute, -time.Minute, "completed")
+				e.seed(s, "live-claim", 1, 0, time.Hour, "processing")
+				e.seed(s, "dead-claim", 1, time.Minute, -time.Second, "processing")
+				live, dead := e.requestOf(s, "live-claim", "k-0"), e.requestOf(s, "dead-claim", "k-0")
+				if _, err := o.do(s, charge("before-migrate", "1")); !strings.Contains(told(err), "upgrade it with Store.Migrate") || o.calls.Load() != 0 {
+					t.Fatalf("Do on a table of version %d before Migrate: %v after %d executions; want the advice to migrate and none", v, err, o.calls.Load())
+				}
+
+				stopWorkers := load(workers, e.olderWrites(s))
+				var (
+					migrations sync.WaitGroup
+					migrated   [2]error
+				)
+				start := time.Now()
+				for i := range migrated {
+					migrations.Go(func() { migrated[i] = s.Migrate(ctx, e.db) })
+				}
+				migrations.Wait()
+				took := time.Since(start)
+				during, err := stopWorkers()
+				must(t, errors.Join(append(migrated[:], err)...))
+				t.Logf("upgraded %d records in %v, beside %d writes of the release before", seeded+2+len(during), took.Round(time.Millisecond), len(during))
+
+				upgraded := e.layout(s.Table())
+				if fresh := e.layout(e.store().Table()); upgraded != fresh {
+					t.Fatalf("the upgraded table's layout is not a new table's:\nupgraded: %s\nnew:      %s\n(version %d: %s)", upgraded, fresh, v, before)
+				}
+				for _, want := range e.upgraded {
+					if !strings.Contains(upgraded, want) {
+						t.Errorf("the upgraded table's layout lacks %q:\n%s", want, upgraded)
 					}
-					res, err := o.do(s, req)
-					want, byDo := stored[req.Key]
-					switch {
-					case err != nil:
-						errs[r] = fmt.Errorf("replay of %s/%s: %w", req.Scope, req.Key, err)
-					case !res.Replayed || res.StatusCode != 201:
-						errs[r] = fmt.Errorf("replay of %s/%s: replayed=%v status %d, want a replay of 201", req.Scope, req.Key, res.Replayed, res.StatusCode)
-					case byDo && !bytes.Equal(res.Body, want.Body):
-						errs[r] = fmt.Errorf("replay of %s: body %q, want %q", req.Key, res.Body, want.Body)
-					case !byDo && len(res.Body) != 200:
-						errs[r] = fmt.Errorf("replay of %s/%s: a body of %d bytes, want the 200 stored", req.Scope, req.Key, len(res.Body))
-					}
+				}
+				must(t, s.Migrate(ctx, e.db))
+				if again := e.layout(s.Table()); again != upgraded {
+					t.Fatalf("Migrate of an upgraded table changed it:\nbefore: %s\nafter:  %s", upgraded, again)
+				}
+
+				var old []idem.Request
+				rows, err := e.db.Query("SELECT scope, idem_key, operation, fingerprint FROM " + s.Table() + " WHERE status = 'completed'")
+				must(t, err)
+				for rows.Next() {
+					var req idem.Request
+					must(t, rows.Scan(&req.Scope, &req.Key, &req.Operation, &req.Fingerprint))
+					old = append(old, req)
+				}
+				must(t, errors.Join(rows.Err(), rows.Close()))
+				if want := seeded + len(during); len(old) != want {
+					t.Fatalf("read %d completed records, want %d", len(old), want)
+				}
+				replays := make(chan idem.Request)
+				errs := make([]error, 8)
+				var rg sync.WaitGroup
+				for r := range errs {
+					rg.Go(func() {
+						for req := range replays {
+							if errs[r] != nil {
+								continue
+							}
+							switch res, err := o.do(s, req); {
+							case err != nil:
+								errs[r] = fmt.Errorf("replay of %s/%s: %w", req.Scope, req.Key, err)
+							case !res.Replayed || res.StatusCode != 201 || len(res.Body) != 200:
+								errs[r] = fmt.Errorf("replay of %s/%s: replayed=%v status %d, %d bytes; want a replay of the 201 and its 200 bytes stored", req.Scope, req.Key, res.Replayed, res.StatusCode, len(res.Body))
+							}
+						}
+					})
+				}
+				for _, req := range old {
+					replays <- req
+				}
+				close(replays)
+				rg.Wait()
+				must(t, errors.Join(errs...))
+				if n := o.calls.Load(); n != 0 {
+					t.Fatalf("replaying %d completed keys ran fn %d times", len(old), n)
+				}
+
+				if _, err := o.do(s, live); !errors.Is(err, idem.ErrInFlight) {
+					t.Fatalf("the live claim after the upgrade: %v, want ErrInFlight", err)
+				}
+				res, err := o.do(s, dead)
+				must(t, err)
+				if res.Replayed {
+					t.Fatalf("the claim whose lease ended, after the upgrade: a replay, want fn to run")
+				}
+				if n := e.int64("SELECT COUNT(*) FROM " + o.biz); n != 1 || o.calls.Load() != 1 {
+					t.Fatalf("%d business rows, %d executions; want the dead claim's one", n, o.calls.Load())
+				}
+
+				// The old records expire by the Store's retention: an hour
+				// after they were created.
+				e.age(s, "k-1", 2*time.Hour)
+				if _, err := o.do(s, e.requestOf(s, "seeded", "k-1")); err != nil || o.calls.Load() != 2 {
+					t.Fatalf("an old record past the Store's retention: %v after %d executions, want it to run again", err, o.calls.Load())
 				}
 			})
 		}
-		for _, req := range old {
-			replays <- req
-		}
-		close(replays)
-		rg.Wait()
-		must(t, errors.Join(errs...))
-		if n := o.calls.Load(); n != calls {
-			t.Fatalf("replaying %d completed keys ran fn %d times", len(old), n-calls)
-		}
+	})
+}
 
-		if _, err := o.do(s, live); !errors.Is(err, idem.ErrInFlight) {
-			t.Fatalf("the live claim after the upgrade: %v, want ErrInFlight", err)
+// A build of an index beside the traffic that failed (a process killed,
+// a deadlock with another Migrate's) leaves the index in the catalog,
+// unusable, and CREATE INDEX CONCURRENTLY IF NOT EXISTS would pass over
+// it: Migrate drops it and builds it. The failed build here is a unique
+// index of the name on a column with duplicates, as PostgreSQL leaves it.
+func TestMigrateRebuildsAFailedIndexBuild(t *testing.T) {
+	forDialect(t, idem.Postgres, func(t *testing.T, e *env) {
+		s := e.createAt(len(e.migrations) - 1)
+		e.seed(s, "seeded", 10, time.Minute, -time.Minute, "completed")
+		index := strings.Trim(s.Table(), `"`) + "_expires_at_idx"
+		if _, err := e.db.Exec("CREATE UNIQUE INDEX CONCURRENTLY " + index + " ON " + s.Table() + " (status)"); err == nil {
+			t.Fatal("a unique index on the status of ten completed records was built")
 		}
-		for _, req := range []idem.Request{dead, released} {
-			res, err := o.do(s, req)
-			must(t, err)
-			if res.Replayed {
-				t.Fatalf("%s after the upgrade: a replay, want fn to run", req.Key)
-			}
+		if valid := e.int64("SELECT COUNT(*) FROM pg_index WHERE indexrelid = to_regclass($1) AND indisvalid", index); valid != 0 {
+			t.Fatalf("the failed build left a valid index")
 		}
-		if n := e.int64("SELECT COUNT(*) FROM " + o.biz); n != o.calls.Load() {
-			t.Fatalf("%d business rows, %d executions", n, o.calls.Load())
+		must(t, s.Migrate(ctx, e.db))
+		if got, want := e.layout(s.Table()), e.layout(e.store().Table()); got != want {
+			t.Fatalf("after Migrate:\n%s\nwant a new table's:\n%s", got, want)
 		}
 	})
 }
@@ -279,7 +342,7 @@ func TestMigrateLeavesNewerLayout(t *testing.T) {
 		if e.commentSQL == nil {
 			t.Skipf("%s's tables have no comment to record a version in; its table has one version so far", e.name)
 		}
-		s := e.createRelease1()
+		s := e.store() // today's layout, as a newer release's would hold its columns
 		e.exec(e.commentSQL(s.Table(), "idem schema 99"))
 		before := e.layout(s.Table())
 		must(t, s.Migrate(ctx, e.db))
@@ -291,8 +354,8 @@ func TestMigrateLeavesNewerLayout(t *testing.T) {
 }
 
 // How long the upgrade of a table of release 1 holding IDEM_UPGRADE_ROWS
-// records takes, and what it holds up: 16 workers run Do on fresh keys
-// before, during and after Migrate, and the test logs Migrate's duration
+// records takes, and what it holds up: 16 workers write as the release
+// before does (olderWrites) before, during and after Migrate, and the test logs Migrate's duration
 // and the workers' rate, p99 and slowest request in each window. It is a
 // measurement, so it runs only with IDEM_UPGRADE_ROWS set;
 // docs/operations.md quotes it.
@@ -312,16 +375,10 @@ func TestUpgradeUnderLoad(t *testing.T) {
 		if len(e.migrations) < 2 {
 			t.Skipf("%s has no schema version to upgrade to", e.name)
 		}
-		s, o := e.createRelease1(), e.op()
+		s := e.createRelease1()
 		e.seed(s, "seeded", rows, time.Hour, -time.Hour, "completed")
 		e.exec(e.settle + s.Table())
-		stopWorkers := load(workers, func(w, i int) error {
-			req := charge(fmt.Sprintf("w%d-%d", w, i), "1")
-			return runTx(ctx, e.db, nil, func(tx txn) error {
-				_, err := s.Do(ctx, tx, req, o.fn(tx, req.Key))
-				return err
-			})
-		})
+		stopWorkers := load(workers, e.olderWrites(s))
 		time.Sleep(around)
 		migStart := time.Now()
 		err := s.Migrate(ctx, e.db)

@@ -1,0 +1,242 @@
+package idem
+
+import (
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// Sealer seals what idem stores of a response (its body and stored
+// header) and opens it for a replay. The additional data binds a
+// ciphertext to its record (table, scope, key, operation), so that a row
+// copied onto another key fails to open. [NewAESGCMSealer] is the
+// standard one: keys by ID, the current one seals, every one opens. A
+// Sealer that names the key it seals with (a method KeyID() string, as
+// NewAESGCMSealer's has) has that name stored beside each record, for
+// `idem inspect` and for ResealOn, which rewrites the records sealed with
+// other keys.
+type Sealer interface {
+	Seal(plaintext, additional []byte) ([]byte, error)
+	Open(ciphertext, additional []byte) ([]byte, error)
+}
+
+// WithSealer seals the body and the stored header of every response the
+// Store stores, with s, and opens them for a replay. Records stored
+// before (in the clear) still replay; a sealed record that s cannot open
+// (a key it does not have, a tampered row) is an error that names the
+// record and the key, never a replay and never a run. The fingerprint and
+// the operation are compared before anything is opened, so a mismatch
+// never decrypts. See docs/operations.md, Sealing.
+func WithSealer(s Sealer) Option { return func(st *Store) { st.sealer, st.hasSealer = s, true } }
+
+// MaxKeyIDLen is the longest key ID [NewAESGCMSealer] takes: the schema
+// stores it beside each record.
+const MaxKeyIDLen = 64
+
+// NewAESGCMSealer returns a [Sealer] that seals with AES-256-GCM under
+// the key named current and opens with any of keys, each of which must
+// be 32 bytes; key IDs are 1 to 64 bytes of visible ASCII. To rotate,
+// add a new key and make it current: records sealed with the old ones
+// still open, and ResealOn (`idem reseal`) rewrites them under the new
+// one; drop an old key only once none is sealed with it.
+//
+// Each seal draws a random 24-byte salt and derives a key of its own from
+// the key named and the salt (HMAC-SHA256), so that no GCM nonce repeats
+// under one key however many records are sealed. A ciphertext is a
+// version byte, the key ID, the salt, and the GCM ciphertext with its
+// tag: 42 bytes and the key ID's length more than the plaintext.
+func NewAESGCMSealer(current string, keys map[string][]byte) (Sealer, error) {
+	if _, ok := keys[current]; !ok {
+		return nil, fmt.Errorf("idem: NewAESGCMSealer: the current key %q is not among the keys (%s)", current, keyNames(keys))
+	}
+	s := &aesGCMSealer{current: current, keys: make(map[string][]byte, len(keys))}
+	for id, k := range keys {
+		if err := checkKeyID(id); err != nil {
+			return nil, fmt.Errorf("idem: NewAESGCMSealer: %w", err)
+		}
+		if len(k) != 32 {
+			return nil, fmt.Errorf("idem: NewAESGCMSealer: key %q is %d bytes; AES-256 takes 32", id, len(k))
+		}
+		s.keys[id] = append([]byte(nil), k...)
+	}
+	return s, nil
+}
+
+// keyNames lists the IDs of keys, sorted, for a message.
+func keyNames(keys map[string][]byte) string {
+	ids := make([]string, 0, len(keys))
+	for id := range keys {
+		ids = append(ids, fmt.Sprintf("%q", id))
+	}
+	sort.Strings(ids)
+	if len(ids) == 0 {
+		return "none"
+	}
+	return strings.Join(ids, ", ")
+}
+
+func checkKeyID(id string) error {
+	if id == "" || len(id) > MaxKeyIDLen {
+		return fmt.Errorf("key ID %q must be 1 to %d bytes", id, MaxKeyIDLen)
+	}
+	for i := 0; i < len(id); i++ {
+		if c := id[i]; c < 0x21 || c > 0x7E {
+			return fmt.Errorf("key ID %q: byte %#02x is not visible ASCII", id, c)
+		}
+	}
+	return nil
+}
+
+// aesGCMSealer is NewAESGCMSealer's Sealer.
+type aesGCMSealer struct {
+	current string
+	keys    map[string][]byte
+}
+
+// The layout of a sealed value.
+const (
+	sealVersion = 1
+	sealSalt    = 24
+)
+
+// errUnsealable is the Err of an Error of a record that cannot be opened.
+var errUnsealable = errors.New("idem: the stored response cannot be opened")
+
+// KeyID names the key the sealer seals with.
+func (s *aesGCMSealer) KeyID() string { return s.current }
+
+func (s *aesGCMSealer) Seal(plaintext, additional []byte) ([]byte, error) {
+	head := make([]byte, 0, 2+len(s.current)+sealSalt)
+	head = append(head, sealVersion, byte(len(s.current)))
+	head = append(head, s.current...)
+	salt := make([]byte, sealSalt)
+	if _, err := rand.Read(salt); err != nil {
+		return nil, err
+	}
+	head = append(head, salt...)
+	aead, err := derived(s.keys[s.current], salt)
+	if err != nil {
+		return nil, err
+	}
+	return aead.Seal(head, salt[:aead.NonceSize()], plaintext, append(head[:len(head):len(head)], additional...)), nil
+}
+
+func (s *aesGCMSealer) Open(ciphertext, additional []byte) ([]byte, error) {
+	id, rest, ok := sealedKeyID(ciphertext)
+	if !ok || len(rest) < sealSalt {
+		return nil, errors.New("not a value NewAESGCMSealer sealed (its header is malformed)")
+	}
+	key, ok := s.keys[id]
+	if !ok {
+		return nil, fmt.Errorf("sealed with key %q, which the sealer does not have (it has %s)", id, keyNames(s.keys))
+	}
+	salt := rest[:sealSalt]
+	aead, err := derived(key, salt)
+	if err != nil {
+		return nil, err
+	}
+	head := ciphertext[:len(ciphertext)-len(rest)+sealSalt]
+	plain, err := aead.Open(nil, salt[:aead.NonceSize()], rest[sealSalt:], append(head[:len(head):len(head)], additional...))
+	if err != nil {
+		return nil, fmt.Errorf("sealed with key %q, but it does not open: the row was changed, or copied from another record", id)
+	}
+	return plain, nil
+}
+
+// sealedKeyID reads the key ID of a value NewAESGCMSealer sealed, and
+// what follows it.
+func sealedKeyID(b []byte) (id string, rest []byte, ok bool) {
+	if len(b) < 2 || b[0] != sealVersion || len(b) < 2+int(b[1]) {
+		return "", nil, false
+	}
+	return string(b[2 : 2+b[1]]), b[2+b[1]:], true
+}
+
+// derived is AES-256-GCM under the key derived from key and salt.
+func derived(key, salt []byte) (cipher.AEAD, error) {
+	mac := hmac.New(sha256.New, key)
+	mac.Write([]byte("idem seal v1"))
+	mac.Write(salt)
+	block, err := aes.NewCipher(mac.Sum(nil))
+	if err != nil {
+		return nil, err
+	}
+	return cipher.NewGCM(block)
+}
+
+// sealAD is the additional data of a record's sealed response: its table,
+// scope, key and operation, each length-prefixed.
+func (s *Store) sealAD(req Request) []byte {
+	var b []byte
+	for _, p := range []string{s.table, req.Scope, req.Key, req.Operation} {
+		b = binary.AppendUvarint(b, uint64(len(p)))
+		b = append(b, p...)
+	}
+	return b
+}
+
+// sealerKeyID is what is stored beside a record the Store's sealer seals:
+// the key it names, or "sealed" for a Sealer that names none.
+func (s *Store) sealerKeyID() string {
+	if k, ok := s.sealer.(interface{ KeyID() string }); ok {
+		return k.KeyID()
+	}
+	return "sealed"
+}
+
+// seal returns what is stored of resp: its encoded header and body, or,
+// with a sealer, both sealed in one value (the header column then NULL)
+// and the name of the key.
+func (s *Store) seal(req Request, resp Response) (header, body []byte, keyID any, err error) {
+	header = encodeHeader(resp.Header)
+	if s.sealer == nil {
+		return header, resp.Body, nil, nil
+	}
+	sealed, err := s.sealer.Seal(sealedPlaintext(header, resp.Body), s.sealAD(req))
+	if err != nil {
+		return nil, nil, nil, &Error{Op: "seal the response", Scope: req.Scope, Key: req.Key, Err: err, Hint: hintRollBack}
+	}
+	return nil, sealed, s.sealerKeyID(), nil
+}
+
+// sealedPlaintext is what a sealer seals of a response: the encoded
+// header, length-prefixed, then the body.
+func sealedPlaintext(header, body []byte) []byte {
+	plain := binary.AppendUvarint(make([]byte, 0, binary.MaxVarintLen64+len(header)+len(body)), uint64(len(header)))
+	return append(append(plain, header...), body...)
+}
+
+// open returns the header and body of a record as stored: keyID is the
+// name stored beside it ("" in the clear).
+func (s *Store) open(req Request, keyID string, header, body []byte) ([]byte, []byte, error) {
+	if keyID == "" {
+		return header, body, nil
+	}
+	fail := func(detail string, err error) error {
+		return &Error{Op: "open the stored response", Scope: req.Scope, Key: req.Key, Err: err,
+			Detail: fmt.Sprintf("the record is sealed with key %q: %s", keyID, detail),
+			Hint:   "give the Store a sealer that has the key (WithSealer), or delete the record by hand if its key is lost (docs/operations.md, Sealing)"}
+	}
+	if s.sealer == nil {
+		return nil, nil, fail("the Store has no sealer", errUnsealable)
+	}
+	plain, err := s.sealer.Open(body, s.sealAD(req))
+	if err != nil {
+		return nil, nil, fail(err.Error(), fmt.Errorf("%w: %w", errUnsealable, err))
+	}
+	n, k := binary.Uvarint(plain)
+	if k <= 0 || uint64(len(plain)-k) < n {
+		return nil, nil, fail("what it opens to is not a stored response", errUnsealable)
+	}
+	if n == 0 {
+		return nil, plain[k:], nil // a nil header, as encodeHeader encodes it
+	}
+	return plain[k : k+int(n)], plain[k+int(n):], nil
+}
