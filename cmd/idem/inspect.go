@@ -28,21 +28,26 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		scope, key string
 		limit      int
 		retention  time.Duration
+		keyMemory  time.Duration
+		seal       sealFlags
 		asJSON     bool
 	)
-	fs := newFlags("inspect", "--dsn DSN --key KEY [--scope SCOPE] [--limit 100] [--table NAME] [--retention 24h] [--json]",
+	fs := newFlags("inspect", "--dsn DSN --key KEY [--scope SCOPE] [--limit 100] [--table NAME] [--retention 24h] [--key-memory 0] [--keys-file FILE] [--json]",
 		"Shows the records of one Idempotency-Key: status, operation, fingerprint,\n"+
 			"fencing token, lease end, age, and the stored response (its body if it is\n"+
 			"text). With --scope, the record of the key in that scope; without it, the\n"+
 			"key's record in every scope, found by a scan of the whole table. KEY is\n"+
 			"taken as the client sent it: \"K\" (an sf-string, as idemhttp reads the\n"+
-			"header) or K. Reads only; locks nothing. Exit code 1 when there is no\n"+
-			"record.", stderr)
+			"header) or K. A response sealed at rest shows as \"sealed (key ID)\"\n"+
+			"unless --keys-file gives the keys that open it. Reads only; locks\n"+
+			"nothing. Exit code 1 when there is no record.", stderr)
 	f.register(fs)
 	fs.StringVar(&scope, "scope", "", "the key's scope (user, tenant, API client); may be empty (--scope '')")
 	fs.StringVar(&key, "key", "", "the Idempotency-Key, as the client sent it: \"K\" or K (required)")
 	fs.IntVar(&limit, "limit", 100, "without --scope, the most records shown")
-	fs.DurationVar(&retention, "retention", idem.DefaultRetention, "the application's retention, to tell whether the record is forgotten")
+	fs.DurationVar(&retention, "retention", idem.DefaultRetention, "the application's retention, to tell whether a record of a release before per-request retention is forgotten")
+	fs.DurationVar(&keyMemory, "key-memory", 0, "the application's key memory (idem.WithKeyMemory), to tell whether an expired record is forgotten")
+	seal.register(fs, "")
 	fs.BoolVar(&asJSON, "json", false, "print JSON")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -59,7 +64,15 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return usageErr("inspect: --key: %s", strings.TrimPrefix(err.Error(), "idem: "))
 	}
-	db, _, s, err := f.open(ctx, false, idem.WithRetention(retention))
+	sealer, err := seal.sealer("inspect")
+	if err != nil {
+		return err
+	}
+	opts := []idem.Option{idem.WithRetention(retention), idem.WithKeyMemory(keyMemory)}
+	if sealer != nil {
+		opts = append(opts, idem.WithSealer(sealer))
+	}
+	db, _, s, err := f.open(ctx, false, opts...)
 	if err != nil {
 		return err
 	}
@@ -166,8 +179,11 @@ func printRecord(w io.Writer, r *idem.Record) {
 	row("scope", "%q", r.Scope)
 	row("key", "%q", r.Key)
 	status := shown(string(r.Status))
-	if r.Forgotten {
+	switch {
+	case r.Forgotten:
 		status += " (past retention: forgotten, awaiting purge)"
+	case r.Expired:
+		status += " (past retention: its response is gone, the key is refused until the key memory passes)"
 	}
 	row("status", "%s", status)
 	row("operation", "%s", shown(r.Operation))
@@ -183,6 +199,16 @@ func printRecord(w io.Writer, r *idem.Record) {
 	}
 	if !r.CompletedAt.IsZero() {
 		row("completed", "%s (%s ago)", stamp(r.CompletedAt), ago(r.Now.Sub(r.CompletedAt)))
+	}
+	if !r.ExpiresAt.IsZero() {
+		if left := r.ExpiresAt.Sub(r.Now); left > 0 {
+			row("expires", "%s (in %s)", stamp(r.ExpiresAt), ago(left))
+		} else {
+			row("expires", "%s (%s ago)", stamp(r.ExpiresAt), ago(-left))
+		}
+	}
+	if r.SealedKey != "" && r.Response == nil {
+		row("response", "sealed (key %s)", shown(r.SealedKey))
 	}
 	if resp := r.Response; resp != nil {
 		row("response", "%d %s, %d bytes", resp.StatusCode, http.StatusText(resp.StatusCode), len(resp.Body))
@@ -264,12 +290,15 @@ type recordJSON struct {
 	Key         string        `json:"key"`
 	Status      string        `json:"status"`
 	Forgotten   bool          `json:"forgotten"`
+	Expired     bool          `json:"expired"`
 	Operation   string        `json:"operation"`
 	Fingerprint string        `json:"fingerprint"`
 	Token       int64         `json:"token"`
 	CreatedAt   time.Time     `json:"created_at"`
 	LeaseUntil  time.Time     `json:"lease_until"`
 	CompletedAt *time.Time    `json:"completed_at,omitempty"`
+	ExpiresAt   *time.Time    `json:"expires_at,omitempty"`
+	SealedKey   string        `json:"sealed_key,omitempty"` // the key the stored response is sealed with
 	Now         time.Time     `json:"now"`
 	AgeSeconds  float64       `json:"age_seconds"`
 	Response    *responseJSON `json:"response,omitempty"`
@@ -295,13 +324,16 @@ type responseJSON struct {
 
 func inspectJSON(r *idem.Record) recordJSON {
 	j := recordJSON{
-		Scope: r.Scope, Key: r.Key, Status: string(r.Status), Forgotten: r.Forgotten,
-		Operation: r.Operation, Fingerprint: r.Fingerprint, Token: r.Token,
+		Scope: r.Scope, Key: r.Key, Status: string(r.Status), Forgotten: r.Forgotten, Expired: r.Expired,
+		SealedKey: r.SealedKey, Operation: r.Operation, Fingerprint: r.Fingerprint, Token: r.Token,
 		CreatedAt: r.CreatedAt, LeaseUntil: r.LeaseUntil, Now: r.Now,
 		AgeSeconds: r.Now.Sub(r.CreatedAt).Seconds(),
 	}
 	if !r.CompletedAt.IsZero() {
 		j.CompletedAt = &r.CompletedAt
+	}
+	if !r.ExpiresAt.IsZero() {
+		j.ExpiresAt = &r.ExpiresAt
 	}
 	if resp := r.Response; resp != nil {
 		rj := &responseJSON{Status: resp.StatusCode, Headers: resp.Header, Size: len(resp.Body)}

@@ -6,6 +6,8 @@
 //	                               a key's record in scope S, or (a scan) in every scope
 //	idem stats   --dsn DSN         counts, oldest record, expired, size
 //	idem purge   --dsn DSN         delete records past retention
+//	idem reseal  --dsn DSN --keys-file FILE
+//	                               seal stored responses with the current key
 //	idem bench   --dsn DSN         measure idem against a bare transaction
 //
 // DSNs: postgres://..., postgresql://..., mysql://user:pass@host:port/db?params,
@@ -44,6 +46,7 @@ var commands = []command{
 	{"inspect", "show a key's records as a person reads them, in one scope or all", runInspect},
 	{"stats", "count records by status, oldest, expired, table size", runStats},
 	{"purge", "delete records past retention, in batches", runPurge},
+	{"reseal", "seal the stored responses anew with the current key, in batches", runReseal},
 	{"bench", "measure idem against a bare transaction on a server", runBench},
 }
 

@@ -14,13 +14,15 @@ func runPurge(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	var (
 		f         dbFlags
 		retention time.Duration
+		keyMemory time.Duration
 		batch     int
 		workers   int
 	)
-	fs := newFlags("purge", "--dsn DSN [--table NAME] [--retention 24h] [--batch 1000] [--workers 1]",
-		"Deletes the records past retention in short batches, one line per batch.\nNever touches a live claim; safe beside live traffic and from several\nprocesses at once. With --workers N, N batches run at once, each on its\nown window of the table: a backlog goes faster, at some cost to traffic.", stderr)
+	fs := newFlags("purge", "--dsn DSN [--table NAME] [--retention 24h] [--key-memory 0] [--batch 1000] [--workers 1]",
+		"Deletes the records past their retention in short batches, one line per\nbatch; with --key-memory, drops the responses of completed ones and keeps\ntheir keys until it passes.\nNever touches a live claim; safe beside live traffic and from several\nprocesses at once. With --workers N, N batches run at once, each on its\nown window of the table: a backlog goes faster, at some cost to traffic.", stderr)
 	f.register(fs)
-	fs.DurationVar(&retention, "retention", idem.DefaultRetention, "the application's retention: records older than this go")
+	fs.DurationVar(&retention, "retention", idem.DefaultRetention, "the application's retention: records of a release before per-request retention older than this go")
+	fs.DurationVar(&keyMemory, "key-memory", 0, "the application's key memory (idem.WithKeyMemory): completed records past their retention keep their key this long, without their response")
 	fs.IntVar(&batch, "batch", 1000, "records deleted per batch")
 	fs.IntVar(&workers, "workers", 1, "batches run at once, each on a connection of its own")
 	if err := parse(fs, args); err != nil {
@@ -32,7 +34,7 @@ func runPurge(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if workers <= 0 {
 		return usageErr("purge: --workers must be positive, got %d", workers)
 	}
-	db, _, s, err := f.open(ctx, false, idem.WithRetention(retention))
+	db, _, s, err := f.open(ctx, false, idem.WithRetention(retention), idem.WithKeyMemory(keyMemory))
 	if err != nil {
 		return err
 	}

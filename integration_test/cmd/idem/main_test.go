@@ -243,6 +243,13 @@ func TestOperate(t *testing.T) {
 				t.Errorf("stats --json: no table size: %s", r.stdout)
 			}
 
+			// Each record expires when its own retention says (24h here);
+			// --retention is the expiry of the records of a release before
+			// per-request retention, which have none: made so, the two
+			// are past 10ms.
+			if _, err := db.Exec("UPDATE " + table + " SET expires_at = NULL"); err != nil {
+				t.Fatal(err)
+			}
 			time.Sleep(20 * time.Millisecond)
 			r = idemCmd(t, "stats", "--dsn", dsn, "--table", table, "--json", "--retention", "10ms")
 			if err := json.Unmarshal([]byte(r.stdout), &st); err != nil || st.Expired != 2 {
@@ -288,6 +295,101 @@ func migrated(t *testing.T, d database, records ...idem.Request) string {
 		}
 	}
 	return table
+}
+
+// A response sealed at rest: inspect shows which key sealed it, and with
+// the keys file the response itself; after a rotation reseal rewrites the
+// records of the old key under the new one, and a Store that holds only
+// the new key replays them. A keys file that is not one is exit code 2,
+// and the message shows no key.
+func TestSealAndReseal(t *testing.T) {
+	for _, d := range databases(t) {
+		t.Run(d.name, func(t *testing.T) {
+			ctx := context.Background()
+			dir := t.TempDir()
+			k1, k2 := strings.Repeat("11", 32), strings.Repeat("22", 32)
+			writeKeys := func(name, text string) string {
+				path := filepath.Join(dir, name)
+				if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+					t.Fatal(err)
+				}
+				return path
+			}
+			old := writeKeys("old", "# the application's keys\nk1 "+k1+"\n")
+			rotated := writeKeys("rotated", "k1 "+k1+"\nk2 "+k2+"\n")
+			table := migrated(t, d)
+			db := d.open(t)
+			keys := func(current string, ids ...string) idem.Sealer {
+				m := map[string][]byte{}
+				for _, id := range ids {
+					m[id] = bytes.Repeat([]byte{map[string]byte{"k1": 0x11, "k2": 0x22}[id]}, 32)
+				}
+				sealer, err := idem.NewAESGCMSealer(current, m)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return sealer
+			}
+			sealedBy := func(sealer idem.Sealer) *idem.Store {
+				s, err := idem.New(d.dialect, idem.WithTable(table), idem.WithSealer(sealer))
+				if err != nil {
+					t.Fatal(err)
+				}
+				return s
+			}
+			req := idem.Request{Scope: "tenant 1", Key: "card-4242", Operation: "POST /v1/charges", Fingerprint: "f00d"}
+			err := idem.RunTx(ctx, db, nil, func(tx *sql.Tx) error {
+				_, err := sealedBy(keys("k1", "k1")).Do(ctx, tx, req, func(context.Context) (idem.Response, error) {
+					return idem.Response{StatusCode: 201, Body: []byte(`{"last4":"4242"}`)}, nil
+				})
+				return err
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+
+			r := idemCmd(t, "inspect", "--dsn", d.dsn, "--table", table, "--scope", "tenant 1", "--key", "card-4242")
+			if r.code != 0 || !strings.Contains(r.stdout, "sealed (key k1)") || strings.Contains(r.stdout, "last4") {
+				t.Errorf("inspect of a sealed record without keys: exit %d:\n%s%s", r.code, r.stdout, r.stderr)
+			}
+			r = idemCmd(t, "inspect", "--dsn", d.dsn, "--table", table, "--scope", "tenant 1", "--key", "card-4242", "--keys-file", old)
+			if r.code != 0 || !strings.Contains(r.stdout, `{"last4":"4242"}`) {
+				t.Errorf("inspect of a sealed record with its key: exit %d:\n%s%s", r.code, r.stdout, r.stderr)
+			}
+
+			r = idemCmd(t, "reseal", "--dsn", d.dsn, "--table", table, "--keys-file", rotated)
+			if r.code != 0 || !strings.Contains(r.stdout, "resealed 1 record") {
+				t.Fatalf("reseal: exit %d:\n%s%s", r.code, r.stdout, r.stderr)
+			}
+			r = idemCmd(t, "inspect", "--dsn", d.dsn, "--table", table, "--scope", "tenant 1", "--key", "card-4242", "--json")
+			var rec record
+			if err := json.Unmarshal([]byte(r.stdout), &rec); err != nil || rec.SealedKey != "k2" || rec.Response != nil {
+				t.Errorf("inspect --json after reseal: want it sealed with k2 and no response: %v\n%s", err, r.stdout)
+			}
+			tx, err := db.Begin()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tx.Rollback()
+			res, err := sealedBy(keys("k2", "k2")).Do(ctx, tx, req, func(context.Context) (idem.Response, error) {
+				t.Error("a resealed record ran fn")
+				return idem.Response{}, nil
+			})
+			if err != nil || !res.Replayed || string(res.Body) != `{"last4":"4242"}` {
+				t.Errorf("a replay by a Store holding only k2: %+v, %v", res, err)
+			}
+
+			bad := writeKeys("bad", "k1 "+k1+" extra\n")
+			r = idemCmd(t, "reseal", "--dsn", d.dsn, "--table", table, "--keys-file", bad)
+			if r.code != 2 || !strings.Contains(r.stderr, "line 1") || strings.Contains(r.stderr, k1) {
+				t.Errorf("reseal with a bad keys file: exit %d, stderr %q; want 2, the line, and no key", r.code, r.stderr)
+			}
+			r = idemCmd(t, "reseal", "--dsn", d.dsn, "--table", table)
+			if r.code != 2 || !strings.Contains(r.stderr, "--keys-file is required") {
+				t.Errorf("reseal without keys: exit %d, stderr %q", r.code, r.stderr)
+			}
+		})
+	}
 }
 
 // Without --scope, inspect scans every scope for the key and says so; the
@@ -439,6 +541,7 @@ type record struct {
 	LeaseUntil time.Time `json:"lease_until"`
 	Now        time.Time `json:"now"`
 	AgeSeconds float64   `json:"age_seconds"`
+	SealedKey  string    `json:"sealed_key"`
 	Response   *struct {
 		Status int     `json:"status"`
 		Body   *string `json:"body"`
