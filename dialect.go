@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"reflect"
 	"regexp"
 	"strings"
 	"time"
@@ -364,12 +365,18 @@ func (s *statements) rendered(t table, ddl []schema.Migration) *statements {
 	return s
 }
 
-// all is every statement of s.
+// all is every statement of s: each field of type statement, found by
+// reflection so that a statement added to the struct cannot be left out
+// of rendering or of the tests.
 func (s *statements) all() []*statement {
-	return []*statement{&s.version, &s.insert, &s.insertOwn, &s.takeover, &s.claimed, &s.read,
-		&s.readCompleted, &s.state, &s.complete, &s.extend, &s.release, &s.remove, &s.purgeWindow, &s.purge,
-		&s.strip, &s.legacyWindow, &s.legacyPurge, &s.resealRead, &s.resealWrite, &s.inspect, &s.inspectKey,
-		&s.columns, &s.stats, &s.size}
+	v := reflect.ValueOf(s).Elem()
+	var all []*statement
+	for i := range v.NumField() {
+		if f := v.Field(i); f.Type() == reflect.TypeFor[statement]() {
+			all = append(all, (*statement)(f.Addr().UnsafePointer()))
+		}
+	}
+	return all
 }
 
 // args lists a statement's arguments in order.

@@ -61,11 +61,13 @@
 // application/problem+json (RFC 9457, see [Problem]): 400 for a malformed
 // key, 413 for a body over [Config.MaxBody], 409 with Retry-After while
 // another request holds the key, 422 for a key reused with another
-// request. docs/http.md describes them all and gives a client retry recipe.
+// request, 410 for a key whose response is gone (the Store's key memory).
+// docs/http.md describes them all and gives a client retry recipe.
 //
-// The middleware runs on database/sql ([Config].DB); a pgx service builds
-// the same middleware on its *pgxpool.Pool with idempgx.Middleware, and
-// its handlers take their pgx.Tx from idempgx.TxFrom. net/http's ServeMux
+// The middleware runs on database/sql ([Config].DB), or on any driver's
+// pool through [Config].Runner: a pgx service sets it to
+// idempgx.New(pool, opts), and its handlers take their pgx.Tx from
+// idempgx.TxFrom. net/http's ServeMux
 // and chi take [Middleware.Handler] as it is; gin and echo take it through
 // the adapters of the modules github.com/idemkit/idem/contrib/idemgin and
 // contrib/idemecho (docs/http.md, Routers).

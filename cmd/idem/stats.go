@@ -16,19 +16,17 @@ func runStats(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	var (
 		f         dbFlags
 		retention time.Duration
-		keyMemory time.Duration
 		asJSON    bool
 	)
-	fs := newFlags("stats", "--dsn DSN [--table NAME] [--retention 24h] [--key-memory 0] [--json]",
+	fs := newFlags("stats", "--dsn DSN [--table NAME] [--retention 24h] [--json]",
 		"Counts the records by status, shows the oldest, how many are past retention\nbut not yet purged, and the table's and indexes' size where the database\ncan tell. Reads only.", stderr)
 	f.register(fs)
 	fs.DurationVar(&retention, "retention", idem.DefaultRetention, "the application's retention, to count the records of a release before per-request retention past it")
-	fs.DurationVar(&keyMemory, "key-memory", 0, "the application's key memory (idem.WithKeyMemory), to count the records past it")
 	fs.BoolVar(&asJSON, "json", false, "print JSON")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	db, t, s, err := f.open(ctx, false, idem.WithRetention(retention), idem.WithKeyMemory(keyMemory))
+	db, t, s, err := f.open(ctx, false, idem.WithRetention(retention))
 	if err != nil {
 		return err
 	}

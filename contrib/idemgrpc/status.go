@@ -29,7 +29,8 @@ const (
 	// call has no key. Send a new unique key with each new request.
 	ReasonMissingKey = "IDEMPOTENCY_KEY_MISSING"
 	// ReasonInvalidKey (INVALID_ARGUMENT): the key is empty, over 255
-	// bytes or not visible ASCII, or the call carries two that differ.
+	// bytes or not visible ASCII, or the call carries two metadata values
+	// of it, or a KeyField and metadata that differ.
 	ReasonInvalidKey = "IDEMPOTENCY_KEY_INVALID"
 	// ReasonKeyReused (FAILED_PRECONDITION): the key was already used in
 	// this scope for another request (another method or message). Do not
@@ -44,9 +45,10 @@ const (
 	// ReasonInFlight (UNAVAILABLE, with RetryInfo): another call holds the
 	// key. Retry with the same key and request to get its result.
 	ReasonInFlight = "IDEMPOTENCY_KEY_IN_FLIGHT"
-	// ReasonTakenOver (UNAVAILABLE, with RetryInfo): in [ModeClaim], this
-	// call ran past its lease and a retry took the key over; nothing of it
-	// was stored. Retry to get the result of the call that took over.
+	// ReasonTakenOver (UNAVAILABLE, with RetryInfo): in
+	// [idemserve.ModeClaim], this call ran past its lease and a retry took
+	// the key over; nothing of it was stored. Retry to get the result of
+	// the call that took over.
 	ReasonTakenOver = "IDEMPOTENCY_KEY_TAKEN_OVER"
 	// ReasonContention (UNAVAILABLE, with RetryInfo): the transaction kept
 	// failing with serialization failures or deadlocks. Nothing was

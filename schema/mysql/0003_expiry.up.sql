@@ -22,11 +22,12 @@
 -- Online: InnoDB adds the columns and builds the index in place
 -- (ALGORITHM=INPLACE) while reads and writes go on (LOCK=NONE); it needs
 -- an exclusive metadata lock for a moment at its start and at its end.
--- Run again, the first statement fails on the existing column and
--- Store.Migrate goes on to the second.
+-- One statement, which InnoDB applies whole or not at all (the comment
+-- with the rest): run again, it fails on the existing column before
+-- changing anything.
 ALTER TABLE idempotency_keys
     ADD COLUMN expires_at DATETIME(6) NULL,
     ADD COLUMN sealed_key VARBINARY(64) NULL,
     ADD KEY idempotency_keys_expires_at_idx (expires_at),
+    COMMENT = 'idem schema 3',
     ALGORITHM = INPLACE, LOCK = NONE;
-ALTER TABLE idempotency_keys COMMENT = 'idem schema 3';
