@@ -1,0 +1,121 @@
+package idemwatermill
+
+import (
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemserve"
+)
+
+// Config configures the middleware. Store and one of DB and Runner are
+// required.
+type Config struct {
+	// Store records the messages' keys; its table must exist
+	// ([idem.Store.Migrate]), in the database the handler's rows are in.
+	Store *idem.Store
+	// DB is the database/sql pool the transactions run on, the one
+	// holding the Store's table and the handler's rows; TxOptions are the
+	// options of every transaction of the handler's (nil: the database's
+	// defaults).
+	DB        *sql.DB
+	TxOptions *sql.TxOptions
+	// Runner, in place of DB and TxOptions, runs the transactions on
+	// another driver's pool: idempgx.New(pool, pgx.TxOptions{...}) for
+	// pgx, whose handlers get their pgx.Tx from
+	// idempgx.TxFrom(msg.Context()).
+	Runner idem.Runner
+	// Mode is [idemserve.ModeTransaction] (the default): the handler runs
+	// in a transaction, inside [idem.Store.DoOn]; or
+	// [idemserve.ModeClaim], for a handler that calls a slow external
+	// service: it runs under a claim, with no transaction open until it
+	// asks for one ([TxFrom]).
+	Mode idemserve.Mode
+
+	// Key returns a message's idempotency key. Default: the message's
+	// UUID. [MetadataKey] reads it from a metadata field instead, such as
+	// a producer's idempotency key. A message whose key is empty or not
+	// valid ([idem.ValidateKey]), or for which Key fails, is an error:
+	// it is never processed without its key.
+	Key func(msg *message.Message) (string, error)
+	// Scope is who owns the keys: two consumers of one message with
+	// different scopes each apply it once. Default: the name of the
+	// router's handler (message.HandlerNameFromCtx), so that every
+	// handler of a router has its own; a message that reaches the
+	// middleware outside a router's handler, with no name, is an error.
+	Scope string
+	// Fingerprint names the metadata fields that, beside the payload,
+	// make up the request a key is bound to: the same key with another
+	// payload or another value of one of these fields is
+	// [idem.ErrMismatch], and is not applied.
+	Fingerprint []string
+	// Retention is how long the record of a message replays (its
+	// redeliveries are acked without running the handler): it must
+	// outlive the broker's redelivery horizon (docs/messaging.md). nil,
+	// or 0 returned: the Store's. It may read the message's context for
+	// its handler (message.HandlerNameFromCtx) or topic, to keep one
+	// consumer's records longer than another's.
+	Retention func(msg *message.Message) time.Duration
+	// Outbox builds the publisher, on the handler's transaction, through
+	// which the messages that the handler returns and those it publishes
+	// itself ([PublisherFrom]) are written, so that they commit with its
+	// rows and its record or not at all: [ForwarderOutbox] for
+	// watermill's forwarder. Without it, a handler that returns messages
+	// fails.
+	Outbox Outbox
+
+	// Timeout bounds the work of a message once it holds its key, which
+	// runs on a context that the subscriber's cancellation does not end,
+	// and how long a redelivery that reaches this process while the
+	// first delivery runs waits for it, when the Store has no lock
+	// timeout, as idemserve.Config.Timeout says. Default
+	// [idemserve.DefaultTimeout]; in ModeClaim at most the Store's lease,
+	// which is its default when shorter.
+	Timeout time.Duration
+	// RetryAfter is how long a redelivery that finds the key held by
+	// another delivery (in flight, taken over) or contended waits before
+	// the middleware returns its error, so that the message is nacked
+	// then, not at once; never longer than the lease left on the claim
+	// that holds the key. Default [idemserve.DefaultRetryAfter].
+	RetryAfter time.Duration
+	// Logger receives what goes wrong after a message's outcome is
+	// decided (a claim that could not be released). Default
+	// [slog.Default].
+	Logger *slog.Logger
+}
+
+// MetadataKey returns a [Config.Key] that reads a message's key from
+// its metadata field name: an idempotency key its producer set, say. A
+// message without the field has an empty key, which is an error.
+func MetadataKey(name string) func(msg *message.Message) (string, error) {
+	return func(msg *message.Message) (string, error) { return msg.Metadata.Get(name), nil }
+}
+
+// check refuses a Config the middleware cannot use, before
+// idemserve.New checks the rest.
+func (cfg Config) check() error {
+	switch {
+	case len(cfg.Scope) > idem.MaxScopeLen:
+		return fmt.Errorf("idemwatermill: Config.Scope is %d bytes, at most %d allowed", len(cfg.Scope), idem.MaxScopeLen)
+	case !utf8.ValidString(cfg.Scope) || strings.ContainsRune(cfg.Scope, 0):
+		return errors.New("idemwatermill: Config.Scope must be valid UTF-8 without NUL bytes")
+	}
+	seen := map[string]bool{}
+	for _, f := range cfg.Fingerprint {
+		switch {
+		case f == "":
+			return errors.New("idemwatermill: Config.Fingerprint names an empty metadata field")
+		case seen[f]:
+			return fmt.Errorf("idemwatermill: Config.Fingerprint names the metadata field %q twice", f)
+		}
+		seen[f] = true
+	}
+	return nil
+}
