@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"database/sql"
@@ -38,10 +39,21 @@ import (
 // table with a capacity estimate: the records a day the database takes
 // and purges at these rates.
 //
-// It runs only with IDEM_SCALE=1, on pgx and mysql (IDEM_SCALE_DRIVERS
-// chooses). IDEM_SCALE_LAYOUT=1 builds the table at schema version 1 (the
-// layout of the releases before versions) instead of the newest, for
-// comparison; IDEM_SCALE_RUN (default 5s) and IDEM_SCALE_ROUNDS (default
+// It runs only with IDEM_SCALE=1, on pgx (PostgreSQL), mysql (MariaDB)
+// and tidb (TiDB, through the mysql driver): IDEM_SCALE_DRIVERS chooses.
+// The records are filled as this release writes them, each with its
+// expiry (expires_at: its creation and the retention);
+// IDEM_SCALE_LEGACY=1 fills them as the releases before expires_at did
+// (NULL), for the purge of a table upgraded with such rows in it.
+// IDEM_SCALE_LAYOUT=N builds the table at schema version N instead of the
+// newest, for comparison (a layout before expires_at is filled as
+// IDEM_SCALE_LEGACY). On TiDB, IDEM_SCALE_TIDB_PURGE chooses how the
+// records past retention go: store (the default: the Store's PurgeBatch,
+// as everywhere), batch (TiDB's non-transactional DML, BATCH ON
+// expires_at LIMIT IDEM_SCALE_BATCH DELETE, run until it deletes
+// nothing) or ttl (TiDB's TTL table attribute on expires_at, its job
+// every minute, watched until a job has deleted what was due), so that
+// the three can be measured side by side. IDEM_SCALE_RUN (default 5s) and IDEM_SCALE_ROUNDS (default
 // 3) size the ratio runs, IDEM_SCALE_BATCH (default 5000) the purge's
 // batches, IDEM_SCALE_PURGE_FOR (default: until done) bounds the purge.
 // IDEM_SCALE_PURGERS (default 1) is how many goroutines purge at once; a
@@ -76,16 +88,23 @@ func TestScale(t *testing.T) {
 	if slices.Contains(cfg.purgers, 0) || len(cfg.purgers) > 1 && cfg.purgeFor == 0 {
 		t.Fatalf("IDEM_SCALE_PURGERS=%v: want positive counts, and IDEM_SCALE_PURGE_FOR to bound each phase when there are several", cfg.purgers)
 	}
+	cfg.legacy = os.Getenv("IDEM_SCALE_LEGACY") == "1"
+	switch cfg.tidbPurge = cmp.Or(os.Getenv("IDEM_SCALE_TIDB_PURGE"), "store"); cfg.tidbPurge {
+	case "store", "batch", "ttl":
+	default:
+		t.Fatalf("IDEM_SCALE_TIDB_PURGE=%q: want store, batch or ttl", cfg.tidbPurge)
+	}
 	drivers := strings.Split(os.Getenv("IDEM_SCALE_DRIVERS"), ",")
 	if drivers[0] == "" {
-		drivers = []string{"pgx", "mysql"}
+		drivers = []string{"pgx", "mysql", "tidb"}
 	}
 	ctx := context.Background()
-	for _, tg := range targets {
-		if !slices.Contains(drivers, tg.driver) {
+	for _, st := range scaleTargets {
+		if !slices.Contains(drivers, st.name) {
 			continue
 		}
-		t.Run(tg.driver, func(t *testing.T) {
+		tg := st.target
+		t.Run(st.name, func(t *testing.T) {
 			db := tg.open(t)
 			db.SetMaxOpenConns(cfg.workers + 4)
 			var rows []scaleRow
@@ -95,15 +114,29 @@ func TestScale(t *testing.T) {
 					t.Fatal(err)
 				}
 				rows = append(rows, r)
-				printScale(os.Stdout, tg.driver, rows)
+				printScale(os.Stdout, st.name, rows)
 			}
 		})
 	}
 }
 
+// scaleTargets are TestScale's servers, by the name IDEM_SCALE_DRIVERS
+// gives them: PostgreSQL through pgx, MariaDB and TiDB through the mysql
+// driver.
+var scaleTargets = []struct {
+	name string
+	target
+}{
+	{"pgx", target{"pgx", idem.Postgres, postgresServer}},
+	{"mysql", target{"mysql", idem.MariaDB, mariadbServer}},
+	{"tidb", target{"mysql", idem.TiDB, tidbServer}},
+}
+
 type scaleConfig struct {
 	sizes          []int
-	layout         int // schema version of the table; 0: the newest
+	layout         int    // schema version of the table; 0: the newest
+	legacy         bool   // fill the records without an expiry, as the releases before it
+	tidbPurge      string // on TiDB: store, batch or ttl
 	run            time.Duration
 	rounds, batch  int
 	purgeFor, wait time.Duration
@@ -137,6 +170,7 @@ type scaleTable struct {
 	db      *sql.DB
 	dialect idem.Dialect
 	store   *idem.Store
+	layout  int // the table's schema version; 0: the newest
 	orders  string
 	insert  string
 
@@ -159,6 +193,21 @@ const scaleHeader = "01010c436f6e74656e742d5479706501106170706c69636174696f6e2f6
 // innodb reports a table on MySQL or MariaDB.
 func (st *scaleTable) innodb() bool { return st.dialect == idem.MySQL || st.dialect == idem.MariaDB }
 
+// tidb reports a table on TiDB.
+func (st *scaleTable) tidb() bool { return st.dialect == idem.TiDB }
+
+// mysqlFamily reports a table that speaks MySQL's SQL: InnoDB's or TiDB's.
+func (st *scaleTable) mysqlFamily() bool { return st.innodb() || st.tidb() }
+
+// expiryVersion is the schema version of each dialect's migrations that
+// added expires_at.
+var expiryVersion = map[string]int{"postgres": 3, "mysql": 3, "mariadb": 3, "tidb": 2}
+
+// hasExpiry reports that the table has the expires_at column.
+func (st *scaleTable) hasExpiry() bool {
+	return st.layout == 0 || st.layout >= expiryVersion[st.dialect.Name()]
+}
+
 func scale(ctx context.Context, db *sql.DB, d idem.Dialect, cfg scaleConfig, n int) (scaleRow, error) {
 	tag := make([]byte, 4)
 	_, _ = rand.Read(tag)
@@ -168,7 +217,7 @@ func scale(ctx context.Context, db *sql.DB, d idem.Dialect, cfg scaleConfig, n i
 	if err != nil {
 		return scaleRow{}, err
 	}
-	st := &scaleTable{db: db, dialect: d, store: s, orders: "idem_scale_orders_" + suffix}
+	st := &scaleTable{db: db, dialect: d, store: s, orders: "idem_scale_orders_" + suffix, layout: cfg.layout}
 	defer func() {
 		for _, table := range []string{s.Table(), st.orders} {
 			_, _ = db.ExecContext(context.WithoutCancel(ctx), "DROP TABLE IF EXISTS "+table)
@@ -181,8 +230,13 @@ func scale(ctx context.Context, db *sql.DB, d idem.Dialect, cfg scaleConfig, n i
 	if err := st.create(ctx, cfg.layout); err != nil {
 		return row, err
 	}
+	expiry := retention // each record's, from its creation; 0: none
+	if cfg.legacy || !st.hasExpiry() {
+		expiry = 0
+		row.layout += ", no expiry"
+	}
 	start := time.Now()
-	if err := st.fill(ctx, n); err != nil {
+	if err := st.fill(ctx, n, expiry); err != nil {
 		return row, err
 	}
 	row.fill = time.Since(start)
@@ -229,6 +283,9 @@ func scale(ctx context.Context, db *sql.DB, d idem.Dialect, cfg scaleConfig, n i
 	row.hot = st.hotUpdates(ctx)
 
 	if n > 0 {
+		if st.tidb() && cfg.tidbPurge != "store" {
+			row.layout += ", purge " + cfg.tidbPurge
+		}
 		if err := st.purge(ctx, cfg, &row); err != nil {
 			return row, err
 		}
@@ -245,8 +302,11 @@ func scale(ctx context.Context, db *sql.DB, d idem.Dialect, cfg scaleConfig, n i
 func (st *scaleTable) create(ctx context.Context, layout int) error {
 	id := "BIGSERIAL PRIMARY KEY"
 	migrations := schema.Postgres
-	if st.innodb() {
+	switch {
+	case st.innodb():
 		id, migrations = "BIGINT AUTO_INCREMENT PRIMARY KEY", schema.MySQL
+	case st.tidb():
+		id, migrations = "BIGINT AUTO_INCREMENT PRIMARY KEY", schema.TiDB
 	}
 	if _, err := st.db.ExecContext(ctx, "CREATE TABLE "+st.orders+" (id "+id+", idem_key VARCHAR(255) NOT NULL, amount BIGINT NOT NULL)"); err != nil {
 		return err
@@ -277,34 +337,49 @@ func (st *scaleTable) create(ctx context.Context, layout int) error {
 }
 
 // fill inserts n completed records, oldest first, created evenly over the
-// last day, in statements of 50,000 rows, and then has the database
-// gather its statistics (and PostgreSQL set its hint bits) as it would on
-// a table that has run for a day.
-func (st *scaleTable) fill(ctx context.Context, n int) error {
+// last day, in statements of 50,000 rows, each expiring retention after
+// its creation, as Do's records of the Store's retention do (with no
+// expiry when retention is 0), and then has the database gather its
+// statistics (and PostgreSQL set its hint bits) as it would on a table
+// that has run for a day.
+func (st *scaleTable) fill(ctx context.Context, n int, retention time.Duration) error {
 	const chunk = 50_000
 	if n == 0 {
 		return nil
 	}
 	step := scaleDay.Microseconds() / int64(n)
+	var keep any // the retention in µs, or NULL: no expiry
+	if retention > 0 {
+		keep = retention.Microseconds()
+	}
+	// expires_at, its value and the value's argument, where the table has
+	// the column.
+	column, value, expiry := ", expires_at", ", ts + INTERVAL ? MICROSECOND", []any{keep}
+	if st.dialect == idem.Postgres {
+		value = ", ts + $8::bigint * interval '1 microsecond'"
+	}
+	if !st.hasExpiry() {
+		column, value, expiry = "", "", nil
+	}
 	for from := 0; from < n; from += chunk {
 		to := min(n, from+chunk)
 		var err error
-		if st.innodb() {
+		if st.mysqlFamily() {
 			digits, sum := digits(chunk)
-			_, err = st.db.ExecContext(ctx, `INSERT INTO `+st.store.Table()+` (scope, idem_key, operation, fingerprint, status, token, lease_until, created_at, completed_at, response_status, response_headers, response_body)
+			_, err = st.db.ExecContext(ctx, `INSERT INTO `+st.store.Table()+` (scope, idem_key, operation, fingerprint, status, token, lease_until, created_at, completed_at`+column+`, response_status, response_headers, response_body)
 SELECT CONCAT('tenant-', LPAD(FLOOR(RAND() * ?), 6, '0')),
   LOWER(INSERT(INSERT(INSERT(INSERT(MD5(CONCAT(RAND(), i)), 9, 0, '-'), 14, 0, '-'), 19, 0, '-'), 24, 0, '-')),
-  'POST /v1/charges', SHA2(i, 256), 'completed', i, ts, ts, ts, 201, UNHEX(?), RANDOM_BYTES(?)
+  'POST /v1/charges', SHA2(i, 256), 'completed', i, ts, ts, ts`+value+`, 201, UNHEX(?), RANDOM_BYTES(?)
 FROM (SELECT i, UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND + INTERVAL i * ? MICROSECOND AS ts
   FROM (SELECT ? + `+sum+` AS i FROM `+digits+`) g WHERE i < ?) n
-ORDER BY i`, scaleTenants, scaleHeader, scaleBody, scaleDay.Microseconds(), step, from, to)
+ORDER BY i`, slices.Concat([]any{scaleTenants}, expiry, []any{scaleHeader, scaleBody, scaleDay.Microseconds(), step, from, to})...)
 		} else {
-			_, err = st.db.ExecContext(ctx, `INSERT INTO `+st.store.Table()+` (scope, idem_key, operation, fingerprint, status, token, lease_until, created_at, completed_at, response_status, response_headers, response_body)
+			_, err = st.db.ExecContext(ctx, `INSERT INTO `+st.store.Table()+` (scope, idem_key, operation, fingerprint, status, token, lease_until, created_at, completed_at`+column+`, response_status, response_headers, response_body)
 SELECT 'tenant-' || lpad(floor(random() * $1)::int::text, 6, '0'), gen_random_uuid()::text,
-  'POST /v1/charges', encode(sha256(i::text::bytea), 'hex'), 'completed', i, ts, ts, ts, 201, decode($2, 'hex'),
+  'POST /v1/charges', encode(sha256(i::text::bytea), 'hex'), 'completed', i, ts, ts, ts`+value+`, 201, decode($2, 'hex'),
   substring(decode(repeat(md5(random()::text), 13), 'hex') FROM 1 FOR $3)
 FROM (SELECT i, statement_timestamp() - $4::bigint * interval '1 microsecond' + i * $5::bigint * interval '1 microsecond' AS ts
-  FROM generate_series($6::bigint, $7::bigint - 1) i) g`, scaleTenants, scaleHeader, scaleBody, scaleDay.Microseconds(), step, from, to)
+  FROM generate_series($6::bigint, $7::bigint - 1) i) g`, slices.Concat([]any{scaleTenants, scaleHeader, scaleBody, scaleDay.Microseconds(), step, from, to}, expiry)...)
 		}
 		if err != nil {
 			return fmt.Errorf("fill rows %d..%d: %w", from, to, err)
@@ -327,6 +402,9 @@ FROM (SELECT i, statement_timestamp() - $4::bigint * interval '1 microsecond' + 
 // says what it waited for.
 func (st *scaleTable) settle(ctx context.Context) (string, error) {
 	start := time.Now()
+	if st.tidb() {
+		return st.tidbSettle(ctx)
+	}
 	if !st.innodb() {
 		_, err := st.db.ExecContext(ctx, "CHECKPOINT")
 		return fmt.Sprintf("checkpoint in %v", time.Since(start).Round(time.Second)), err
@@ -491,11 +569,15 @@ func (st *scaleTable) purge(ctx context.Context, cfg scaleConfig, row *scaleRow)
 		defer mu.Unlock()
 		return len(lats)
 	}
+	phase := st.purgePhase
+	if st.tidb() && cfg.tidbPurge != "store" {
+		phase = st.tidbPhase
+	}
 	start := time.Now()
 	var err error
 	for _, purgers := range cfg.purgers {
 		var n int64
-		n, err = st.purgePhase(ctx, cfg, purgers, done)
+		n, err = phase(ctx, cfg, purgers, done)
 		row.purged += n
 		if err != nil || n == 0 {
 			break
@@ -560,6 +642,9 @@ func (st *scaleTable) purgePhase(ctx context.Context, cfg scaleConfig, purgers i
 // 10% of the live ones (polled every 10 s for at most wait), on InnoDB
 // the history list length then and a minute later.
 func (st *scaleTable) reclaim(ctx context.Context, wait time.Duration) string {
+	if st.tidb() {
+		return st.tidbReclaim(ctx)
+	}
 	if st.innodb() {
 		first := st.status(ctx, "Innodb_history_list_length")
 		time.Sleep(time.Minute)
@@ -599,7 +684,7 @@ func (st *scaleTable) hotUpdates(ctx context.Context) string {
 func (st *scaleTable) size(ctx context.Context) (float64, float64) {
 	var data, index int64
 	q := `SELECT pg_table_size($1::regclass), pg_indexes_size($1::regclass)`
-	if st.innodb() {
+	if st.mysqlFamily() {
 		q = `SELECT data_length, index_length FROM information_schema.TABLES WHERE table_schema = DATABASE() AND table_name = ?`
 	}
 	if err := st.db.QueryRowContext(ctx, q, st.store.Table()).Scan(&data, &index); err != nil {

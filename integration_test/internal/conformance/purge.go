@@ -167,6 +167,56 @@ func TestPurgeSweeps(t *testing.T) {
 	})
 }
 
+// A sweep takes every record past its expiry, full batch after full
+// batch, however unevenly their expiries lie: four a second apart, then
+// none for ten hours, then four an hour apart. Where a window reads only
+// a span past the cursor, learnt from the batch before (TiDB's), the
+// window after the dense four finds nothing in its span and must read on
+// past the gap instead of ending the sweep, and the first window past it
+// must not carry the dense records' span into the sparse ones.
+func TestPurgeAcrossGaps(t *testing.T) {
+	forEach(t, func(t *testing.T, e *env) {
+		const retention = time.Hour
+		s := e.store(idem.WithRetention(retention))
+		var keys []string
+		for i := range 4 {
+			k := fmt.Sprintf("dense-%d", i)
+			must(t, e.doOK(s, charge(k, "1")))
+			e.age(s, k, retention+11*time.Hour-time.Duration(i)*time.Second)
+			keys = append(keys, k)
+		}
+		for i := range 4 {
+			k := fmt.Sprintf("sparse-%d", i)
+			must(t, e.doOK(s, charge(k, "1")))
+			e.age(s, k, retention+time.Duration(4-i)*time.Hour)
+			keys = append(keys, k)
+		}
+		must(t, e.doOK(s, charge("new", "1")))
+		for i := 0; i < len(keys); i += 2 {
+			n, err := s.PurgeBatch(ctx, e.db, 2)
+			must(t, err)
+			if n != 2 {
+				t.Fatalf("batch %d purged %d records, want 2: %d of %d past their expiry are left", i/2+1, n, e.countLeft(s, keys), len(keys))
+			}
+		}
+		n, err := s.PurgeBatch(ctx, e.db, 2)
+		must(t, err)
+		if n != 0 || e.countLeft(s, keys) != 0 || e.records(s, "new") != 1 {
+			t.Fatalf("after the sweep: a batch purged %d, %d records past their expiry left, %d of the new one; want 0, 0 and 1", n, e.countLeft(s, keys), e.records(s, "new"))
+		}
+	})
+}
+
+// countLeft counts the records of keys still in s.
+func (e *env) countLeft(s *store, keys []string) int {
+	e.t.Helper()
+	n := 0
+	for _, k := range keys {
+		n += e.records(s, k)
+	}
+	return n
+}
+
 // Batches of one Store that run at once delete consecutive windows: a
 // batch does not wait for the rows of the batch that started before it. A
 // transaction holds the oldest record, so the first batch waits for it

@@ -85,6 +85,7 @@ var suite = []struct {
 	{"TestDailyPartitionsRunAKeyTwice", TestDailyPartitionsRunAKeyTwice},
 	{"TestPurge", TestPurge},
 	{"TestPurgeSweeps", TestPurgeSweeps},
+	{"TestPurgeAcrossGaps", TestPurgeAcrossGaps},
 	{"TestPurgeBatchesRunTogether", TestPurgeBatchesRunTogether},
 	{"TestInspectAndStatsAgreeWithPurge", TestInspectAndStatsAgreeWithPurge},
 	{"TestInspectKeyAcrossScopes", TestInspectKeyAcrossScopes},

@@ -1,0 +1,149 @@
+package bench
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// TiDB's side of TestScale: what settles and what is left to reclaim on
+// TiDB, and the two purges TiDB offers of its own, measured beside the
+// Store's (IDEM_SCALE_TIDB_PURGE).
+
+// tidbSettle reports the table's regions after the fill. TiDB has no
+// dirty pages or history list to wait for through SQL, and the fill's
+// ANALYZE TABLE leaves auto analyze nothing to do; TiKV's compaction of
+// the fill goes on beside the runs, as it would beside any bulk load.
+func (st *scaleTable) tidbSettle(ctx context.Context) (string, error) {
+	return fmt.Sprintf("%d regions", st.tidbRegions(ctx)), nil
+}
+
+// tidbRegions counts the regions of the table's rows, or -1. (SHOW TABLE
+// ... REGIONS asks the store, where information_schema.TIKV_REGION_STATUS
+// asks PD, which the standalone server has none of.)
+func (st *scaleTable) tidbRegions(ctx context.Context) int64 {
+	rows, err := st.db.QueryContext(ctx, "SHOW TABLE "+st.store.Table()+" REGIONS")
+	if err != nil {
+		return -1
+	}
+	defer rows.Close()
+	var n int64
+	for rows.Next() {
+		n++
+	}
+	if rows.Err() != nil {
+		return -1
+	}
+	return n
+}
+
+// tidbReclaim reports what TiDB has left to reclaim after the purge: the
+// deleted rows stay as MVCC versions until GC passes them, so it says when
+// GC last ran and up to when (no row in mysql.tidb when GC has never run:
+// the standalone server on its embedded storage starts no GC worker), and
+// the table's regions.
+func (st *scaleTable) tidbReclaim(ctx context.Context) string {
+	var last, safe sql.NullString
+	_ = st.db.QueryRowContext(ctx, `SELECT MAX(CASE WHEN variable_name = 'tikv_gc_last_run_time' THEN variable_value END),
+  MAX(CASE WHEN variable_name = 'tikv_gc_safe_point' THEN variable_value END)
+FROM mysql.tidb WHERE variable_name IN ('tikv_gc_last_run_time', 'tikv_gc_safe_point')`).Scan(&last, &safe)
+	gc := "GC has never run"
+	if last.Valid {
+		gc = fmt.Sprintf("GC last ran %s, safe point %s", last.String, safe.String)
+	}
+	return fmt.Sprintf("%s; %d regions", gc, st.tidbRegions(ctx))
+}
+
+// tidbPhase purges with TiDB's own means instead of the Store's, beside
+// the workers, for cfg.purgeFor at most (0: until done), and prints the
+// phase's rate as purgePhase does. purgers is ignored: each means has
+// its own concurrency (the non-transactional DML one statement, the TTL
+// job tidb_ttl_delete_worker_count workers).
+//
+//   - batch runs BATCH ON expires_at LIMIT cfg.batch DELETE of the due
+//     records that are not live claims, in autocommit, until it deletes
+//     nothing (a run covers what was due when it split the range). It
+//     counts what it deleted as the table's records before, less those
+//     after, plus those the workers added between.
+//   - ttl gives the table the TTL attribute on expires_at, its job every
+//     minute, and waits for a job that began after it to finish; TiDB's
+//     job history counts what the jobs deleted. It removes the attribute
+//     again afterwards.
+func (st *scaleTable) tidbPhase(ctx context.Context, cfg scaleConfig, _ int, done func() int) (int64, error) {
+	if cfg.tidbPurge == "ttl" {
+		return st.tidbTTL(ctx, cfg, done)
+	}
+	before, err := st.tidbCount(ctx)
+	if err != nil {
+		return 0, err
+	}
+	start, done0 := time.Now(), done()
+	for cfg.purgeFor == 0 || time.Since(start) < cfg.purgeFor {
+		var jobs int64
+		var status string
+		if err := st.db.QueryRowContext(ctx, `BATCH ON expires_at LIMIT `+strconv.Itoa(cfg.batch)+` DELETE FROM `+st.store.Table()+`
+WHERE expires_at <= UTC_TIMESTAMP(6) AND NOT (status = 'processing' AND lease_until > UTC_TIMESTAMP(6))`).Scan(&jobs, &status); err != nil {
+			return 0, fmt.Errorf("BATCH ON ... DELETE: %w", err)
+		}
+		if status != "all succeeded" {
+			return 0, fmt.Errorf("BATCH ON ... DELETE: %d jobs, %s", jobs, status)
+		}
+		if jobs == 0 {
+			break
+		}
+	}
+	took, added := time.Since(start), done()-done0
+	after, err := st.tidbCount(ctx)
+	if err != nil {
+		return 0, err
+	}
+	purged := before - after + int64(added)
+	fmt.Printf("%s: BATCH ON ... DELETE: purged %d records in %v (%.0f rows/s), workers %.0f tx/s\n", st.dialect.Name(), purged,
+		took.Round(time.Second), float64(purged)/took.Seconds(), float64(added)/took.Seconds())
+	return purged, nil
+}
+
+// tidbCount counts the table's records.
+func (st *scaleTable) tidbCount(ctx context.Context) (int64, error) {
+	var n int64
+	err := st.db.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+st.store.Table()).Scan(&n)
+	return n, err
+}
+
+// tidbTTL is tidbPhase's ttl.
+func (st *scaleTable) tidbTTL(ctx context.Context, cfg scaleConfig, done func() int) (int64, error) {
+	table := st.store.Table()
+	start, done0 := time.Now(), done()
+	if _, err := st.db.ExecContext(ctx, "ALTER TABLE "+table+" TTL = `expires_at` + INTERVAL 0 SECOND TTL_ENABLE = 'ON' TTL_JOB_INTERVAL = '1m'"); err != nil {
+		return 0, err
+	}
+	defer func() { _, _ = st.db.ExecContext(context.WithoutCancel(ctx), "ALTER TABLE "+table+" REMOVE TTL") }()
+	// The job history's times are the server's (UTC here), in seconds.
+	since := start.UTC().Truncate(time.Second).Format(time.DateTime)
+	for {
+		var finished, deleted, took sql.NullInt64
+		if err := st.db.QueryRowContext(ctx, `SELECT COUNT(CASE WHEN status = 'finished' THEN 1 END), SUM(deleted_rows),
+  TIMESTAMPDIFF(SECOND, ?, MAX(CASE WHEN status = 'finished' THEN finish_time END))
+FROM mysql.tidb_ttl_job_history WHERE table_schema = DATABASE() AND table_name = ? AND create_time >= ?`,
+			since, table, since).Scan(&finished, &deleted, &took); err != nil {
+			return 0, err
+		}
+		switch {
+		case finished.Int64 > 0 || cfg.purgeFor > 0 && time.Since(start) > cfg.purgeFor:
+			took := time.Duration(max(took.Int64, 1)) * time.Second
+			if finished.Int64 == 0 {
+				took = time.Since(start)
+			}
+			fmt.Printf("%s: TTL job: purged %d records in %v (%.0f rows/s), workers %.0f tx/s\n", st.dialect.Name(), deleted.Int64,
+				took.Round(time.Second), float64(deleted.Int64)/took.Seconds(), float64(done()-done0)/time.Since(start).Seconds())
+			if finished.Int64 == 0 {
+				return deleted.Int64, errors.New("the TTL job did not finish within IDEM_SCALE_PURGE_FOR")
+			}
+			return deleted.Int64, nil
+		}
+		time.Sleep(5 * time.Second)
+	}
+}
