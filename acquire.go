@@ -115,19 +115,32 @@ func (s *Store) take(ctx context.Context, c conn, req Request, by caller) (repla
 		}
 	}
 	for range maxContention {
-		ok, token, waited, err := s.claimNew(ctx, c, req, lease, by)
+		var (
+			ok     bool
+			token  int64
+			waited time.Duration
+			rec    record
+			found  bool
+			err    error
+		)
+		if c.p != nil && by == forDo {
+			ok, token, rec, found, err = s.claimAndRead(ctx, c, req, lease)
+		} else if ok, token, waited, err = s.claimNew(ctx, c, req, lease, by); err != nil {
+			err = s.stmtErr("claim", req, err)
+		}
 		if err != nil {
-			return nil, 0, s.stmtErr("claim", req, err)
+			return nil, 0, err
 		}
 		if ok {
 			return nil, token, s.restamp(ctx, c, req, by, token, waited)
 		}
-		rec, found, err := s.read(ctx, c, req)
-		if err != nil {
-			return nil, 0, err
-		}
-		if !found {
-			continue // deleted since the insert saw it: claim it afresh
+		if !found { // not read with the claim, or the read found none
+			if rec, found, err = s.read(ctx, c, req); err != nil {
+				return nil, 0, err
+			}
+			if !found {
+				continue // deleted since the insert saw it: claim it afresh
+			}
 		}
 		if !rec.forgotten {
 			switch {
@@ -216,6 +229,48 @@ func (s *Store) claimNew(ctx context.Context, c conn, req Request, lease int64, 
 	return ok, token, 0, err
 }
 
+// claimAndRead is claimNew of Do's claim through c's Pipeline, with
+// readAfterClaim in the same round trip (and BEGIN in it, when the claim
+// is the transaction's first statement): when the claim finds the key's
+// record, found reports that the read found it too, and rec is what it
+// read. Where the read cannot see the record (not READ COMMITTED), or it
+// went in the meantime, found is false, and take reads it on its own.
+func (s *Store) claimAndRead(ctx context.Context, c conn, req Request, lease int64) (ok bool, token int64, rec record, found bool, err error) {
+	token = ownToken()
+	qs := []Query{
+		c.sent(s.st.query(s.st.insertOwn, &values{req: req, token: token, lease: lease, expiry: s.expiry(req, forDo)})),
+		c.sent(s.st.query(s.st.readAfterClaim, &values{req: req, retention: micros(s.retention), keyMemory: micros(s.keyMemory)})),
+	}
+	read := false // the claim ran: an error is the read's
+	err = c.p.Batch(ctx, qs, func(r Results) error {
+		var err error
+		if ok, err = s.dialect.inserted(r.Exec()); err != nil {
+			return err
+		}
+		read = true
+		if ok {
+			_, err = r.Exec() // the claim's own record, which nothing needs
+			return err
+		}
+		var leaseLeft int64
+		switch err = r.QueryRow(rec.into(&leaseLeft)...); {
+		case err == nil:
+			found, rec.leaseLeft = true, time.Duration(leaseLeft)*time.Microsecond
+		case errors.Is(err, sql.ErrNoRows):
+			err = nil
+		}
+		return err
+	})
+	if err != nil {
+		what := "claim"
+		if read {
+			what = "read the record"
+		}
+		return false, 0, record{}, false, s.stmtErr(what, req, err)
+	}
+	return ok, token, rec, found, nil
+}
+
 // ownToken is the token of a new claim of Do's: a random negative number.
 // The token of a claim of Begin's is the database clock in microseconds
 // since the Unix epoch (positive), or grows from the token before it, and
@@ -289,12 +344,18 @@ func (s *Store) restamp(ctx context.Context, c conn, req Request, by caller, tok
 	return nil
 }
 
+// into is where a row of read goes: into rec, and the lease left, in µs,
+// into leaseLeft.
+func (rec *record) into(leaseLeft *int64) []any {
+	return []any{&rec.operation, &rec.fingerprint, &rec.status, &rec.token, &rec.forgotten, &rec.expired, leaseLeft,
+		&rec.code, &rec.header, &rec.body, &rec.sealedKey}
+}
+
 // read reads the record of (Scope, Key); found is false when there is none.
 func (s *Store) read(ctx context.Context, c conn, req Request) (rec record, found bool, err error) {
 	var leaseLeft int64
 	q := s.st.query(s.st.read, &values{req: req, retention: micros(s.retention), keyMemory: micros(s.keyMemory)})
-	err = c.queryRow(ctx, q, &rec.operation, &rec.fingerprint, &rec.status, &rec.token, &rec.forgotten, &rec.expired, &leaseLeft,
-		&rec.code, &rec.header, &rec.body, &rec.sealedKey)
+	err = c.queryRow(ctx, q, rec.into(&leaseLeft)...)
 	if errors.Is(err, sql.ErrNoRows) {
 		return record{}, false, nil
 	}
@@ -323,8 +384,27 @@ func (s *Store) readCompleted(ctx context.Context, c conn, req Request) (rec rec
 
 // store stores resp as the final result of Do's claim, fenced on its
 // token. A claim that is gone means the database ended the transaction.
+// Through a Pipeline, the completion waits to go with the COMMIT (Defer),
+// as completeLast, whose failure then is the commit's.
 func (s *Store) store(ctx context.Context, c conn, req Request, token int64, resp Response) error {
-	q, err := s.completion(req, token, resp, forDo)
+	if c.p != nil {
+		q, err := s.completion(s.st.completeLast, req, token, resp, forDo)
+		if err != nil {
+			return err
+		}
+		c.p.Defer(c.sent(q), func(err error) error {
+			switch {
+			case err == nil:
+				s.completed.add(req)
+				return nil
+			case s.dialect.(pipelinedDialect).claimGone(err):
+				return txEnded("store the response", req, token, nil)
+			}
+			return s.stmtErr("store the response", req, err)
+		})
+		return nil
+	}
+	q, err := s.completion(s.st.complete, req, token, resp, forDo)
 	if err != nil {
 		return err
 	}
@@ -339,11 +419,11 @@ func (s *Store) store(ctx context.Context, c conn, req Request, token int64, res
 	return nil
 }
 
-// completion is the statement that stores resp, sealed when the Store
-// has a sealer, as the final result of req's claim with token, made for
-// by: Do's keeps the expiry its claim set (see expiry), a Claim's counts
-// its retention from now.
-func (s *Store) completion(req Request, token int64, resp Response, by caller) (Query, error) {
+// completion is st (complete, or completeLast), which stores resp,
+// sealed when the Store has a sealer, as the final result of req's claim
+// with token, made for by: Do's keeps the expiry its claim set (see
+// expiry), a Claim's counts its retention from now.
+func (s *Store) completion(st statement, req Request, token int64, resp Response, by caller) (Query, error) {
 	header, body, keyID, err := s.seal(req, resp)
 	if err != nil {
 		return Query{}, err
@@ -352,7 +432,7 @@ func (s *Store) completion(req Request, token int64, resp Response, by caller) (
 	if by == forBegin {
 		v.keep = micros(s.retentionOf(req))
 	}
-	return s.st.query(s.st.complete, v), nil
+	return s.st.query(st, v), nil
 }
 
 // unclaim removes Do's claim after fn failed with cause, fenced on its

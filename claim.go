@@ -145,7 +145,7 @@ func (c *Claim) CompleteOn(ctx context.Context, tx Tx, resp Response) (err error
 	if err := resp.validate(); err != nil {
 		return err
 	}
-	q, err := c.s.completion(c.req, c.token, resp, forBegin)
+	q, err := c.s.completion(c.s.st.complete, c.req, c.token, resp, forBegin)
 	if err != nil {
 		return err
 	}

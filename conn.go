@@ -81,6 +81,87 @@ func InTx(ctx context.Context, r Runner, iso sql.IsolationLevel, fn func(tx Tx) 
 	})
 }
 
+// Results are the results of the statements of a [Pipeline]'s batch, read
+// one at a time, in the order they were sent, each once: Exec reads a
+// statement's as [Conn.Exec] returns it, QueryRow as [Conn.QueryRow] does
+// (an error that wraps sql.ErrNoRows when it has no row). Exec of a
+// statement that returns rows discards them.
+type Results interface {
+	Exec() (int64, error)
+	QueryRow(dest ...any) error
+}
+
+// Pipeline is a transaction that sends several of idem's statements in
+// one round trip, and its BEGIN and its COMMIT with the first and the last
+// of them: one a [Pipeliner] begins. It begins when it first sends
+// something, so that BEGIN goes in the same round trip as its first
+// statement (or the statements of its first Batch); Rollback of one that
+// has sent nothing sends nothing either.
+//
+// A statement of a batch that fails ends it, as the database ends a
+// pipeline at its first error: the statements after it do not run, and
+// their results are that error. A transaction in which one failed is
+// aborted, as after any failed statement, and must be rolled back.
+type Pipeline interface {
+	Tx
+	// Batch sends qs, in order, in one round trip, and calls read, which
+	// reads each of their results in turn (a result read sends nothing
+	// more). It returns read's error, or else the batch's.
+	Batch(ctx context.Context, qs []Query, read func(r Results) error) error
+	// Defer has q sent ahead of anything else the transaction sends
+	// next: with its COMMIT, in one round trip, or on its own before any
+	// other statement. done is called with q's error, nil when it ran,
+	// and returns the error of what q was sent with: of the COMMIT, which
+	// then did not commit, or of that other statement, which then did not
+	// run. q's own failure keeps the COMMIT after it from running; done
+	// cannot stop it once q ran, so a statement on whose outcome the
+	// commit depends must fail when it may not commit.
+	Defer(q Query, done func(err error) error)
+}
+
+// Pipeliner is a [Runner] whose driver can send several statements in one
+// round trip: idempgx's Runner, on a *pgxpool.Pool or a *pgx.Conn. The
+// layers that run a handler in a transaction of theirs (idemhttp,
+// idemgrpc, the consumer middleware) and idempgx.RunTx run it in one, with
+// [InPipelinedTx]: a Do with a fresh key then costs one round trip for
+// BEGIN with the claim, the handler's own statements, and one for the
+// completion with COMMIT, where BeginTx's transaction costs two more.
+type Pipeliner interface {
+	Runner
+	// BeginPipeline returns a transaction such as BeginTx would begin at
+	// iso, which has sent nothing yet; nil when the Runner's pool cannot
+	// send a transaction's statements together (then BeginTx).
+	BeginPipeline(iso sql.IsolationLevel) Pipeline
+}
+
+// InPipelinedTx is [InTx] (the retries, the rollback, the commit) in a
+// transaction that r begins with BeginPipeline when it is a [Pipeliner]
+// that can, and with BeginTx otherwise. fn gets the [Pipeline], which
+// [Store.DoOn] finds in it: DoOn then sends BEGIN with its claim, and its
+// completion with the COMMIT, which therefore comes after DoOn returns:
+// the completion's failure is the commit's (an error that wraps it, for
+// which [IsRetryable] is true when the claim was gone), and the
+// transaction is rolled back.
+func InPipelinedTx(ctx context.Context, r Runner, iso sql.IsolationLevel, fn func(tx Tx) error) error {
+	p, ok := r.(Pipeliner)
+	if !ok {
+		return InTx(ctx, r, iso, fn)
+	}
+	return Retry(ctx, func() error {
+		var tx Tx
+		if pt := p.BeginPipeline(iso); pt != nil {
+			tx = pt
+		} else {
+			t, err := r.BeginTx(ctx, iso)
+			if err != nil {
+				return err
+			}
+			tx = t
+		}
+		return attempt(ctx, tx, fn)
+	})
+}
+
 // ender ends a transaction: a Tx, a pgx.Tx.
 type ender interface {
 	Commit(ctx context.Context) error
@@ -115,10 +196,19 @@ func attempt[T ender](ctx context.Context, tx T, fn func(tx T) error) error {
 type conn struct {
 	c   Conn
 	lit func(Query) Query // nil: parameters
+	// p is c as a Pipeline, where c is one and the dialect has the
+	// statements a pipelined Do sends (pipelinedDialect); else nil.
+	p Pipeline
 }
 
 // conn is c as s's dialect sends statements through it.
-func (s *Store) conn(c Conn) conn { return conn{c: c, lit: s.dialect.literals(c)} }
+func (s *Store) conn(c Conn) conn {
+	sc := conn{c: c, lit: s.dialect.literals(c)}
+	if _, ok := s.dialect.(pipelinedDialect); ok {
+		sc.p, _ = c.(Pipeline)
+	}
+	return sc
+}
 
 // sent is q as the driver should be sent it.
 func (c conn) sent(q Query) Query {

@@ -74,6 +74,14 @@ type lockWaiter interface {
 	boundLockWait(ctx context.Context, c conn, d time.Duration, fn func() error) (timedOut bool, err error)
 }
 
+// pipelinedDialect is a Dialect whose Do can send its statements in
+// fewer round trips through a Pipeline (PostgreSQL's, on pgx): its
+// statements have readAfterClaim and completeLast, and claimGone reads
+// completeLast's failure when the claim it completes is gone.
+type pipelinedDialect interface {
+	claimGone(err error) bool
+}
+
 // table is a Store's table name, as the statements name it.
 type table struct {
 	parts  []string // one, or a schema and the table
@@ -163,6 +171,17 @@ type statements struct {
 	// committed row whatever the transaction's snapshot (on MySQL a
 	// locking read).
 	read statement
+	// readAfterClaim is read, sent in one round trip right after Do's
+	// claim (a Pipeline's batch), for when the claim finds the record: a
+	// statement of its own, so that under READ COMMITTED it sees what a
+	// transaction that held the key committed while the claim waited for
+	// it. Under REPEATABLE READ and SERIALIZABLE it reads no row, and
+	// scans nothing (no predicate lock): there the claim fails when a
+	// holder committed after the snapshot, and read runs on its own after
+	// a claim that found the record, as without a Pipeline. It reads the
+	// claim's own record too when the claim succeeded, which Do then
+	// discards. Empty where the dialect is not a pipelinedDialect.
+	readAfterClaim statement
 	// readCompleted is read of a record that is completed and within its
 	// expiry, and of what its replay needs: operation, fingerprint,
 	// response status, header, body and sealed_key. Any other record is
@@ -176,6 +195,13 @@ type statements struct {
 	// as it was when that is NULL (Do's, whose claim counted the retention
 	// from the claim: so its update changes no indexed column). Fenced.
 	complete statement
+	// completeLast is Do's complete, for a completion sent in one round
+	// trip with the COMMIT after it (a Pipeline's Defer): it fails when it
+	// changes no record (the claim is gone), so that the COMMIT does not
+	// run, where complete reports that as no row changed, too late to
+	// stop it; claimGone reads that failure. Empty where the dialect is
+	// not a pipelinedDialect.
+	completeLast statement
 	// extend moves the lease's end to at least lease from now, and at
 	// least one microsecond later than it was, and the expiry to the
 	// request's retention after that when that is later. Fenced.

@@ -48,9 +48,11 @@ func (postgresDialect) statements(parts []string) *statements {
 		insertReturns:   returning{token: true, lag: true},
 		takeoverReturns: returning{token: true, lag: true},
 		read:            statement{pgRead, args(argRetention, argKeyMemory, argScope, argKey)},
+		readAfterClaim:  statement{pgReadAfterClaim, args(argRetention, argKeyMemory, argScope, argKey)},
 		readCompleted:   statement{pgReadCompleted, args(argScope, argKey, argRetention)},
 		state:           statement{pgState, args(argScope, argKey)},
 		complete:        statement{pgComplete, args(argStatus, argHeader, argBody, argSealedKey, argKeep, argScope, argKey, argToken)},
+		completeLast:    statement{pgCompleteLast, args(argStatus, argHeader, argBody, argSealedKey, argKeep, argScope, argKey, argToken)},
 		extend:          statement{pgExtend, args(argLease, argKeep, argScope, argKey, argToken)},
 		release:         statement{pgRelease, args(argScope, argKey, argToken)},
 		remove:          statement{pgRemove, args(argScope, argKey, argToken)},
@@ -161,6 +163,14 @@ const pgRead = `SELECT operation, fingerprint, status, token, ` + pgForgotten + 
   response_status, response_headers, response_body, sealed_key
 FROM idempotency_keys WHERE scope = $3 AND idem_key = $4`
 
+// pgReadAfterClaim is pgRead under READ COMMITTED (and READ UNCOMMITTED,
+// which PostgreSQL runs as READ COMMITTED), and no row otherwise: a
+// condition on no column is checked once, before the scan (a One-Time
+// Filter), so that under SERIALIZABLE the read takes no predicate lock
+// either, and a fresh claim no more than without it.
+const pgReadAfterClaim = pgRead + `
+  AND current_setting('transaction_isolation') IN ('read committed', 'read uncommitted')`
+
 const pgReadCompleted = `SELECT operation, fingerprint, response_status, response_headers, response_body, sealed_key
 FROM idempotency_keys WHERE scope = $1 AND idem_key = $2
   AND status = 'completed' AND COALESCE(expires_at, completed_at + $3::bigint * interval '1 microsecond') > statement_timestamp()`
@@ -173,6 +183,13 @@ const pgComplete = `UPDATE idempotency_keys SET status = 'completed', completed_
   response_status = $1, response_headers = $2, response_body = $3, sealed_key = $4,
   expires_at = COALESCE(statement_timestamp() + $5::bigint * interval '1 microsecond', expires_at)
 WHERE scope = $6 AND idem_key = $7 AND token = $8 AND status = 'processing'`
+
+// pgCompleteLast is pgComplete that fails with a division by zero
+// (SQLSTATE 22012, which claimGone reads) when it changes no record: the
+// COMMIT pipelined after it then does not run.
+const pgCompleteLast = `WITH completed AS (` + pgComplete + `
+RETURNING 1)
+SELECT 1 / count(*) FROM completed`
 
 // Each expression of SET reads the row as it was: the expiry follows the
 // lease's new end.
@@ -306,6 +323,11 @@ func (postgresDialect) fix(err error) string {
 	}
 	return ""
 }
+
+// claimGone reads the failure of completeLast when it changed no record:
+// its division by zero, which no other statement of idem's can fail
+// with.
+func (postgresDialect) claimGone(err error) bool { return sqlStateOf(err) == "22012" }
 
 func (postgresDialect) retryable(err error) bool {
 	switch sqlStateOf(err) {

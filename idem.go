@@ -203,6 +203,14 @@ func (s *Store) Do(ctx context.Context, tx DBTX, req Request, fn func(ctx contex
 // driver's adapter (idempgx.Tx for a pgx.Tx): fn runs at most once per
 // (Scope, Key) among all transactions that commit, and the record is
 // written through tx. DoOn never commits or rolls back tx.
+//
+// When tx is a [Pipeline] (the transaction of [InPipelinedTx] on pgx:
+// idemhttp's, idemgrpc's, the consumer middleware's, idempgx.RunTx's),
+// the claim goes in one round trip with tx's BEGIN, and with the read of
+// an existing record under READ COMMITTED, and the response is stored
+// with tx's COMMIT, after DoOn has returned: a completion that fails then
+// fails the commit, which does not commit, so the result DoOn returned
+// counts only once tx has committed.
 func (s *Store) DoOn(ctx context.Context, tx Tx, req Request, fn func(ctx context.Context) (Response, error)) (res Result, err error) {
 	start := startWatch()
 	switch {

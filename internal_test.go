@@ -152,7 +152,7 @@ func TestStatementsAreWhole(t *testing.T) {
 				continue
 			}
 			name, q := v.Type().Field(i).Name, *(*statement)(v.Field(i).Addr().UnsafePointer())
-			if q.sql == "" && (name == "claimed" || name == "built") {
+			if q.sql == "" && (name == "claimed" || name == "built" || name == "readAfterClaim" || name == "completeLast") {
 				continue // a statement the dialect has no need of
 			}
 			if strings.Contains(q.sql, DefaultTable) || !strings.Contains(q.sql, "keys") && name != "size" && name != "version" && name != "built" {

@@ -50,9 +50,16 @@ func Conn(db DBTX) idem.Conn {
 // [idem.Store.DoOn] and [idem.Claim.CompleteOn], which write the record
 // through it so that it commits or rolls back with the caller's rows.
 // idem never commits or rolls it back.
+//
+// The transaction of RunTx's function, or of a handler's TxFrom, is one
+// that idempgx begins itself: Tx of it is its [idem.Pipeline], through
+// which DoOn sends its claim with BEGIN and its completion with COMMIT.
 func Tx(t pgx.Tx) idem.Tx {
-	if t == nil {
+	switch t := t.(type) {
+	case nil:
 		return nil
+	case *lazyTx:
+		return pipeline{t}
 	}
 	return tx{conn{t}}
 }
@@ -61,38 +68,54 @@ func Tx(t pgx.Tx) idem.Tx {
 // [idem.Store.PurgeOn] run their short transactions on it, and idemhttp,
 // idemgrpc and the consumer middleware run their handlers' transactions
 // on it, which the handlers reach with [TxFrom].
+//
+// On a *pgxpool.Pool or a *pgx.Conn it is an [idem.Pipeliner] too: the
+// transactions those layers and RunTx run their work in send BEGIN in one
+// round trip with the claim of [idem.Store.DoOn], and its completion in
+// one with COMMIT ([Runner.BeginPipeline]).
 type Runner struct {
 	conn
-	db   Pool
-	opts pgx.TxOptions
+	db      Pool
+	opts    pgx.TxOptions
+	acquire acquirer // nil: db cannot pipeline (pipeline.go)
 }
 
 // New returns the [Runner] of db, which must not be nil, whose
 // transactions of the caller's work are begun with opts.
 func New(db Pool, opts pgx.TxOptions) *Runner {
-	return &Runner{conn: conn{db}, db: db, opts: opts}
+	return &Runner{conn: conn{db}, db: db, opts: opts, acquire: acquirerOf(db)}
 }
 
 // BeginTx begins a transaction on the pool: with the Runner's options for
 // sql.LevelDefault, at iso and with none of them otherwise.
 func (r *Runner) BeginTx(ctx context.Context, iso sql.IsolationLevel) (idem.Tx, error) {
-	opts := r.opts
-	if iso != sql.LevelDefault {
-		opts = pgx.TxOptions{IsoLevel: isoLevels[iso]}
-	}
-	t, err := r.db.BeginTx(ctx, opts)
+	t, err := r.db.BeginTx(ctx, r.options(iso))
 	if err != nil {
 		return nil, err
 	}
 	return tx{conn{t}}, nil
 }
 
+// options are the options of a transaction at iso: the Runner's for
+// sql.LevelDefault, and none but iso otherwise.
+func (r *Runner) options(iso sql.IsolationLevel) pgx.TxOptions {
+	if iso == sql.LevelDefault {
+		return r.opts
+	}
+	return pgx.TxOptions{IsoLevel: isoLevels[iso]}
+}
+
 // Unwrap returns the pgx.Tx of t, a transaction r began, or nil for a Tx
 // of another Runner's.
 func (r *Runner) Unwrap(t idem.Tx) pgx.Tx {
-	own, _ := t.(tx)
-	pt, _ := own.db.(pgx.Tx)
-	return pt
+	switch t := t.(type) {
+	case pipeline:
+		return t.t
+	case tx:
+		pt, _ := t.db.(pgx.Tx)
+		return pt
+	}
+	return nil
 }
 
 // isoLevels are pgx's names of database/sql's isolation levels.
@@ -110,12 +133,19 @@ var isoLevels = map[sql.IsolationLevel]pgx.TxIsoLevel{
 // again, as [idem.RunTx] runs it: up to 10 attempts in all, after a
 // jittered exponential backoff. fn must not commit or roll back tx
 // itself. A panic in fn rolls back and is passed on.
+//
+// The transaction is pipelined: it begins with its first statement, in
+// the same round trip, and a [idem.Store.DoOn] in it sends its claim with
+// BEGIN and its completion with COMMIT, after DoOn has returned. A
+// completion that fails then fails the commit (nothing commits, and
+// RunTx runs fn again when the claim was taken over): the result of a
+// DoOn counts once RunTx has returned nil.
 func RunTx(ctx context.Context, db Pool, opts pgx.TxOptions, fn func(tx pgx.Tx) error) error {
 	if db == nil || fn == nil {
 		return errors.New("idempgx: RunTx needs a *pgxpool.Pool or *pgx.Conn and a function")
 	}
 	r := New(db, opts)
-	return idem.InTx(ctx, r, sql.LevelDefault, func(t idem.Tx) error { return fn(r.Unwrap(t)) })
+	return idem.InPipelinedTx(ctx, r, sql.LevelDefault, func(t idem.Tx) error { return fn(r.Unwrap(t)) })
 }
 
 // TxFrom returns the pgx transaction the handler writes its rows through,

@@ -184,10 +184,13 @@ func (s *Server) Serve(ctx context.Context, c Call) (idem.Result, error) {
 }
 
 // serveTx runs the handler inside Store.DoOn, in a transaction the Runner
-// begins and InTx retries.
+// begins and InPipelinedTx retries: on a Runner that pipelines (pgx's),
+// its BEGIN goes with the claim and its COMMIT with the completion, so
+// that DoOn returns before its completion is sent, and the commit's
+// outcome is the call's.
 func (s *Server) serveTx(ctx context.Context, c Call) (idem.Result, error) {
 	var res idem.Result
-	err := idem.InTx(ctx, s.cfg.Runner, sql.LevelDefault, func(tx idem.Tx) error {
+	err := idem.InPipelinedTx(ctx, s.cfg.Runner, sql.LevelDefault, func(tx idem.Tx) error {
 		h := &holder{runner: s.cfg.Runner, tx: tx}
 		run := func(ctx context.Context) (idem.Response, error) { return c.Run(withHolder(ctx, h)) }
 		var err error

@@ -278,21 +278,35 @@ func crossKey(w, i int) string { return fmt.Sprintf("cross-%d-%d", w, i) }
 // after each turn, so that no key it replays is one its Store has
 // completed or replayed (the completed-key hint is empty for it).
 func (e *Env) crossReplayer(w int, hinted bool) func(context.Context) error {
-	s, err := idem.New(e.dialect, idem.WithTable(e.store.Table()))
-	i := 0
+	next := e.crossKeys(w)
 	return func(ctx context.Context) error {
 		if hinted {
 			ctx = idem.WithRetryHint(ctx)
 		}
+		s, key, err := next()
+		if err != nil {
+			return err
+		}
+		return e.doOn(ctx, s, key, true)
+	}
+}
+
+// crossKeys returns what worker w of a cross or retry path replays next,
+// on each call: its next key, and a Store on the Env's table that has not
+// served it, made anew after each turn of the worker's crossKeys keys.
+func (e *Env) crossKeys(w int) func() (*idem.Store, string, error) {
+	s, err := idem.New(e.dialect, idem.WithTable(e.store.Table()))
+	i := 0
+	return func() (*idem.Store, string, error) {
 		if i > 0 && i%crossKeys == 0 {
 			s, err = idem.New(e.dialect, idem.WithTable(e.store.Table()))
 		}
 		if err != nil {
-			return fmt.Errorf("bench: %w", err)
+			return nil, "", fmt.Errorf("bench: %w", err)
 		}
 		key := crossKey(w, i%crossKeys)
 		i++
-		return e.doOn(ctx, s, key, true)
+		return s, key, nil
 	}
 }
 

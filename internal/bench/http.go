@@ -254,9 +254,17 @@ var requestBody = []byte(`{"amount": 100, "currency": "EUR"}`)
 // send posts one request with key to url and checks the answer: 201, a
 // replay exactly when replay is true.
 func send(ctx context.Context, client *http.Client, url, key string, replay bool) error {
+	return sendWith(ctx, client, url, key, replay, nil)
+}
+
+// sendWith is send of a request with the fields of header too.
+func sendWith(ctx context.Context, client *http.Client, url, key string, replay bool, header http.Header) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(requestBody))
 	if err != nil {
 		return err
+	}
+	for name, values := range header {
+		req.Header[name] = values
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set(idemhttp.HeaderIdempotencyKey, `"`+key+`"`)
@@ -283,6 +291,15 @@ type httpRun struct{ rate, allocs float64 }
 // at url from conc workers for d, each at least one, and returns the rate
 // and allocations per request.
 func measureHTTP(ctx context.Context, e *Env, client *http.Client, url, h string, p httpPath, conc int, d time.Duration) (httpRun, error) {
+	return measureSends(ctx, conc, d, func(ctx context.Context, w int) error {
+		return send(ctx, client, url+h, p.key(e, h, w), p.replay)
+	})
+}
+
+// measureSends runs send, which sends one request of worker w and checks
+// its answer, in a loop in each of conc workers for d, each at least
+// once, and returns the rate and the allocations per request.
+func measureSends(ctx context.Context, conc int, d time.Duration, send func(ctx context.Context, w int) error) (httpRun, error) {
 	var (
 		done  atomic.Int64
 		wg    sync.WaitGroup
@@ -298,7 +315,7 @@ func measureHTTP(ctx context.Context, e *Env, client *http.Client, url, h string
 	for w := range conc {
 		wg.Go(func() {
 			for ctx.Err() == nil {
-				if err := send(ctx, client, url+h, p.key(e, h, w), p.replay); err != nil {
+				if err := send(ctx, w); err != nil {
 					errMu.Lock()
 					if first == nil {
 						first = err

@@ -16,13 +16,25 @@ import (
 // native runs the paths of an Env through pgx without database/sql, on the
 // Env's own tables and statements: its idem table through idempgx's
 // adapter of pgx.Tx, the floor's and the order table through pgx.Tx.
+// With pipelined, Do's transactions are idempgx.RunTx's, which send BEGIN
+// with the claim and COMMIT with the completion; without it, pgx's own
+// (pgx.BeginFunc), as the hand-written floor's always are.
 type native struct {
-	e    *Env
-	pool *pgxpool.Pool
+	e         *Env
+	pool      *pgxpool.Pool
+	pipelined bool
 }
 
 func (n *native) tx(ctx context.Context, fn func(pgx.Tx) error) error {
 	return pgx.BeginFunc(ctx, n.pool, fn)
+}
+
+// doTx runs fn in the transaction of a Do: RunTx's when n is pipelined.
+func (n *native) doTx(ctx context.Context, fn func(pgx.Tx) error) error {
+	if n.pipelined {
+		return idempgx.RunTx(ctx, n.pool, pgx.TxOptions{}, fn)
+	}
+	return n.tx(ctx, fn)
 }
 
 func (n *native) order(ctx context.Context, tx pgx.Tx, key string) error {
@@ -35,8 +47,13 @@ func (n *native) bare(ctx context.Context) error {
 }
 
 func (n *native) do(ctx context.Context, key string, replay bool) error {
-	return n.tx(ctx, func(tx pgx.Tx) error {
-		res, err := n.e.store.DoOn(ctx, idempgx.Tx(tx), Request(key), func(ctx context.Context) (idem.Response, error) {
+	return n.doOn(ctx, n.e.store, key, replay)
+}
+
+// doOn is do through the Store s.
+func (n *native) doOn(ctx context.Context, s *idem.Store, key string, replay bool) error {
+	return n.doTx(ctx, func(tx pgx.Tx) error {
+		res, err := s.DoOn(ctx, idempgx.Tx(tx), Request(key), func(ctx context.Context) (idem.Response, error) {
 			return response, n.order(ctx, tx, key)
 		})
 		if err == nil && res.Replayed != replay {
@@ -44,6 +61,21 @@ func (n *native) do(ctx context.Context, key string, replay bool) error {
 		}
 		return err
 	})
+}
+
+// crossReplayer is Env.crossReplayer through pgx.
+func (n *native) crossReplayer(w int, hinted bool) func(context.Context) error {
+	next := n.e.crossKeys(w)
+	return func(ctx context.Context) error {
+		if hinted {
+			ctx = idem.WithRetryHint(ctx)
+		}
+		s, key, err := next()
+		if err != nil {
+			return err
+		}
+		return n.doOn(ctx, s, key, true)
+	}
 }
 
 func (n *native) floor(ctx context.Context) error {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // wire is what a client sent to the server through a proxy: its protocol
@@ -256,5 +258,114 @@ func TestRoundTrips(t *testing.T) {
 				}
 			}
 		})
+	}
+	t.Run("pgx-native", nativeRoundTrips)
+}
+
+// nativeRoundTrips is TestRoundTrips through pgx itself (idempgx, one
+// pool connection): the hand-written transactions through pgx.BeginFunc;
+// Do in a transaction of pgx's own (begintx), in one of idempgx.RunTx's,
+// which sends BEGIN with the claim and COMMIT with the completion
+// (pipelined), and through idemhttp's middleware on idempgx's Runner,
+// which runs its handler's transactions as RunTx does, and on one that
+// begins pgx's own.
+func nativeRoundTrips(t *testing.T) {
+	ctx := context.Background()
+	tg := targets[0]
+	var w wire
+	u, err := url.Parse(tg.server.DSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Host = proxy(t, u.Host, false, &w)
+	cfg, err := pgxpool.ParseConfig(withParams(u.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = 1
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	e := seeded(t, tg.open(t), tg.dialect, 1)
+	today, pipelined := &native{e: e, pool: pool}, &native{e: e, pool: pool, pipelined: true}
+	srv := pipelined.serveHTTP(t, 1)
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1, DisableCompression: true}}
+	t.Cleanup(client.CloseIdleConnections)
+	barrier := func() wireCount {
+		if _, err := pool.Exec(ctx, "SELECT 1"); err != nil {
+			t.Fatal(err)
+		}
+		return w.count()
+	}
+	before := barrier()
+	own := barrier().minus(before)
+	var out strings.Builder
+	tw := tabwriter.NewWriter(&out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "path	round trips	parsed	client writes	bytes sent	")
+	const ops = 20
+	trips := map[string]float64{}
+	for _, p := range []struct {
+		name string
+		body func(context.Context) error
+	}{
+		{"bare", today.bare},
+		{"floor", today.floor},
+		{"read", func(ctx context.Context) error { return today.read(ctx, replayKey(0)) }},
+		{"fresh begintx", func(ctx context.Context) error { return today.do(ctx, e.Key(), false) }},
+		{"fresh pipelined", func(ctx context.Context) error { return pipelined.do(ctx, e.Key(), false) }},
+		{"replay begintx", func(ctx context.Context) error { return today.do(ctx, replayKey(0), true) }},
+		{"replay pipelined", func(ctx context.Context) error { return pipelined.do(ctx, replayKey(0), true) }},
+		{"cross begintx", today.crossReplayer(0, false)},
+		{"cross pipelined", pipelined.crossReplayer(0, false)},
+		{"retry begintx", today.crossReplayer(0, true)},
+		{"retry pipelined", pipelined.crossReplayer(0, true)},
+		{"http fresh begintx", freshPath(viaBeginTx).sender(t, srv, client)},
+		{"http fresh pipelined", freshPath(viaPipelined).sender(t, srv, client)},
+		{"http cross begintx", crossPath(viaBeginTx).sender(t, srv, client)},
+		{"http cross pipelined", crossPath(viaPipelined).sender(t, srv, client)},
+	} {
+		if p.name == "http cross begintx" { // the first to replay them
+			if err := srv.seedCross(ctx, client, 1); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for range 2 { // fills pgx's statement cache, as in TestRoundTrips
+			if err := p.body(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		start := barrier()
+		for range ops {
+			if err := p.body(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		c := barrier().minus(start).minus(own)
+		trips[p.name] = float64(c.roundTrips) / ops
+		fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t%.1f\t%.0f\t\n", p.name, trips[p.name], float64(c.parses)/ops,
+			float64(c.flushes)/ops, float64(c.bytes)/ops)
+	}
+	_ = tw.Flush()
+	t.Logf("per transaction, pgx itself:\n%s", out.String())
+	if os.Getenv("IDEM_BENCH_DSN_PARAMS") != "" {
+		return
+	}
+	// In a transaction of pgx's own every statement is a round trip, as
+	// through database/sql. A pipelined one sends BEGIN with the claim,
+	// and in READ COMMITTED the read of an existing record with them, and
+	// the completion with COMMIT: a fresh Do costs no round trip more than
+	// the bare transaction, a replay two (BEGIN with the read, COMMIT),
+	// from another instance too, with the hint or without it.
+	for path, want := range map[string]float64{
+		"fresh begintx": trips["bare"] + 2, "replay begintx": 3, "cross begintx": 4, "retry begintx": 3,
+		"fresh pipelined": trips["bare"], "replay pipelined": 2, "cross pipelined": 2, "retry pipelined": 2,
+		"http fresh begintx": trips["bare"] + 2, "http cross begintx": 4,
+		"http fresh pipelined": trips["bare"], "http cross pipelined": 2,
+	} {
+		if trips[path] != want {
+			t.Errorf("%s: %.1f round trips a transaction, want %.1f", path, trips[path], want)
+		}
 	}
 }
