@@ -3,8 +3,8 @@ module github.com/idemkit/idem/contrib/idemecho
 go 1.26.0
 
 require (
-	github.com/idemkit/idem v0.0.0-00010101000000-000000000000
-	github.com/idemkit/idem/idemtest v0.0.0-00010101000000-000000000000
+	github.com/idemkit/idem v0.1.0
+	github.com/idemkit/idem/idemtest v0.1.0
 	github.com/labstack/echo/v4 v4.16.0
 )
 

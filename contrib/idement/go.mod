@@ -5,8 +5,8 @@ go 1.26.0
 require (
 	entgo.io/ent v0.14.5
 	github.com/go-sql-driver/mysql v1.10.1
-	github.com/idemkit/idem v0.0.0-00010101000000-000000000000
-	github.com/idemkit/idem/idemtest v0.0.0-00010101000000-000000000000
+	github.com/idemkit/idem v0.1.0
+	github.com/idemkit/idem/idemtest v0.1.0
 	github.com/jackc/pgx/v5 v5.13.0
 )
 

@@ -3,8 +3,8 @@ module github.com/idemkit/idem/contrib/idemgorm
 go 1.26.0
 
 require (
-	github.com/idemkit/idem v0.0.0-00010101000000-000000000000
-	github.com/idemkit/idem/idemtest v0.0.0-00010101000000-000000000000
+	github.com/idemkit/idem v0.1.0
+	github.com/idemkit/idem/idemtest v0.1.0
 	gorm.io/driver/mysql v1.6.0
 	gorm.io/driver/postgres v1.6.3
 	gorm.io/gorm v1.31.2
