@@ -278,7 +278,12 @@ func crossKey(w, i int) string { return fmt.Sprintf("cross-%d-%d", w, i) }
 // after each turn, so that no key it replays is one its Store has
 // completed or replayed (the completed-key hint is empty for it).
 func (e *Env) crossReplayer(w int, hinted bool) func(context.Context) error {
-	next := e.crossKeys(w)
+	return replayCross(e.crossKeys(w), hinted, e.doOn)
+}
+
+// replayCross replays the keys next gives, each through its Store with
+// doOn, saying it retries when hinted.
+func replayCross(next func() (*idem.Store, string, error), hinted bool, doOn func(ctx context.Context, s *idem.Store, key string, replay bool) error) func(context.Context) error {
 	return func(ctx context.Context) error {
 		if hinted {
 			ctx = idem.WithRetryHint(ctx)
@@ -287,7 +292,7 @@ func (e *Env) crossReplayer(w int, hinted bool) func(context.Context) error {
 		if err != nil {
 			return err
 		}
-		return e.doOn(ctx, s, key, true)
+		return doOn(ctx, s, key, true)
 	}
 }
 

@@ -65,17 +65,7 @@ func (n *native) doOn(ctx context.Context, s *idem.Store, key string, replay boo
 
 // crossReplayer is Env.crossReplayer through pgx.
 func (n *native) crossReplayer(w int, hinted bool) func(context.Context) error {
-	next := n.e.crossKeys(w)
-	return func(ctx context.Context) error {
-		if hinted {
-			ctx = idem.WithRetryHint(ctx)
-		}
-		s, key, err := next()
-		if err != nil {
-			return err
-		}
-		return n.doOn(ctx, s, key, true)
-	}
+	return replayCross(n.e.crossKeys(w), hinted, n.doOn)
 }
 
 func (n *native) floor(ctx context.Context) error {
