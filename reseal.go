@@ -86,7 +86,7 @@ func (s *Store) resealBatch(ctx context.Context, r Runner, current string, from 
 			if err != nil {
 				return err
 			}
-			sealed, err := s.sealer.Seal(sealedPlaintext(header, body), s.sealAD(r.req))
+			sealed, err := s.sealStored(r.req, header, body)
 			if err != nil {
 				return err
 			}

@@ -199,11 +199,17 @@ func (s *Store) seal(req Request, resp Response) (header, body []byte, keyID any
 	if s.sealer == nil {
 		return header, resp.Body, nil, nil
 	}
-	sealed, err := s.sealer.Seal(sealedPlaintext(header, resp.Body), s.sealAD(req))
+	sealed, err := s.sealStored(req, header, resp.Body)
 	if err != nil {
 		return nil, nil, nil, &Error{Op: "seal the response", Scope: req.Scope, Key: req.Key, Err: err, Hint: hintRollBack}
 	}
 	return nil, sealed, s.sealerKeyID(), nil
+}
+
+// sealStored seals a response of req as stored, its header encoded, with
+// the Store's sealer: what response_body holds of a sealed record.
+func (s *Store) sealStored(req Request, header, body []byte) ([]byte, error) {
+	return s.sealer.Seal(sealedPlaintext(header, body), s.sealAD(req))
 }
 
 // sealedPlaintext is what a sealer seals of a response: the encoded

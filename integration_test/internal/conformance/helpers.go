@@ -81,13 +81,7 @@ func (e *env) beginIn(db pool, opts *sql.TxOptions) txn {
 
 // do runs s.Do in a transaction of its own and commits it.
 func (e *env) do(s *store, req idem.Request, fn func(tx handle) func(context.Context) (idem.Response, error)) (idem.Result, error) {
-	var res idem.Result
-	err := runTx(ctx, e.db, nil, func(tx txn) error {
-		var err error
-		res, err = s.Do(ctx, tx, req, fn(tx))
-		return err
-	})
-	return res, err
+	return e.runTxDo(ctx, s, nil, req, fn)
 }
 
 // hasTable is a store: the suite's, or an *idem.Store a test hands
