@@ -47,35 +47,44 @@ const (
 	forBegin caller = true
 )
 
+// claimed is a claim that acquire made: its token, and whether its
+// record is completed already (done: Apply's claim of a new record, which
+// stored its response with it).
+type claimed struct {
+	token int64
+	done  bool
+}
+
 // acquire claims (Scope, Key) in c for by, or returns the stored result
 // to replay (take), once the dialect has checked the transaction's
 // settings (checkSession), with its lock waits bounded when the Store has
 // WithLockTimeout: a wait that runs out is an *InFlightError, and c is
 // left as it was before. A statement of the bound that fails is reported
-// like one of take's.
-func (s *Store) acquire(ctx context.Context, c conn, req Request, by caller) (*Result, int64, error) {
+// like one of take's. done, for Apply, is the response to store with a
+// new record's claim (see take).
+func (s *Store) acquire(ctx context.Context, c conn, req Request, by caller, done *stored) (*Result, claimed, error) {
 	if err := s.dialect.checkSession(ctx, c); err != nil {
-		return nil, 0, err
+		return nil, claimed{}, err
 	}
 	if !s.hasLockWait {
-		return s.take(ctx, c, req, by)
+		return s.take(ctx, c, req, by, done)
 	}
 	var (
 		replay  *Result
-		token   int64
+		cl      claimed
 		takeErr error
 	)
 	timedOut, err := s.dialect.(lockWaiter).boundLockWait(ctx, c, s.lockWait, func() error {
-		replay, token, takeErr = s.take(ctx, c, req, by)
+		replay, cl, takeErr = s.take(ctx, c, req, by, done)
 		return takeErr
 	})
 	switch {
 	case timedOut:
-		return nil, 0, inFlight(s.lockWait)
+		return nil, claimed{}, inFlight(s.lockWait)
 	case err != nil && err != takeErr:
-		return nil, 0, s.stmtErr("claim", req, err)
+		return nil, claimed{}, s.stmtErr("claim", req, err)
 	}
-	return replay, token, err
+	return replay, cl, err
 }
 
 // restampAfter is how long a claim statement may have run before its claim
@@ -102,13 +111,16 @@ const restampAfter = 10 * time.Millisecond
 // The token fences every later statement on the claim. For Begin (by is
 // forBegin), whose claim outlives c, a claim statement that waited longer
 // than restampAfter for the key has its lease counted again from now, so
-// that a claim is never committed with its lease already run out.
-func (s *Store) take(ctx context.Context, c conn, req Request, by caller) (replay *Result, token int64, err error) {
+// that a claim is never committed with its lease already run out. For
+// Apply (done is its response), a new record is inserted completed, with
+// done stored, and the claim says so; a record taken over is a
+// PROCESSING claim as Do's, which Apply completes after fn.
+func (s *Store) take(ctx context.Context, c conn, req Request, by caller, done *stored) (replay *Result, cl claimed, err error) {
 	lease, start := micros(s.lease), startWatch()
 	if s.completed.has(req) || retryHinted(ctx) {
 		rec, found, err := s.readCompleted(ctx, c, req)
 		if err != nil {
-			return nil, 0, err
+			return nil, claimed{}, err
 		}
 		if found {
 			return s.replayed(req, rec)
@@ -124,19 +136,19 @@ func (s *Store) take(ctx context.Context, c conn, req Request, by caller) (repla
 			err    error
 		)
 		if c.p != nil && by == forDo {
-			ok, token, rec, found, err = s.claimAndRead(ctx, c, req, lease)
-		} else if ok, token, waited, err = s.claimNew(ctx, c, req, lease, by); err != nil {
+			ok, token, rec, found, err = s.claimAndRead(ctx, c, req, lease, done)
+		} else if ok, token, waited, err = s.claimNew(ctx, c, req, lease, by, done); err != nil {
 			err = s.stmtErr("claim", req, err)
 		}
 		if err != nil {
-			return nil, 0, err
+			return nil, claimed{}, err
 		}
 		if ok {
-			return nil, token, s.restamp(ctx, c, req, by, token, waited)
+			return nil, claimed{token: token, done: done != nil}, s.restamp(ctx, c, req, by, token, waited)
 		}
 		if !found { // not read with the claim, or the read found none
 			if rec, found, err = s.read(ctx, c, req); err != nil {
-				return nil, 0, err
+				return nil, claimed{}, err
 			}
 			if !found {
 				continue // deleted since the insert saw it: claim it afresh
@@ -145,29 +157,29 @@ func (s *Store) take(ctx context.Context, c conn, req Request, by caller) (repla
 		if !rec.forgotten {
 			switch {
 			case !rec.matches(req):
-				return nil, 0, mismatch(req, rec)
+				return nil, claimed{}, mismatch(req, rec)
 			case rec.expired:
-				return nil, 0, expired(req)
+				return nil, claimed{}, expired(req)
 			case rec.status == StatusCompleted:
 				return s.replayed(req, rec)
 			case rec.status == StatusProcessing && rec.leaseLeft > 0:
-				return nil, 0, inFlight(rec.leaseLeft)
+				return nil, claimed{}, inFlight(rec.leaseLeft)
 			}
 		}
 		takeover := s.st.query(s.st.takeover, &values{req: req, token: rec.token, lease: lease, expiry: s.expiry(req, by),
 			retention: micros(s.retention), keyMemory: micros(s.keyMemory)})
 		ok, token, waited, err = s.claimRow(ctx, c, req, takeover, byTakeover, by)
 		if err != nil {
-			return nil, 0, s.stmtErr("take over", req, err)
+			return nil, claimed{}, s.stmtErr("take over", req, err)
 		}
 		if ok {
 			s.observe(ctx, Event{Kind: EventTakeover, Scope: req.Scope, Key: req.Key, Operation: req.Operation, Duration: start.elapsed(), Token: rec.token})
-			return nil, token, s.restamp(ctx, c, req, by, token, waited)
+			return nil, claimed{token: token}, s.restamp(ctx, c, req, by, token, waited)
 		}
 		// Another request took the record over, or its owner completed or
 		// extended it, since the read: look again.
 	}
-	return nil, 0, &Error{Op: "claim", Scope: req.Scope, Key: req.Key, Err: errContended,
+	return nil, claimed{}, &Error{Op: "claim", Scope: req.Scope, Key: req.Key, Err: errContended,
 		Detail: "the key changed hands repeatedly while being claimed: each time, another request took it over or it was deleted first",
 		Hint:   hintRetry}
 }
@@ -175,16 +187,16 @@ func (s *Store) take(ctx context.Context, c conn, req Request, by caller) (repla
 // replayed returns the response of rec, a completed record within
 // retention, for req, and remembers the key as completed; or the error of
 // a request that does not match it, which opens nothing.
-func (s *Store) replayed(req Request, rec record) (*Result, int64, error) {
+func (s *Store) replayed(req Request, rec record) (*Result, claimed, error) {
 	if !rec.matches(req) {
-		return nil, 0, mismatch(req, rec)
+		return nil, claimed{}, mismatch(req, rec)
 	}
 	resp, err := s.response(req, rec)
 	if err != nil {
-		return nil, 0, err
+		return nil, claimed{}, err
 	}
 	s.completed.add(req)
-	return &Result{Response: resp, Replayed: true}, 0, nil
+	return &Result{Response: resp, Replayed: true}, claimed{}, nil
 }
 
 // response is the stored response of rec, opened when it is sealed.
@@ -219,26 +231,39 @@ func (s *Store) expiry(req Request, by caller) int64 {
 // claimNew claims req's key as a new record for by. Do's claim carries a
 // token of Do's own (ownToken), so its statement returns nothing and is
 // followed by no read; Begin's takes its token from the database clock,
-// which claimRow reads.
-func (s *Store) claimNew(ctx context.Context, c conn, req Request, lease int64, by caller) (ok bool, token int64, waited time.Duration, err error) {
+// which claimRow reads. With done (Apply's), the record is inserted
+// completed, with done stored.
+func (s *Store) claimNew(ctx context.Context, c conn, req Request, lease int64, by caller, done *stored) (ok bool, token int64, waited time.Duration, err error) {
 	if by == forBegin {
 		return s.claimRow(ctx, c, req, s.st.query(s.st.insert, &values{req: req, lease: lease, expiry: s.expiry(req, by)}), byInsert, by)
 	}
 	token = ownToken()
-	ok, err = s.dialect.inserted(c.exec(ctx, s.st.query(s.st.insertOwn, &values{req: req, token: token, lease: lease, expiry: s.expiry(req, by)})))
+	ok, err = s.dialect.inserted(c.exec(ctx, s.ownClaim(req, token, lease, done)))
 	return ok, token, 0, err
 }
 
-// claimAndRead is claimNew of Do's claim through c's Pipeline, with
-// readAfterClaim in the same round trip (and BEGIN in it, when the claim
-// is the transaction's first statement): when the claim finds the key's
-// record, found reports that the read found it too, and rec is what it
-// read. Where the read cannot see the record (not READ COMMITTED), or it
-// went in the meantime, found is false, and take reads it on its own.
-func (s *Store) claimAndRead(ctx context.Context, c conn, req Request, lease int64) (ok bool, token int64, rec record, found bool, err error) {
+// ownClaim is the statement of a new claim of Do's (insertOwn) with
+// token, or of Apply's (insertDone), which stores done with it.
+func (s *Store) ownClaim(req Request, token, lease int64, done *stored) Query {
+	v := &values{req: req, token: token, lease: lease, expiry: s.expiry(req, forDo)}
+	if done == nil {
+		return s.st.query(s.st.insertOwn, v)
+	}
+	v.resp, v.header, v.body, v.sealedKey = done.resp, done.header, done.body, done.keyID
+	return s.st.query(s.st.insertDone, v)
+}
+
+// claimAndRead is claimNew of Do's (or Apply's) claim through c's
+// Pipeline, with readAfterClaim in the same round trip (and BEGIN in it,
+// when the claim is the transaction's first statement): when the claim
+// finds the key's record, found reports that the read found it too, and
+// rec is what it read. Where the read cannot see the record (not READ
+// COMMITTED), or it went in the meantime, found is false, and take reads
+// it on its own.
+func (s *Store) claimAndRead(ctx context.Context, c conn, req Request, lease int64, done *stored) (ok bool, token int64, rec record, found bool, err error) {
 	token = ownToken()
 	qs := []Query{
-		c.sent(s.st.query(s.st.insertOwn, &values{req: req, token: token, lease: lease, expiry: s.expiry(req, forDo)})),
+		c.sent(s.ownClaim(req, token, lease, done)),
 		c.sent(s.st.query(s.st.readAfterClaim, &values{req: req, retention: micros(s.retention), keyMemory: micros(s.keyMemory)})),
 	}
 	read := false // the claim ran: an error is the read's
@@ -382,16 +407,13 @@ func (s *Store) readCompleted(ctx context.Context, c conn, req Request) (rec rec
 	return rec, true, nil
 }
 
-// store stores resp as the final result of Do's claim, fenced on its
+// store stores out as the final result of Do's claim, fenced on its
 // token. A claim that is gone means the database ended the transaction.
 // Through a Pipeline, the completion waits to go with the COMMIT (Defer),
 // as completeLast, whose failure then is the commit's.
-func (s *Store) store(ctx context.Context, c conn, req Request, token int64, resp Response) error {
+func (s *Store) store(ctx context.Context, c conn, req Request, token int64, out stored) error {
 	if c.p != nil {
-		q, err := s.completion(s.st.completeLast, req, token, resp, forDo)
-		if err != nil {
-			return err
-		}
+		q := s.completion(s.st.completeLast, req, token, out, forDo)
 		c.p.Defer(c.sent(q), func(err error) error {
 			switch {
 			case err == nil:
@@ -404,11 +426,7 @@ func (s *Store) store(ctx context.Context, c conn, req Request, token int64, res
 		})
 		return nil
 	}
-	q, err := s.completion(s.st.complete, req, token, resp, forDo)
-	if err != nil {
-		return err
-	}
-	n, err := c.exec(ctx, q)
+	n, err := c.exec(ctx, s.completion(s.st.complete, req, token, out, forDo))
 	switch {
 	case err != nil:
 		return s.stmtErr("store the response", req, err)
@@ -419,20 +437,16 @@ func (s *Store) store(ctx context.Context, c conn, req Request, token int64, res
 	return nil
 }
 
-// completion is st (complete, or completeLast), which stores resp,
-// sealed when the Store has a sealer, as the final result of req's claim
-// with token, made for by: Do's keeps the expiry its claim set (see
-// expiry), a Claim's counts its retention from now.
-func (s *Store) completion(st statement, req Request, token int64, resp Response, by caller) (Query, error) {
-	header, body, keyID, err := s.seal(req, resp)
-	if err != nil {
-		return Query{}, err
-	}
-	v := &values{req: req, token: token, resp: resp, header: header, body: body, sealedKey: keyID}
+// completion is st (complete, or completeLast), which stores out as the
+// final result of req's claim with token, made for by: Do's keeps the
+// expiry its claim set (see expiry), a Claim's counts its retention from
+// now.
+func (s *Store) completion(st statement, req Request, token int64, out stored, by caller) Query {
+	v := &values{req: req, token: token, resp: out.resp, header: out.header, body: out.body, sealedKey: out.keyID}
 	if by == forBegin {
 		v.keep = micros(s.retentionOf(req))
 	}
-	return s.st.query(st, v), nil
+	return s.st.query(st, v)
 }
 
 // unclaim removes Do's claim after fn failed with cause, fenced on its

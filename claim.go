@@ -58,7 +58,9 @@ func (s *Store) BeginOn(ctx context.Context, r Runner, req Request) (claim *Clai
 	var token int64
 	err = InTx(ctx, r, sql.LevelDefault, func(tx Tx) error {
 		var err error
-		replay, token, err = s.acquire(ctx, s.conn(tx), req, forBegin)
+		var cl claimed
+		replay, cl, err = s.acquire(ctx, s.conn(tx), req, forBegin, nil)
+		token = cl.token
 		return err
 	})
 	switch {
@@ -145,10 +147,11 @@ func (c *Claim) CompleteOn(ctx context.Context, tx Tx, resp Response) (err error
 	if err := resp.validate(); err != nil {
 		return err
 	}
-	q, err := c.s.completion(c.s.st.complete, c.req, c.token, resp, forBegin)
+	out, err := c.s.seal(c.req, resp)
 	if err != nil {
 		return err
 	}
+	q := c.s.completion(c.s.st.complete, c.req, c.token, out, forBegin)
 	if err := c.fenced(ctx, c.s.conn(tx), q, "complete", "roll back this transaction"); err != nil {
 		return err
 	}

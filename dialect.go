@@ -149,6 +149,11 @@ type statements struct {
 	// insertOwn is insert with the claim's token given (Do's, ownToken)
 	// instead of one from the clock. It returns nothing.
 	insertOwn statement
+	// insertDone is insertOwn of a record completed in the same statement
+	// (Apply's claim, whose response is known before fn runs): its
+	// response status, header, body and sealed_key stored, completed_at
+	// the claim's time. It returns nothing.
+	insertDone statement
 	// takeover makes the record a new PROCESSING claim (with its lease and
 	// expiry, as insert's) and grows its token, if the token is still the
 	// one read and the record may still be taken over (released, lease
@@ -209,7 +214,9 @@ type statements struct {
 	// release ends the claim without a result: the next attempt takes the
 	// record over at once. Fenced.
 	release statement
-	// remove deletes Do's claim after fn failed. Fenced.
+	// remove deletes Do's claim after fn failed: the PROCESSING claim,
+	// or Apply's, completed by its claim statement. Fenced on the token
+	// alone, which no other claim of the key has.
 	remove statement
 	// purgeWindow reads what purge and strip (with the same cursor and
 	// limit) would change, locking nothing: how many records have expired

@@ -53,6 +53,7 @@ func myStatements(parts []string, ddl []schema.Migration, insert string, insertR
 		version:       statement{myVersion, args(argSchema, argBase)},
 		insert:        statement{insert, args(argScope, argKey, argOperation, argFingerprint, argLease, argExpiry)},
 		insertOwn:     statement{myInsertOwn, args(argScope, argKey, argOperation, argFingerprint, argToken, argLease, argExpiry)},
+		insertDone:    statement{myInsertDone, args(argScope, argKey, argOperation, argFingerprint, argToken, argLease, argExpiry, argStatus, argHeader, argBody, argSealedKey)},
 		takeover:      statement{myTakeover, args(argOperation, argFingerprint, argLease, argExpiry, argScope, argKey, argToken, argRetention, argKeyMemory)},
 		insertReturns: insertReturns,
 		claimed:       statement{myClaimed, args(argScope, argKey)},
@@ -98,6 +99,11 @@ VALUES (?, ?, ?, ?, 'processing', TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:0
 
 const myInsertOwn = `INSERT INTO idempotency_keys (scope, idem_key, operation, fingerprint, status, token, lease_until, created_at, expires_at)
 VALUES (?, ?, ?, ?, 'processing', ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)`
+
+const myInsertDone = `INSERT INTO idempotency_keys (scope, idem_key, operation, fingerprint, status, token, lease_until, created_at, expires_at,
+  completed_at, response_status, response_headers, response_body, sealed_key)
+VALUES (?, ?, ?, ?, 'completed', ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND,
+  UTC_TIMESTAMP(6), ?, ?, ?, ?)`
 
 // MySQL evaluates SET from left to right; token is read before it is
 // assigned and nothing after it reads it. The WHERE reads the row as last
@@ -169,7 +175,7 @@ WHERE scope = ? AND idem_key = ? AND token = ? AND status = 'processing'`
 const myRelease = `UPDATE idempotency_keys SET status = 'released', lease_until = UTC_TIMESTAMP(6)
 WHERE scope = ? AND idem_key = ? AND token = ? AND status = 'processing'`
 
-const myRemove = `DELETE FROM idempotency_keys WHERE scope = ? AND idem_key = ? AND token = ? AND status = 'processing'`
+const myRemove = `DELETE FROM idempotency_keys WHERE scope = ? AND idem_key = ? AND token = ?`
 
 // myDue picks the records whose expiry has come, from the purge's cursor
 // (µs since the Unix epoch) on, through the expires_at index.

@@ -44,6 +44,7 @@ func (postgresDialect) statements(parts []string) *statements {
 		dropUnbuilt:     "DROP INDEX CONCURRENTLY IF EXISTS ",
 		insert:          statement{pgInsert, args(argScope, argKey, argOperation, argFingerprint, argLease, argExpiry)},
 		insertOwn:       statement{pgInsertOwn, args(argScope, argKey, argOperation, argFingerprint, argToken, argLease, argExpiry)},
+		insertDone:      statement{pgInsertDone, args(argScope, argKey, argOperation, argFingerprint, argToken, argLease, argExpiry, argStatus, argHeader, argBody, argSealedKey)},
 		takeover:        statement{pgTakeover, args(argOperation, argFingerprint, argLease, argExpiry, argScope, argKey, argToken, argRetention, argKeyMemory)},
 		insertReturns:   returning{token: true, lag: true},
 		takeoverReturns: returning{token: true, lag: true},
@@ -121,6 +122,12 @@ RETURNING token, ((extract(epoch FROM clock_timestamp()) - extract(epoch FROM cr
 const pgInsertOwn = `INSERT INTO idempotency_keys (scope, idem_key, operation, fingerprint, status, token, lease_until, created_at, expires_at)
 VALUES ($1, $2, $3, $4, 'processing', $5, statement_timestamp() + $6::bigint * interval '1 microsecond', statement_timestamp(),
   statement_timestamp() + $7::bigint * interval '1 microsecond')
+ON CONFLICT (scope, idem_key) DO NOTHING`
+
+const pgInsertDone = `INSERT INTO idempotency_keys (scope, idem_key, operation, fingerprint, status, token, lease_until, created_at, expires_at,
+  completed_at, response_status, response_headers, response_body, sealed_key)
+VALUES ($1, $2, $3, $4, 'completed', $5, statement_timestamp() + $6::bigint * interval '1 microsecond', statement_timestamp(),
+  statement_timestamp() + $7::bigint * interval '1 microsecond', statement_timestamp(), $8, $9, $10, $11)
 ON CONFLICT (scope, idem_key) DO NOTHING`
 
 // Under READ COMMITTED, an update that waited for another transaction
@@ -201,7 +208,7 @@ WHERE scope = $3 AND idem_key = $4 AND token = $5 AND status = 'processing'`
 const pgRelease = `UPDATE idempotency_keys SET status = 'released', lease_until = statement_timestamp()
 WHERE scope = $1 AND idem_key = $2 AND token = $3 AND status = 'processing'`
 
-const pgRemove = `DELETE FROM idempotency_keys WHERE scope = $1 AND idem_key = $2 AND token = $3 AND status = 'processing'`
+const pgRemove = `DELETE FROM idempotency_keys WHERE scope = $1 AND idem_key = $2 AND token = $3`
 
 // pgDue picks the records whose expiry has come, from the purge's cursor
 // ($1, µs since the Unix epoch) on, through the expires_at index.

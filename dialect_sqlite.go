@@ -52,6 +52,7 @@ func (sqliteDialect) statements(parts []string) *statements {
 		version:         statement{sqVersion, args(argBase, argSchema, argIndex, argSchema, argBase)},
 		insert:          statement{sqInsert, args(argScope, argKey, argOperation, argFingerprint, argLease, argExpiry)},
 		insertOwn:       statement{sqInsertOwn, args(argScope, argKey, argOperation, argFingerprint, argToken, argLease, argExpiry)},
+		insertDone:      statement{sqInsertDone, args(argScope, argKey, argOperation, argFingerprint, argToken, argLease, argExpiry, argStatus, argHeader, argBody, argSealedKey)},
 		takeover:        statement{sqTakeover, args(argOperation, argFingerprint, argLease, argExpiry, argScope, argKey, argToken, argRetention, argKeyMemory)},
 		insertReturns:   returning{token: true, lag: true},
 		takeoverReturns: returning{token: true, lag: true},
@@ -119,6 +120,11 @@ const sqInsertOwn = `INSERT INTO idempotency_keys (scope, idem_key, operation, f
 VALUES (?, ?, ?, ?, 'processing', ?, ` + sqNow + ` + ?, ` + sqNow + `, ` + sqNow + ` + ?)
 ON CONFLICT (scope, idem_key) DO NOTHING`
 
+const sqInsertDone = `INSERT INTO idempotency_keys (scope, idem_key, operation, fingerprint, status, token, lease_until, created_at, expires_at,
+  completed_at, response_status, response_headers, response_body, sealed_key)
+VALUES (?, ?, ?, ?, 'completed', ?, ` + sqNow + ` + ?, ` + sqNow + `, ` + sqNow + ` + ?, ` + sqNow + `, ?, ?, ?, ?)
+ON CONFLICT (scope, idem_key) DO NOTHING`
+
 // A writer holds the database's only write lock, so the WHERE reads the
 // row as last committed. A record without an expiry (written before
 // schema version 2) expires by the Store's retention; a completed one is
@@ -176,7 +182,7 @@ WHERE scope = ? AND idem_key = ? AND token = ? AND status = 'processing'`
 const sqRelease = `UPDATE idempotency_keys SET status = 'released', lease_until = ` + sqNow + `
 WHERE scope = ? AND idem_key = ? AND token = ? AND status = 'processing'`
 
-const sqRemove = `DELETE FROM idempotency_keys WHERE scope = ? AND idem_key = ? AND token = ? AND status = 'processing'`
+const sqRemove = `DELETE FROM idempotency_keys WHERE scope = ? AND idem_key = ? AND token = ?`
 
 // sqDue picks the records whose expiry has come, from the purge's cursor
 // on, through the expires_at index.

@@ -5,6 +5,7 @@ import (
 	"math"
 	"net/http"
 	"reflect"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -168,13 +169,15 @@ func TestStatementsAreWhole(t *testing.T) {
 // placeholders counts a statement's "?" or, for $n, its largest n.
 func placeholders(sql string) int {
 	n := strings.Count(sql, "?")
-	for i := 1; i < 10; i++ {
-		if strings.Contains(sql, "$"+strconv.Itoa(i)) {
+	for _, m := range dollarPlaceholder.FindAllStringSubmatch(sql, -1) {
+		if i, _ := strconv.Atoi(m[1]); i > n {
 			n = i
 		}
 	}
 	return n
 }
+
+var dollarPlaceholder = regexp.MustCompile(`\$([0-9]+)`)
 
 // The completed-key hint knows a key once added, tells scopes apart, and
 // holds one key per slot: a later key in the same slot replaces it.

@@ -191,19 +191,26 @@ func (s *Store) sealerKeyID() string {
 	return "sealed"
 }
 
-// seal returns what is stored of resp: its encoded header and body, or,
-// with a sealer, both sealed in one value (the header column then NULL)
-// and the name of the key.
-func (s *Store) seal(req Request, resp Response) (header, body []byte, keyID any, err error) {
-	header = encodeHeader(resp.Header)
+// stored is a response as a record stores it: its status, its encoded
+// header and its body, or with a sealer both sealed in one value (the
+// header then nil) and the name of the key (keyID; nil in the clear).
+type stored struct {
+	resp         Response
+	header, body []byte
+	keyID        any
+}
+
+// seal returns what is stored of resp for req's record.
+func (s *Store) seal(req Request, resp Response) (stored, error) {
+	header := encodeHeader(resp.Header)
 	if s.sealer == nil {
-		return header, resp.Body, nil, nil
+		return stored{resp: resp, header: header, body: resp.Body}, nil
 	}
 	sealed, err := s.sealStored(req, header, resp.Body)
 	if err != nil {
-		return nil, nil, nil, &Error{Op: "seal the response", Scope: req.Scope, Key: req.Key, Err: err, Hint: hintRollBack}
+		return stored{}, &Error{Op: "seal the response", Scope: req.Scope, Key: req.Key, Err: err, Hint: hintRollBack}
 	}
-	return nil, sealed, s.sealerKeyID(), nil
+	return stored{resp: resp, body: sealed, keyID: s.sealerKeyID()}, nil
 }
 
 // sealStored seals a response of req as stored, its header encoded, with

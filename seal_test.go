@@ -92,9 +92,10 @@ func TestStoreSealsResponses(t *testing.T) {
 	plain, _ := New(Postgres)
 	req := Request{Scope: "s", Key: "k", Operation: "POST /v1/charges"}
 	resp := Response{StatusCode: 201, Header: http.Header{"Content-Type": {"application/json"}}, Body: []byte(`{"last4":"4242"}`)}
-	header, body, keyID, err := sealed.seal(req, resp)
-	if err != nil || header != nil || keyID != "k1" || bytes.Contains(body, []byte("4242")) {
-		t.Fatalf("seal: header %q, key %v, body %q, %v", header, keyID, body, err)
+	out, err := sealed.seal(req, resp)
+	body := out.body
+	if err != nil || out.header != nil || out.keyID != "k1" || bytes.Contains(body, []byte("4242")) {
+		t.Fatalf("seal: header %q, key %v, body %q, %v", out.header, out.keyID, body, err)
 	}
 	h, b, err := sealed.open(req, "k1", nil, body)
 	if err != nil || string(b) != string(resp.Body) {
@@ -111,12 +112,12 @@ func TestStoreSealsResponses(t *testing.T) {
 	if !errors.As(err, &e) || !strings.Contains(e.Error(), `sealed with key "k1"`) || e.Hint == "" {
 		t.Errorf("a Store without the sealer: %v", err)
 	}
-	_, body, _, _ = sealed.seal(req, Response{StatusCode: 204})
-	if h, b, err := sealed.open(req, "k1", nil, body); err != nil || h != nil || len(b) != 0 {
+	out, _ = sealed.seal(req, Response{StatusCode: 204})
+	if h, b, err := sealed.open(req, "k1", nil, out.body); err != nil || h != nil || len(b) != 0 {
 		t.Errorf("a response without a header or a body opens to %q, %q, %v", h, b, err)
 	}
-	h, b, keyID, _ = plain.seal(req, resp)
-	if keyID != nil || string(b) != string(resp.Body) || h == nil {
-		t.Errorf("a Store without a sealer sealed: %q %v", b, keyID)
+	out, _ = plain.seal(req, resp)
+	if out.keyID != nil || string(out.body) != string(resp.Body) || out.header == nil {
+		t.Errorf("a Store without a sealer sealed: %q %v", out.body, out.keyID)
 	}
 }

@@ -148,6 +148,13 @@ type Call struct {
 	// layer's own, which Serve passes back as it is: a server error, an
 	// answer the layer cannot record).
 	Run func(ctx context.Context) (idem.Response, error)
+	// Answer, when not nil, is the answer the call stores, known before
+	// Run runs (a message consumer's acknowledgement): Run's own answer
+	// is then not stored, only its error counts. In ModeTransaction the
+	// handler runs inside [idem.Store.ApplyOn], whose claim of a new key
+	// stores Answer with it: one statement where DoOn's claim and
+	// completion are two.
+	Answer *idem.Response
 }
 
 // Serve serves c: it returns the result, fresh (Replayed false: the
@@ -183,11 +190,12 @@ func (s *Server) Serve(ctx context.Context, c Call) (idem.Result, error) {
 	return s.serveTx(ctx, c)
 }
 
-// serveTx runs the handler inside Store.DoOn, in a transaction the Runner
-// begins and InPipelinedTx retries: on a Runner that pipelines (pgx's),
-// its BEGIN goes with the claim and its COMMIT with the completion, so
-// that DoOn returns before its completion is sent, and the commit's
-// outcome is the call's.
+// serveTx runs the handler inside Store.DoOn (Store.ApplyOn when the
+// call's Answer is known), in a transaction the Runner begins and
+// InPipelinedTx retries: on a Runner that pipelines (pgx's), its BEGIN
+// goes with the claim and its COMMIT with the completion, so that DoOn
+// returns before its completion is sent, and the commit's outcome is the
+// call's.
 func (s *Server) serveTx(ctx context.Context, c Call) (idem.Result, error) {
 	var res idem.Result
 	err := idem.InPipelinedTx(ctx, s.cfg.Runner, sql.LevelDefault, func(tx idem.Tx) error {
@@ -196,6 +204,13 @@ func (s *Server) serveTx(ctx context.Context, c Call) (idem.Result, error) {
 		var err error
 		if c.Request == nil {
 			res.Response, err = run(ctx)
+			return err
+		}
+		if c.Answer != nil {
+			res, err = s.cfg.Store.ApplyOn(ctx, tx, *c.Request, *c.Answer, func(ctx context.Context) error {
+				_, err := run(ctx)
+				return err
+			})
 			return err
 		}
 		res, err = s.cfg.Store.DoOn(ctx, tx, *c.Request, run)
@@ -235,6 +250,9 @@ func (s *Server) serveClaim(ctx context.Context, c Call) (idem.Result, error) {
 	}()
 	resp, err := c.Run(withHolder(ctx, h))
 	finished = true
+	if c.Answer != nil {
+		resp = *c.Answer
+	}
 	if err == nil {
 		err = s.complete(detached, h, claim, resp)
 	}

@@ -63,6 +63,12 @@ func (c *consumer) wrap(h message.HandlerFunc) message.HandlerFunc {
 			}
 			return resp, err
 		}}
+		if c.cfg.Outbox == nil {
+			// The handler publishes nothing (it cannot, without an
+			// outbox): its record's response is known, and stored with
+			// the key's claim.
+			call.Answer = &consumed
+		}
 		if _, err := c.core.Serve(ctx, call); err != nil {
 			switch {
 			case handlerErr != nil && errors.Is(err, handlerErr):
@@ -122,10 +128,15 @@ func operation(topic string) string {
 	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
+// consumed is the response stored for a message whose handler published
+// nothing: status 200, no body.
+var consumed = idem.Response{StatusCode: 200}
+
 // run runs the handler on ctx, which carries its transaction, claim and
 // request, as msg's context, and writes the messages it returns through
 // the outbox. It returns the response stored for msg: status 200 and
-// the UUIDs of the messages it published, one a line.
+// the UUIDs of the messages it published, one a line (consumed when it
+// published none).
 func (c *consumer) run(ctx context.Context, msg *message.Message, h message.HandlerFunc) (idem.Response, error) {
 	pc := &publishing{outbox: c.cfg.Outbox}
 	ctx = context.WithValue(ctx, publishingKey{}, pc)

@@ -386,6 +386,44 @@ func TestHandlerErrorStoresNothing(t *testing.T) {
 	})
 }
 
+// A consumer without an outbox publishes nothing, so its answer is known
+// before the handler runs: in transaction mode the record is written
+// completed by the key's claim (idem.Store.ApplyOn), one statement,
+// stamped with the claim's time; its redelivery is acked without
+// running. In claim mode the record is completed after the handler, as
+// ever.
+func TestRecordWrittenWithTheClaim(t *testing.T) {
+	forEachDB(t, func(t *testing.T, e *env) {
+		for _, mode := range []idemserve.Mode{idemserve.ModeTransaction, idemserve.ModeClaim} {
+			store := e.store()
+			biz := e.business()
+			mw := e.middleware(store, mode, func(cfg *idemwatermill.Config) { cfg.Scope = "known" })
+			var runs atomic.Int64
+			h := mw(func(msg *message.Message) ([]*message.Message, error) {
+				runs.Add(1)
+				return nil, e.tg.exec(msg.Context(), "INSERT INTO "+biz+" (id, handler) VALUES ($1, $2)", msg.UUID, "h")
+			})
+			id := "known-" + modeName(mode)
+			m := newMessage(id)
+			for range 2 {
+				if _, err := h(m); err != nil {
+					t.Fatalf("%s: %v", modeName(mode), err)
+				}
+			}
+			rec, err := store.Inspect(context.Background(), e.db, "known", id)
+			if err != nil || rec == nil || rec.Status != idem.StatusCompleted || rec.Response == nil || rec.Response.StatusCode != 200 || len(rec.Response.Body) != 0 {
+				t.Fatalf("%s: the record %+v, %v; want it completed with 200 and no body", modeName(mode), rec, err)
+			}
+			if withClaim := rec.CompletedAt.Equal(rec.CreatedAt); withClaim != (mode == idemserve.ModeTransaction) {
+				t.Errorf("%s: the record was created at %v and completed at %v", modeName(mode), rec.CreatedAt, rec.CompletedAt)
+			}
+			if err := e.exactlyOnce(biz, []string{id}); err != nil || runs.Load() != 1 {
+				t.Fatalf("%s: %v; the handler ran %d times, want once", modeName(mode), err, runs.Load())
+			}
+		}
+	})
+}
+
 // A message redelivered after its record's retention (Config.Retention)
 // is acked without running when the Store keeps a key memory: its
 // record refuses the key (idem.ErrExpired), and that means applied.

@@ -597,15 +597,7 @@ func TestPipelinedRoundTrips(t *testing.T) {
 		other := e.elsewhere(s)
 		bounded := e.store(idem.WithLockTimeout(time.Second))
 		p := e.startTripProxy()
-		cfg, err := pgxpool.ParseConfig(e.proxiedDSN(p.ln.Addr().String()))
-		must(t, err)
-		cfg.MaxConns = 1
-		cfg.ShouldPing = func(context.Context, pgxpool.ShouldPingParams) bool { return false } // no ping among the counted
-		db, err := pgxpool.NewWithConfig(ctx, cfg)
-		must(t, err)
-		t.Cleanup(db.Close)
-		pe := e.in(t)
-		pe.db = newPgxPool(db)
+		pe := e.proxied(p)
 		rr := &sql.TxOptions{Isolation: sql.LevelRepeatableRead}
 		fn := func(req idem.Request) func(tx handle) func(context.Context) (idem.Response, error) {
 			return func(tx handle) func(context.Context) (idem.Response, error) { return o.fn(tx, req.Key) }
@@ -714,6 +706,23 @@ func TestPipelinedRoundTrips(t *testing.T) {
 			}
 		}
 	})
+}
+
+// proxied is e on a pgx pool of one connection through p, which counts
+// its round trips, and which sends nothing that is not counted (no ping
+// when a connection is taken).
+func (e *env) proxied(p *tripProxy) *env {
+	e.t.Helper()
+	cfg, err := pgxpool.ParseConfig(e.proxiedDSN(p.ln.Addr().String()))
+	must(e.t, err)
+	cfg.MaxConns = 1
+	cfg.ShouldPing = func(context.Context, pgxpool.ShouldPingParams) bool { return false }
+	db, err := pgxpool.NewWithConfig(ctx, cfg)
+	must(e.t, err)
+	e.t.Cleanup(db.Close)
+	pe := e.in(e.t)
+	pe.db = newPgxPool(db)
+	return pe
 }
 
 // want is nil when err is target, and otherwise an error that says so.

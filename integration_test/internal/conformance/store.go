@@ -33,6 +33,13 @@ func (s *store) Do(ctx context.Context, tx txn, req idem.Request, fn func(ctx co
 	return s.Store.Do(ctx, sqlOf(tx), req, fn)
 }
 
+func (s *store) Apply(ctx context.Context, tx txn, req idem.Request, resp idem.Response, fn func(ctx context.Context) error) (idem.Result, error) {
+	if s.native {
+		return s.ApplyOn(ctx, idempgx.Tx(pgxTxOf(tx)), req, resp, fn)
+	}
+	return s.Store.Apply(ctx, sqlOf(tx), req, resp, fn)
+}
+
 func (s *store) Begin(ctx context.Context, db pool, req idem.Request) (*claim, *idem.Result, error) {
 	var (
 		c      *idem.Claim
