@@ -32,7 +32,7 @@ import (
 // IDEM_BENCH=1 and asserts nothing about time: it logs each round and
 // the medians, and the ratio of the middleware's to the floor's.
 // IDEM_BENCH_ROUNDS (default 5) rounds alternate the three, each
-// consuming IDEM_BENCH_MESSAGES (default 2000) messages published
+// consuming IDEM_BENCH_MESSAGES (default 10000) messages published
 // beforehand, with IDEM_BENCH_WORKERS (default 8) subscriptions of one
 // durable consumer.
 //
@@ -41,7 +41,7 @@ func TestThroughput(t *testing.T) {
 	if os.Getenv("IDEM_BENCH") != "1" {
 		t.Skip("set IDEM_BENCH=1 to measure throughput")
 	}
-	rounds, messages, workers := benchEnv(t, "IDEM_BENCH_ROUNDS", 5), benchEnv(t, "IDEM_BENCH_MESSAGES", 2000), benchEnv(t, "IDEM_BENCH_WORKERS", 8)
+	rounds, messages, workers := benchEnv(t, "IDEM_BENCH_ROUNDS", 5), benchEnv(t, "IDEM_BENCH_MESSAGES", 10000), benchEnv(t, "IDEM_BENCH_WORKERS", 8)
 	for _, tg := range []target{postgres, mariadb} {
 		t.Run(tg.Name, func(t *testing.T) {
 			e := newEnv(t, tg)

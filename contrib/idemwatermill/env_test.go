@@ -704,7 +704,12 @@ func openPool(tg target, dsn string, conns int) (*pool, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Every connection stays open for the next transaction: with
+	// database/sql's default of 2 idle ones, a connection given back
+	// while more are open is closed, and PostgreSQL forks a backend for
+	// each new one, which is most of what a busy test would measure.
 	db.SetMaxOpenConns(conns)
+	db.SetMaxIdleConns(conns)
 	return &pool{tg: tg, db: db}, nil
 }
 

@@ -106,7 +106,11 @@ func TestScale(t *testing.T) {
 		tg := st.target
 		t.Run(st.name, func(t *testing.T) {
 			db := tg.open(t)
+			// Every connection stays open: with database/sql's default of 2
+			// idle ones, the workers' transactions would open a connection
+			// each, which is what the runs would measure.
 			db.SetMaxOpenConns(cfg.workers + 4)
+			db.SetMaxIdleConns(cfg.workers + 4)
 			var rows []scaleRow
 			for _, n := range cfg.sizes {
 				r, err := scale(ctx, db, tg.dialect, cfg, n)
