@@ -178,7 +178,8 @@ WHERE scope = ? AND idem_key = ? AND token = ? AND status = 'processing'`
 const myRemove = `DELETE FROM idempotency_keys WHERE scope = ? AND idem_key = ? AND token = ?`
 
 // myDue picks the records whose expiry has come, from the purge's cursor
-// (µs since the Unix epoch) on, through the expires_at index.
+// (µs since the Unix epoch) on, in the order of expires_at: the primary
+// key's (schema version 4), or its index's (TiDB; MySQL's version 3).
 const myDue = `expires_at >= '1970-01-01 00:00:00' + INTERVAL ? MICROSECOND AND expires_at <= UTC_TIMESTAMP(6)`
 
 const myPurgeWindow = `SELECT COUNT(*), COALESCE(MAX(expires_us), 0) FROM (
@@ -198,8 +199,10 @@ ORDER BY expires_at LIMIT ?`
 // Store's retention (a completed one also past the key memory), created
 // at the legacy cursor (µs since the Unix epoch) or later. created_at is
 // never later than completed_at or lease_until, so it bounds the scan at
-// both ends: it leads the primary key (schema version 2) or has an index
-// of its own (TiDB).
+// both ends: it leads the primary key (schema versions 2 and 3) or has an
+// index of its own (TiDB). MySQL's version 4 has no such record: its
+// migration gives each an expiry, and expires_at is NOT NULL, so the
+// optimizer reads nothing for these statements.
 const myLegacyWhere = `expires_at IS NULL
   AND created_at >= '1970-01-01 00:00:00' + INTERVAL ? MICROSECOND
   AND created_at <= UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND

@@ -122,6 +122,7 @@ func (s *Store) configure() error {
 		return err
 	}
 	s.st = s.dialect.statements(parts)
+	s.st.migrations = withRetention(s.st.migrations, s.retention)
 	return nil
 }
 

@@ -2,6 +2,7 @@ package idem
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"net/http"
 	"reflect"
@@ -119,6 +120,38 @@ func TestSchemaStatementsUseTheTableName(t *testing.T) {
 
 // A table's comment records its schema version from version 2 on; a table
 // without one is of version 1.
+// A migration that gives the records without an expiry one (MySQL's
+// version 4) is written with the default retention, and runs with the
+// Store's; the column's default, in the same migration, keeps the
+// default's, so that every Store's table has the same layout.
+func TestMigrationsTakeTheStoresRetention(t *testing.T) {
+	if want := fmt.Sprintf("INTERVAL %d MICROSECOND", DefaultRetention.Microseconds()); retentionInMigrations != want {
+		t.Fatalf("the migrations' default retention is %q, want %q", retentionInMigrations, want)
+	}
+	s, err := New(MariaDB, WithRetention(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var updates, defaults int
+	for _, stmt := range s.st.migrations[len(s.st.migrations)-1] {
+		switch {
+		case strings.HasPrefix(stmt, "UPDATE "):
+			updates++
+			if !strings.Contains(stmt, "INTERVAL 3600000000 MICROSECOND") || strings.Contains(stmt, retentionInMigrations) {
+				t.Errorf("the UPDATE does not take the Store's retention of an hour:\n%s", stmt)
+			}
+		case strings.Contains(stmt, "DEFAULT (("), strings.Contains(stmt, "SET DEFAULT (("):
+			defaults++
+			if !strings.Contains(stmt, retentionInMigrations) {
+				t.Errorf("the column's default does not keep the default retention:\n%s", stmt)
+			}
+		}
+	}
+	if updates != 1 || defaults != 2 {
+		t.Fatalf("the newest MySQL migration has %d UPDATE and %d column defaults, want 1 and 2 (set, then kept)", updates, defaults)
+	}
+}
+
 func TestVersionComment(t *testing.T) {
 	for comment, want := range map[string]int{
 		"":                             1,

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"regexp"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -105,6 +106,27 @@ func (s *Store) runStep(ctx context.Context, c conn, stmts []string) error {
 		}
 	}
 	return nil
+}
+
+// retentionInMigrations is the default retention ([DefaultRetention]) as
+// the migrations that give expiries to the records without one write it
+// (MySQL's version 4, for its primary key): Store.Migrate runs their
+// UPDATE with the Store's retention in its place, so that those records
+// expire as they did, by the Store's retention. The column's default
+// keeps it: it belongs to the table, whichever Store wrote a row.
+const retentionInMigrations = "INTERVAL 86400000000 MICROSECOND"
+
+// withRetention puts retention in place of the default in each UPDATE of
+// migrations, for a Store of that retention.
+func withRetention(migrations [][]string, retention time.Duration) [][]string {
+	for _, stmts := range migrations {
+		for i, stmt := range stmts {
+			if strings.HasPrefix(stmt, "UPDATE ") {
+				stmts[i] = strings.ReplaceAll(stmt, retentionInMigrations, fmt.Sprintf("INTERVAL %d MICROSECOND", retention.Microseconds()))
+			}
+		}
+	}
+	return migrations
 }
 
 // migratePoll is how long Migrate waits before it looks again at an index

@@ -7,6 +7,7 @@
 //	mysql/0001_create.up.sql          the table, clustered on (scope, idem_key)
 //	mysql/0002_insertion_order.up.sql clustered on (created_at, scope, idem_key)
 //	mysql/0003_expiry.up.sql          each record's expiry and seal key
+//	mysql/0004_expiry_order.up.sql    clustered on (expires_at, scope, idem_key)
 //	tidb/0001_create.up.sql
 //	tidb/0002_expiry.up.sql           each record's expiry and seal key
 //	sqlite/0001_create.up.sql
@@ -42,7 +43,8 @@
 //	expires_at        when the response stops replaying, or the claim may be
 //	                  forgotten (the purge's order); NULL on a row written
 //	                  before version 3 (2 on TiDB and SQLite), which expires
-//	                  by the Store's retention
+//	                  by the Store's retention; never NULL on MySQL from
+//	                  version 4, whose primary key it leads
 //	sealed_key        NULL in the clear; else the name of the key that sealed
 //	                  the response into response_body (response_headers NULL)
 package schema

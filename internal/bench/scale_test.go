@@ -212,6 +212,12 @@ func (st *scaleTable) hasExpiry() bool {
 	return st.layout == 0 || st.layout >= expiryVersion[st.dialect.Name()]
 }
 
+// expiryInKey reports a table whose every record has an expiry, which
+// leads its primary key: MySQL's from schema version 4.
+func (st *scaleTable) expiryInKey() bool {
+	return st.innodb() && (st.layout == 0 || st.layout >= 4)
+}
+
 func scale(ctx context.Context, db *sql.DB, d idem.Dialect, cfg scaleConfig, n int) (scaleRow, error) {
 	tag := make([]byte, 4)
 	_, _ = rand.Read(tag)
@@ -235,6 +241,9 @@ func scale(ctx context.Context, db *sql.DB, d idem.Dialect, cfg scaleConfig, n i
 		return row, err
 	}
 	expiry := retention // each record's, from its creation; 0: none
+	if cfg.legacy && st.expiryInKey() {
+		return row, fmt.Errorf("IDEM_SCALE_LEGACY=1: every record of %s's %s layout has an expiry; fill a table of an earlier one (IDEM_SCALE_LAYOUT=3)", d.Name(), row.layout)
+	}
 	if cfg.legacy || !st.hasExpiry() {
 		expiry = 0
 		row.layout += ", no expiry"

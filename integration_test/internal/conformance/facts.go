@@ -94,6 +94,13 @@ type facts struct {
 	// must give a table.
 	release1 string
 	upgraded []string
+	// expiryInKey reports that every record of the newest layout has an
+	// expiry, which leads the primary key (MySQL's version 4): seeded
+	// records get theirs by the Store's retention, as this release
+	// writes them. Elsewhere a seeded record has none, as the releases
+	// before expires_at wrote them, so that the purge of those is tested
+	// too.
+	expiryInKey bool
 
 	// What idem costs there.
 
@@ -247,7 +254,8 @@ var mysqlFacts = facts{
 	redirectDSN:           mysqlRedirect,
 	migrations:            schema.MySQL,
 	release1:              release1MySQL,
-	upgraded:              []string{"PRIMARY KEY (`created_at`,`scope`,`idem_key`)", "UNIQUE KEY `T_scope_key` (`scope`,`idem_key`)", "KEY `T_expires_at_idx` (`expires_at`)", "COMMENT='idem schema 3'"},
+	upgraded:              []string{"PRIMARY KEY (`expires_at`,`scope`,`idem_key`)", "UNIQUE KEY `T_scope_key` (`scope`,`idem_key`)", "COMMENT='idem schema 4'"},
+	expiryInKey:           true,
 	lockTimeoutStatements: 3,
 	lockWaitUnit:          time.Second,
 
@@ -285,6 +293,7 @@ var tidbFacts = func() facts {
 	f.migrations = schema.TiDB
 	f.release1 = release1TiDB
 	f.upgraded = []string{"PRIMARY KEY (`scope`,`idem_key`)", "KEY `T_created_at_idx` (`created_at`)", "KEY `T_expires_at_idx` (`expires_at`)"}
+	f.expiryInKey = false
 	return f
 }()
 

@@ -42,12 +42,32 @@ const (
 // statement of seedRecords): created ago before the database's now, one
 // millisecond apart going back, with the given status and lease end
 // relative to now. Completed rows carry a 200-byte body and a small
-// header, like a typical JSON response.
+// header, like a typical JSON response. Where the newest layout needs
+// every record's expiry (expiryInKey), each gets the one the Store's
+// retention gives it; elsewhere none, as seedOlder.
 func (e *env) seed(s *store, scope string, n int, ago, lease time.Duration, status string) {
+	e.t.Helper()
+	r := idemtest.Records{Scope: scope, Status: status, Ago: ago, Lease: lease}
+	if e.expiryInKey {
+		r.Retention = s.Retention()
+	}
+	e.seedAll(s, r, n)
+}
+
+// seedOlder is seed of records without an expiry, as the releases before
+// expires_at wrote them, into a table of an earlier layout.
+func (e *env) seedOlder(s *store, scope string, n int, ago, lease time.Duration, status string) {
+	e.t.Helper()
+	e.seedAll(s, idemtest.Records{Scope: scope, Status: status, Ago: ago, Lease: lease}, n)
+}
+
+// seedAll inserts records 0 to n of r, in chunks.
+func (e *env) seedAll(s *store, r idemtest.Records, n int) {
 	e.t.Helper()
 	const chunk = 100_000
 	for from := 0; from < n; from += chunk {
-		q, args := e.seedRecords(idemtest.Records{Scope: scope, Status: status, From: from, To: from + min(chunk, n-from), Ago: ago, Lease: lease}, s.Table())
+		r.From, r.To = from, from+min(chunk, n-from)
+		q, args := e.seedRecords(r, s.Table())
 		e.exec(q, args...)
 	}
 }

@@ -166,6 +166,16 @@ func onlyComments(stmt string) bool {
 	return true
 }
 
+// hasColumns reports whether s's table has the columns.
+func (e *env) hasColumns(s *store, columns ...string) bool {
+	e.t.Helper()
+	rows, err := e.db.Query("SELECT " + strings.Join(columns, ", ") + " FROM " + s.Table() + " WHERE 1 = 0")
+	if err == nil { // pgx reports a missing column when the rows close
+		err = rows.Close()
+	}
+	return err == nil
+}
+
 // requestOf is the request that wrote the record of scope and key.
 func (e *env) requestOf(s *store, scope, key string) idem.Request {
 	e.t.Helper()
@@ -211,11 +221,23 @@ func TestUpgradeFromEarlierVersions(t *testing.T) {
 				s, o := e.createAt(v, idem.WithRetention(time.Hour)), e.op()
 				before := e.layout(s.Table())
 
-				e.seed(s, "seeded", seeded, time.Minute, -time.Minute, "completed")
-				e.seed(s, "live-claim", 1, 0, time.Hour, "processing")
-				e.seed(s, "dead-claim", 1, time.Minute, -time.Second, "processing")
+				e.seedOlder(s, "seeded", seeded, time.Minute, -time.Minute, "completed")
+				e.seedOlder(s, "live-claim", 1, 0, time.Hour, "processing")
+				e.seedOlder(s, "dead-claim", 1, time.Minute, -time.Second, "processing")
 				live, dead := e.requestOf(s, "live-claim", "k-0"), e.requestOf(s, "dead-claim", "k-0")
-				if _, err := o.do(s, charge("before-migrate", "1")); !strings.Contains(told(err), "upgrade it with Store.Migrate") || o.calls.Load() != 0 {
+				// A table of a version before the columns this release
+				// writes refuses its requests, with the advice to migrate;
+				// one that has them (MySQL's version 3, which version 4
+				// clusters anew) serves them.
+				tx := e.begin(nil)
+				_, err := s.Do(ctx, tx, charge("before-migrate", "1"), o.fn(tx, "before-migrate"))
+				must(t, tx.Rollback())
+				if e.hasColumns(s, "expires_at", "sealed_key") {
+					if err != nil || o.calls.Load() != 1 {
+						t.Fatalf("Do on a table of version %d, which has every column, before Migrate: %v after %d executions; want one", v, err, o.calls.Load())
+					}
+					o.calls.Store(0)
+				} else if !strings.Contains(told(err), "upgrade it with Store.Migrate") || o.calls.Load() != 0 {
 					t.Fatalf("Do on a table of version %d before Migrate: %v after %d executions; want the advice to migrate and none", v, err, o.calls.Load())
 				}
 
@@ -319,7 +341,7 @@ func TestUpgradeFromEarlierVersions(t *testing.T) {
 func TestMigrateRebuildsAFailedIndexBuild(t *testing.T) {
 	forDialect(t, idem.Postgres, func(t *testing.T, e *env) {
 		s := e.createAt(len(e.migrations) - 1)
-		e.seed(s, "seeded", 10, time.Minute, -time.Minute, "completed")
+		e.seedOlder(s, "seeded", 10, time.Minute, -time.Minute, "completed")
 		index := strings.Trim(s.Table(), `"`) + "_expires_at_idx"
 		if _, err := e.db.Exec("CREATE UNIQUE INDEX CONCURRENTLY " + index + " ON " + s.Table() + " (status)"); err == nil {
 			t.Fatal("a unique index on the status of ten completed records was built")
@@ -376,7 +398,7 @@ func TestUpgradeUnderLoad(t *testing.T) {
 			t.Skipf("%s has no schema version to upgrade to", e.name)
 		}
 		s := e.createRelease1()
-		e.seed(s, "seeded", rows, time.Hour, -time.Hour, "completed")
+		e.seedOlder(s, "seeded", rows, time.Hour, -time.Hour, "completed")
 		e.exec(e.settle + s.Table())
 		stopWorkers := load(workers, e.olderWrites(s))
 		time.Sleep(around)
