@@ -344,24 +344,43 @@ func schedule(cells, round int) []step {
 // returns committed transactions per second. The workers are made before
 // the clock starts.
 func measure(ctx context.Context, e *Env, p path, conc int, d time.Duration) (float64, error) {
+	rates, err := measureTogether(ctx, e, []path{p}, conc, d)
+	if err != nil {
+		return 0, err
+	}
+	return rates[0], nil
+}
+
+// measureTogether runs conc workers of each of ps at the same time, for
+// d, each at least once, and returns the committed operations per second
+// of each: paths measured side by side meet the same load from outside
+// (a checkpoint, another process), so the ratio of their rates moves
+// less from one run to the next than that of rates measured in turn.
+func measureTogether(ctx context.Context, e *Env, ps []path, conc int, d time.Duration) ([]float64, error) {
 	var (
-		done  atomic.Int64
+		done  = make([]atomic.Int64, len(ps))
 		wg    sync.WaitGroup
 		errMu sync.Mutex
 		first error
 	)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	bodies := make([]func(context.Context) error, conc)
-	for w := range bodies {
-		bodies[w] = p.worker(e, w)
+	type loop struct {
+		path int
+		body func(context.Context) error
+	}
+	var loops []loop
+	for i, p := range ps {
+		for w := range conc {
+			loops = append(loops, loop{i, p.worker(e, i*conc+w)})
+		}
 	}
 	start := time.Now()
 	deadline := start.Add(d)
-	for _, body := range bodies {
+	for _, l := range loops {
 		wg.Go(func() {
 			for ctx.Err() == nil {
-				if err := body(ctx); err != nil {
+				if err := l.body(ctx); err != nil {
 					errMu.Lock()
 					if first == nil {
 						first = err
@@ -370,7 +389,7 @@ func measure(ctx context.Context, e *Env, p path, conc int, d time.Duration) (fl
 					cancel()
 					return
 				}
-				done.Add(1)
+				done[l.path].Add(1)
 				if !time.Now().Before(deadline) {
 					return
 				}
@@ -379,9 +398,14 @@ func measure(ctx context.Context, e *Env, p path, conc int, d time.Duration) (fl
 	}
 	wg.Wait()
 	if first != nil {
-		return 0, first
+		return nil, first
 	}
-	return float64(done.Load()) / time.Since(start).Seconds(), nil
+	elapsed := time.Since(start).Seconds()
+	rates := make([]float64, len(ps))
+	for i := range rates {
+		rates[i] = float64(done[i].Load()) / elapsed
+	}
+	return rates, nil
 }
 
 // storm sends cfg.StormRequests concurrent requests with one key, made by
