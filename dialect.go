@@ -232,6 +232,16 @@ type statements struct {
 	// the key memory given: status 'expired', no response, their expiry
 	// moved on by it.
 	strip statement
+	// purgeStart reads, locking nothing, the expiry (µs) of the first
+	// record purgeWindow would count from the cursor on, 0 when there is
+	// none: where a sweep's first window starts, for a dialect whose
+	// window reads are bounded ahead (TiDB's): then purgeWindow reads up
+	// to before argUpto only, and returns the database clock (µs) third,
+	// and purge and strip change nothing past argTo, the window's last
+	// expiry. Empty where a window reads from the cursor to now (the
+	// statements take no argUpto nor argTo). legacyStart is the same for
+	// the records without an expiry, by created_at.
+	purgeStart, legacyStart statement
 	// legacyWindow and legacyPurge are purgeWindow and purge (delete) of
 	// the records written before the schema version with expires_at (it is
 	// NULL on them), which expire as they did then, by the Store's
@@ -308,6 +318,8 @@ const (
 	argHeader                 // the response's header, encoded
 	argBody                   // the response's body
 	argFrom                   // a cursor: µs since the Unix epoch
+	argUpto                   // where a window's read ahead stops, before it: µs since the Unix epoch
+	argTo                     // a window's last expiry (or created_at), which its batch's statements stop at: µs since the Unix epoch
 	argLimit                  // at most this many records
 	argSchema                 // the table's schema; NULL for the connection's
 	argBase                   // the table's own name
@@ -321,7 +333,7 @@ type values struct {
 	req                                        Request
 	token, lease, retention, expiry, keyMemory int64
 	keep                                       any // int64, or nil
-	from                                       int64
+	from, upto, to                             int64
 	limit                                      int
 	resp                                       Response
 	header, body                               []byte
@@ -370,6 +382,10 @@ func (s *statements) query(st statement, v *values) Query {
 			args[i] = v.body
 		case argFrom:
 			args[i] = v.from
+		case argUpto:
+			args[i] = v.upto
+		case argTo:
+			args[i] = v.to
 		case argLimit:
 			args[i] = v.limit
 		case argSchema:

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"sync/atomic"
 	"time"
 )
 
@@ -64,10 +63,10 @@ type Store struct {
 	observer  Observer
 	// completed holds the keys this Store has served (completed.go).
 	completed *completed
-	// expiryFrom and legacyFrom are where the next purge batch starts: an
-	// expires_at, or for the records without one a created_at, in µs
-	// since the Unix epoch, 0 for the beginning (purge.go).
-	expiryFrom, legacyFrom atomic.Int64
+	// expirySweep and legacySweep are the purge's walks through the
+	// records in the order of their expiry, and through those without one
+	// in the order of created_at (purge.go).
+	expirySweep, legacySweep sweep
 	// sealer seals the stored responses (WithSealer); nil: in the clear.
 	sealer Sealer
 	// hasLockWait and hasSealer report that WithLockTimeout and

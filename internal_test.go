@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"reflect"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -180,13 +181,34 @@ func TestStatementsAreWhole(t *testing.T) {
 		if (st.claimed.sql == "") != returnsAll {
 			t.Errorf("%s: claimed %q, but the claim statements return %v and %v", d.Name(), st.claimed.sql, st.insertReturns, st.takeoverReturns)
 		}
+		// A dialect whose purge windows are read ahead (purgeStart) bounds
+		// each window's read and each batch's statements; no other does.
+		for _, sweep := range []struct {
+			start           statement
+			window, batches []statement
+		}{
+			{st.purgeStart, []statement{st.purgeWindow}, []statement{st.purge, st.strip}},
+			{st.legacyStart, []statement{st.legacyWindow}, []statement{st.legacyPurge}},
+		} {
+			spanned := sweep.start.sql != ""
+			for _, q := range sweep.window {
+				if slices.Contains(q.args, argUpto) != spanned {
+					t.Errorf("%s: a window read that stops at argUpto: %v, want %v (it has a start statement: %v):\n%s", d.Name(), !spanned, spanned, spanned, q.sql)
+				}
+			}
+			for _, q := range sweep.batches {
+				if slices.Contains(q.args, argTo) != spanned {
+					t.Errorf("%s: a batch statement that stops at argTo: %v, want %v:\n%s", d.Name(), !spanned, spanned, q.sql)
+				}
+			}
+		}
 		v := reflect.ValueOf(st).Elem()
 		for i := range v.NumField() {
 			if v.Field(i).Type() != reflect.TypeFor[statement]() {
 				continue
 			}
 			name, q := v.Type().Field(i).Name, *(*statement)(v.Field(i).Addr().UnsafePointer())
-			if q.sql == "" && (name == "claimed" || name == "built" || name == "readAfterClaim" || name == "completeLast") {
+			if q.sql == "" && (name == "claimed" || name == "built" || name == "readAfterClaim" || name == "completeLast" || name == "purgeStart" || name == "legacyStart") {
 				continue // a statement the dialect has no need of
 			}
 			if strings.Contains(q.sql, DefaultTable) || !strings.Contains(q.sql, "keys") && name != "size" && name != "version" && name != "built" {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync/atomic"
+	"time"
 )
 
 // Purge deletes the records past their expiry: completed ones whose
@@ -109,7 +110,7 @@ func (s *Store) purgeBatch(ctx context.Context, r Runner, limit int) (n int64, m
 	start := startWatch()
 	defer func() { s.observe(ctx, Event{Kind: EventPurgeBatch, Duration: start.elapsed(), Rows: n, Err: err}) }()
 	v := values{retention: micros(s.retention), keyMemory: micros(s.keyMemory), limit: limit}
-	legacy, err := s.purgeWindow(ctx, r, &s.legacyFrom, s.st.legacyWindow, v)
+	legacy, err := s.purgeWindow(ctx, r, &s.legacySweep, s.st.legacyWindow, s.st.legacyStart, v)
 	if err != nil {
 		return 0, false, err
 	}
@@ -121,7 +122,7 @@ func (s *Store) purgeBatch(ctx context.Context, r Runner, limit int) (n int64, m
 		}
 	}
 	v.limit = limit - int(legacy.rows)
-	due, err := s.purgeWindow(ctx, r, &s.expiryFrom, s.st.purgeWindow, v)
+	due, err := s.purgeWindow(ctx, r, &s.expirySweep, s.st.purgeWindow, s.st.purgeStart, v)
 	if err != nil || due.rows == 0 {
 		return n, false, err
 	}
@@ -139,64 +140,125 @@ func (s *Store) purgeBatch(ctx context.Context, r Runner, limit int) (n int64, m
 	return n + m, err == nil && due.rows == int64(v.limit), err
 }
 
-// window is a part of the sweep of one cursor that a batch takes: from
-// the cursor where it starts to where the cursor moved, and how many
-// records it holds.
+// sweep is the purge's walk through the records in one order: the
+// cursor where the next batch starts (an expires_at, or for the records
+// without one a created_at, in µs since the Unix epoch, 0 for the
+// beginning), and, where a window's read is bounded ahead (spanned), the
+// span the last full window needed.
+type sweep struct {
+	cursor, span atomic.Int64
+}
+
+// window is a part of a sweep that a batch takes: from the cursor where
+// it starts to where the cursor moved (to: 0 when the window was short
+// and the sweep ended), the records it holds, and the first and last of
+// their expiries (or created_at), which bound the batch's statements.
 type window struct {
-	cursor   *atomic.Int64
-	from, to int64
-	rows     int64
+	sweep       *sweep
+	from, to    int64
+	first, last int64
+	rows        int64
 }
 
 // purgeIn runs purge on w in one transaction. When it fails, the cursor
 // goes back so that the next batch takes w again.
 func (s *Store) purgeIn(ctx context.Context, r Runner, w window, purge func(c conn, v *values) (int64, error), v values) (n int64, err error) {
-	v.from = w.from
+	v.from, v.to = w.first, w.last
 	err = InTx(ctx, r, s.st.purgeIsolation, func(tx Tx) (err error) {
 		n, err = purge(s.conn(tx), &v)
 		return err
 	})
 	if err != nil {
-		w.cursor.CompareAndSwap(w.to, w.from)
+		w.sweep.cursor.CompareAndSwap(w.to, w.from)
 		return 0, err
 	}
 	return n, nil
 }
 
-// purgeWindow takes the next window of a sweep for a batch of v.limit
-// records: it reads, with q from cursor on, how many records the batch
-// would purge and where the last of them is (its expiry, or for the
-// records without one its created_at), and moves the cursor there, to
-// the next batch's start. A window shorter than the limit ends the sweep:
-// the cursor goes back to the beginning.
+// purgeWindow takes the next window of sw for a batch of v.limit records:
+// it reads, with q from the cursor on, how many records the batch would
+// purge and where the last of them is (its expiry, or for the records
+// without one its created_at), and moves the cursor there, to the next
+// batch's start. A window shorter than the limit ends the sweep: the
+// cursor goes back to the beginning. Where the dialect bounds a window's
+// read ahead (start is its statement, TiDB's), spanned reads it.
 //
 // A deleted row stays in the table's indexes until the database reclaims
-// it (InnoDB's purge thread, a VACUUM), and a batch that started at the
-// beginning would walk every such row before the first it can delete;
-// with the cursor, a sweep through the table reads each row once. A record
-// the cursor has passed (one that was locked) is purged by the next
-// sweep.
+// it (InnoDB's purge thread, a VACUUM, TiDB's GC), and a batch that
+// started at the beginning would walk every such row before the first it
+// can delete; with the cursor, a sweep through the table reads each row
+// once. A record the cursor has passed (one that was locked) is purged by
+// the next sweep.
 //
 // The read locks nothing, and the cursor moves only if no other batch of
 // the Store moved it meanwhile (else the window is read again from where
 // that batch left it). So batches that run at once, from several
 // goroutines, purge consecutive windows instead of waiting for each
 // other's rows.
-func (s *Store) purgeWindow(ctx context.Context, r Runner, cursor *atomic.Int64, q statement, v values) (window, error) {
+func (s *Store) purgeWindow(ctx context.Context, r Runner, sw *sweep, q, start statement, v values) (window, error) {
 	for {
-		w := window{cursor: cursor, from: cursor.Load()}
-		v.from = w.from
+		w := window{sweep: sw, from: sw.cursor.Load()}
+		w.first = w.from
 		err := InTx(ctx, r, s.st.purgeIsolation, func(tx Tx) error {
-			return s.conn(tx).queryRow(ctx, s.st.query(q, &v), &w.rows, &w.to)
+			c := s.conn(tx)
+			if start.sql != "" {
+				return s.spanned(ctx, c, sw, q, start, &w, v)
+			}
+			v.from = w.from
+			return c.queryRow(ctx, s.st.query(q, &v), &w.rows, &w.last)
 		})
 		if err != nil {
 			return window{}, err
 		}
-		if w.rows < int64(v.limit) {
-			w.to = 0
+		if w.rows == int64(v.limit) {
+			w.to = w.last
 		}
-		if cursor.CompareAndSwap(w.from, w.to) {
+		if sw.cursor.CompareAndSwap(w.from, w.to) {
 			return w, nil
 		}
+	}
+}
+
+// firstSpan is the span a spanned window's first read covers when its
+// sweep has no full window yet: a second of expiries.
+const firstSpan = int64(time.Second / time.Microsecond)
+
+// spanned reads w through c where the dialect bounds a window's read
+// ahead: TiDB's embedded storage reads the whole range a coprocessor
+// request may cover, whatever its LIMIT, so a window read from the cursor
+// to now would read the whole backlog, each batch again. At the start of
+// a sweep it reads where the first record due is (start); then a window
+// from there, covering the span the sweep's last full window needed,
+// twice over: read with q, which bounds its scan there and returns the
+// database clock. A read that finds fewer records than the limit reads
+// again over four times the span, until it finds the limit or covers up
+// to the clock, where a short window ends the sweep. A window starts past
+// the last record of the one before, whose batch takes every record up
+// to it, however many share its expiry: so two batches at once never
+// take one record, and each may take a few more than the limit.
+func (s *Store) spanned(ctx context.Context, c conn, sw *sweep, q, start statement, w *window, v values) error {
+	if w.from > 0 {
+		w.first = w.from + 1 // past the last window's last record, whose batch takes every record up to it
+	} else if err := c.queryRow(ctx, s.st.query(start, &v), &w.first); err != nil || w.first == 0 {
+		return err // none due
+	}
+	span := sw.span.Load()
+	if span <= 0 {
+		span = firstSpan
+	}
+	for {
+		var now int64
+		v.from, v.upto = w.first, w.first+span
+		if err := c.queryRow(ctx, s.st.query(q, &v), &w.rows, &w.last, &now); err != nil {
+			return err
+		}
+		switch {
+		case w.rows == int64(v.limit):
+			sw.span.Store(2*(w.last-w.first) + 1)
+			return nil
+		case v.upto > now:
+			return nil
+		}
+		span *= 4
 	}
 }
