@@ -317,17 +317,24 @@ func nativeOn(tb testing.TB, workers int) *native {
 			tb.Fatal(err)
 		}
 	}
-	cfg, err := pgxpool.ParseConfig(withParams(tg.server.DSN(tb)))
+	return &native{e: e, pool: nativePool(tb), pipelined: true}
+}
+
+// nativePool is a pool of 40 connections of pgx's own to the server of
+// pgx's database/sql target, closed when tb ends.
+func nativePool(tb testing.TB) *pgxpool.Pool {
+	tb.Helper()
+	cfg, err := pgxpool.ParseConfig(withParams(targets[0].server.DSN(tb)))
 	if err != nil {
 		tb.Fatal(err)
 	}
 	cfg.MaxConns = 40
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(pool.Close)
-	return &native{e: e, pool: pool, pipelined: true}
+	return pool
 }
 
 // TestRunHTTPPgx runs the pgx HTTP measurement briefly and checks its

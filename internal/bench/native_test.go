@@ -128,20 +128,8 @@ var nativePaths = []struct {
 //
 //	go test -run '^$' -bench NativePgx -benchtime 3s ./internal/bench
 func BenchmarkNativePgx(b *testing.B) {
-	ctx := context.Background()
 	tg := targets[0] // pgx's database/sql driver
-	e := seeded(b, tg.open(b), tg.dialect, 16)
-	cfg, err := pgxpool.ParseConfig(withParams(tg.server.DSN(b)))
-	if err != nil {
-		b.Fatal(err)
-	}
-	cfg.MaxConns = 40
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(pool.Close)
-	n := &native{e: e, pool: pool}
+	n := &native{e: seeded(b, tg.open(b), tg.dialect, 16), pool: nativePool(b)}
 	for _, p := range nativePaths {
 		for _, via := range []string{"stdlib", "native"} {
 			b.Run(p.name+"/"+via, func(b *testing.B) {
@@ -150,7 +138,7 @@ func BenchmarkNativePgx(b *testing.B) {
 					if via == "native" {
 						return p.native(n, w)
 					}
-					return p.sql(e, w)
+					return p.sql(n.e, w)
 				})
 			})
 		}
