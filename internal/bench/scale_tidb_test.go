@@ -3,7 +3,6 @@ package bench
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -69,9 +68,9 @@ FROM mysql.tidb WHERE variable_name IN ('tikv_gc_last_run_time', 'tikv_gc_safe_p
 //     counts what it deleted as the table's records before, less those
 //     after, plus those the workers added between.
 //   - ttl gives the table the TTL attribute on expires_at, its job every
-//     minute, and waits for a job that began after it to finish; TiDB's
-//     job history counts what the jobs deleted. It removes the attribute
-//     again afterwards.
+//     minute, and waits for a job that began after it to finish (for
+//     cfg.purgeFor at most), counting as batch does. It removes the
+//     attribute again afterwards.
 func (st *scaleTable) tidbPhase(ctx context.Context, cfg scaleConfig, _ int, done func() int) (int64, error) {
 	if cfg.tidbPurge == "ttl" {
 		return st.tidbTTL(ctx, cfg, done)
@@ -113,9 +112,17 @@ func (st *scaleTable) tidbCount(ctx context.Context) (int64, error) {
 	return n, err
 }
 
-// tidbTTL is tidbPhase's ttl.
+// tidbTTL is tidbPhase's ttl. It counts what the jobs deleted as the
+// batch phase does (the table's records before, less those after, plus
+// those the workers added between): TiDB's job history has a job's
+// deleted rows only once it finishes, and a phase that cfg.purgeFor ends
+// first reports the rate up to then.
 func (st *scaleTable) tidbTTL(ctx context.Context, cfg scaleConfig, done func() int) (int64, error) {
 	table := st.store.Table()
+	before, err := st.tidbCount(ctx)
+	if err != nil {
+		return 0, err
+	}
 	start, done0 := time.Now(), done()
 	if _, err := st.db.ExecContext(ctx, "ALTER TABLE "+table+" TTL = `expires_at` + INTERVAL 0 SECOND TTL_ENABLE = 'ON' TTL_JOB_INTERVAL = '1m'"); err != nil {
 		return 0, err
@@ -123,27 +130,26 @@ func (st *scaleTable) tidbTTL(ctx context.Context, cfg scaleConfig, done func() 
 	defer func() { _, _ = st.db.ExecContext(context.WithoutCancel(ctx), "ALTER TABLE "+table+" REMOVE TTL") }()
 	// The job history's times are the server's (UTC here), in seconds.
 	since := start.UTC().Truncate(time.Second).Format(time.DateTime)
-	for {
-		var finished, deleted, took sql.NullInt64
-		if err := st.db.QueryRowContext(ctx, `SELECT COUNT(CASE WHEN status = 'finished' THEN 1 END), SUM(deleted_rows),
-  TIMESTAMPDIFF(SECOND, ?, MAX(CASE WHEN status = 'finished' THEN finish_time END))
-FROM mysql.tidb_ttl_job_history WHERE table_schema = DATABASE() AND table_name = ? AND create_time >= ?`,
-			since, table, since).Scan(&finished, &deleted, &took); err != nil {
+	status := "did not finish"
+	for cfg.purgeFor == 0 || time.Since(start) < cfg.purgeFor {
+		var finished int64
+		if err := st.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM mysql.tidb_ttl_job_history
+WHERE table_schema = DATABASE() AND table_name = ? AND create_time >= ? AND status = 'finished'`, table, since).Scan(&finished); err != nil {
 			return 0, err
 		}
-		switch {
-		case finished.Int64 > 0 || cfg.purgeFor > 0 && time.Since(start) > cfg.purgeFor:
-			took := time.Duration(max(took.Int64, 1)) * time.Second
-			if finished.Int64 == 0 {
-				took = time.Since(start)
-			}
-			fmt.Printf("%s: TTL job: purged %d records in %v (%.0f rows/s), workers %.0f tx/s\n", st.dialect.Name(), deleted.Int64,
-				took.Round(time.Second), float64(deleted.Int64)/took.Seconds(), float64(done()-done0)/time.Since(start).Seconds())
-			if finished.Int64 == 0 {
-				return deleted.Int64, errors.New("the TTL job did not finish within IDEM_SCALE_PURGE_FOR")
-			}
-			return deleted.Int64, nil
+		if finished > 0 {
+			status = "finished"
+			break
 		}
-		time.Sleep(5 * time.Second)
+		time.Sleep(time.Second)
 	}
+	took, added := time.Since(start), done()-done0
+	after, err := st.tidbCount(ctx)
+	if err != nil {
+		return 0, err
+	}
+	purged := before - after + int64(added)
+	fmt.Printf("%s: TTL job (%s): purged %d records in %v (%.0f rows/s), workers %.0f tx/s\n", st.dialect.Name(), status, purged,
+		took.Round(time.Second), float64(purged)/took.Seconds(), float64(added)/took.Seconds())
+	return purged, nil
 }
