@@ -60,7 +60,7 @@ func myStatements(parts []string, ddl []schema.Migration, insert string, insertR
 		read:          statement{myRead + lock, append(expiry, argScope, argKey)},
 		readCompleted: statement{myReadCompleted + lock, args(argScope, argKey, argRetention)},
 		state:         statement{myState + lock, args(argScope, argKey)},
-		complete:      statement{myComplete, args(argStatus, argHeader, argBody, argSealedKey, argKeep, argScope, argKey, argToken)},
+		complete:      statement{myComplete, args(argStatus, argHeader, argBody, argSealedKey, argKeep, argKeep, argScope, argKey, argToken)},
 		extend:        statement{myExtend, args(argLease, argKeep, argLease, argScope, argKey, argToken)},
 		release:       statement{myRelease, args(argScope, argKey, argToken)},
 		remove:        statement{myRemove, args(argScope, argKey, argToken)},
@@ -158,10 +158,17 @@ FROM idempotency_keys WHERE scope = ? AND idem_key = ?
 )
 
 // Do's completion (a NULL retention) leaves expires_at as it was: the
-// update changes no indexed column.
+// update changes no indexed column. A Claim's moves it to the retention
+// from now only where that is later than the expiry its Begin gave it (the
+// lease's end plus the retention): a completion within the lease leaves
+// it too. On schema version 4, where expires_at leads the primary key,
+// moving it moves the record, and its entry in the unique index, whose
+// duplicate check locks the entry after it: completions of neighbouring
+// keys at once deadlocked when each moved its expiry.
 const myComplete = `UPDATE idempotency_keys SET status = 'completed', completed_at = UTC_TIMESTAMP(6),
   response_status = ?, response_headers = ?, response_body = ?, sealed_key = ?,
-  expires_at = COALESCE(UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, expires_at)
+  expires_at = CASE WHEN expires_at >= UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND THEN expires_at
+    ELSE COALESCE(UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, expires_at) END
 WHERE scope = ? AND idem_key = ? AND token = ? AND status = 'processing'`
 
 // expires_at is set before lease_until, so that it reads the lease's end

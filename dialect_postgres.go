@@ -185,10 +185,13 @@ FROM idempotency_keys WHERE scope = $1 AND idem_key = $2
 const pgState = `SELECT status, token FROM idempotency_keys WHERE scope = $1 AND idem_key = $2`
 
 // Do's completion ($5 NULL) sets expires_at to the value it has, so that
-// its update changes no indexed column and stays HOT.
+// its update changes no indexed column and stays HOT; so does a Claim's
+// within its lease, whose Begin's expiry (the lease's end plus the
+// retention) is later than the retention from now (myComplete says why).
 const pgComplete = `UPDATE idempotency_keys SET status = 'completed', completed_at = statement_timestamp(),
   response_status = $1, response_headers = $2, response_body = $3, sealed_key = $4,
-  expires_at = COALESCE(statement_timestamp() + $5::bigint * interval '1 microsecond', expires_at)
+  expires_at = CASE WHEN expires_at >= statement_timestamp() + $5::bigint * interval '1 microsecond' THEN expires_at
+    ELSE COALESCE(statement_timestamp() + $5::bigint * interval '1 microsecond', expires_at) END
 WHERE scope = $6 AND idem_key = $7 AND token = $8 AND status = 'processing'`
 
 // pgCompleteLast is pgComplete that fails with a division by zero

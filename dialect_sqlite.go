@@ -59,7 +59,7 @@ func (sqliteDialect) statements(parts []string) *statements {
 		read:            statement{sqRead, append(expiry, argScope, argKey)},
 		readCompleted:   statement{sqReadCompleted, args(argScope, argKey, argRetention)},
 		state:           statement{sqState, args(argScope, argKey)},
-		complete:        statement{sqComplete, args(argStatus, argHeader, argBody, argSealedKey, argKeep, argScope, argKey, argToken)},
+		complete:        statement{sqComplete, args(argStatus, argHeader, argBody, argSealedKey, argKeep, argKeep, argScope, argKey, argToken)},
 		extend:          statement{sqExtend, args(argLease, argKeep, argLease, argScope, argKey, argToken)},
 		release:         statement{sqRelease, args(argScope, argKey, argToken)},
 		remove:          statement{sqRemove, args(argScope, argKey, argToken)},
@@ -171,7 +171,7 @@ const sqState = `SELECT status, token FROM idempotency_keys WHERE scope = ? AND 
 
 const sqComplete = `UPDATE idempotency_keys SET status = 'completed', completed_at = ` + sqNow + `,
   response_status = ?, response_headers = ?, response_body = ?, sealed_key = ?,
-  expires_at = COALESCE(` + sqNow + ` + ?, expires_at)
+  expires_at = CASE WHEN expires_at >= ` + sqNow + ` + ? THEN expires_at ELSE COALESCE(` + sqNow + ` + ?, expires_at) END
 WHERE scope = ? AND idem_key = ? AND token = ? AND status = 'processing'`
 
 // Each expression of SET reads the row as it was.

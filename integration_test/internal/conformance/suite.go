@@ -17,6 +17,7 @@ var suite = []struct {
 	{"TestConcurrentTakeover", TestConcurrentTakeover},
 	{"TestStaleCompleteIsFenced", TestStaleCompleteIsFenced},
 	{"TestFencingSurvivesPurge", TestFencingSurvivesPurge},
+	{"TestConcurrentCompletes", TestConcurrentCompletes},
 	{"TestRelease", TestRelease},
 	{"TestExtend", TestExtend},
 	{"TestRelayKey", TestRelayKey},
