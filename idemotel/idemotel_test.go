@@ -198,11 +198,14 @@ func doTx(ctx context.Context, t *testing.T, db *sql.DB, s *idem.Store, req idem
 func TestOutcomesOnSQLite(t *testing.T) {
 	r := newRig(t)
 	db := openDB(t)
-	s, err := idem.New(idem.SQLite, idem.WithObserver(r.obs))
+	// A claim's record expires its retention after its lease's end, or
+	// after its completion when that is later: the purge at the end finds
+	// the completed ones past both.
+	const lease, retention = time.Second, 500 * time.Millisecond
+	s, err := idem.New(idem.SQLite, idem.WithObserver(r.obs), idem.WithLease(lease))
 	must(t, err)
 	ctx, span := r.tp.Tracer("test").Start(context.Background(), "request")
 
-	const retention = 500 * time.Millisecond // each record's: the purge at the end finds the completed ones past it
 	req := func(key string) idem.Request {
 		return idem.Request{Scope: secretScope, Key: secretKey + "-" + key, Operation: "POST /v1/charges", Fingerprint: secretPrint, Retention: retention}
 	}
@@ -251,7 +254,7 @@ func TestOutcomesOnSQLite(t *testing.T) {
 		t.Fatalf("Do with an invalid key: %v, want ErrInvalidKey", err)
 	}
 
-	time.Sleep(retention + 100*time.Millisecond)
+	time.Sleep(lease + retention + 100*time.Millisecond)
 	n, err := s.Purge(ctx, db, 100)
 	must(t, err)
 	if n != 2 {
