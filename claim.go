@@ -112,7 +112,7 @@ func (c *Claim) ExtendOn(ctx context.Context, db Conn, d time.Duration) (err err
 	if err := checkDuration("Extend's duration", d); err != nil {
 		return err
 	}
-	q := c.s.st.query(c.s.st.extend, &values{req: c.req, token: c.token, lease: micros(d), keep: micros(c.s.retentionOf(c.req))})
+	q := c.s.st.query(c.s.st.extend, &values{req: c.req, token: c.token, lease: micros(d)})
 	return c.fenced(ctx, c.s.conn(db), q, "extend the lease", "stop the work and do not complete it")
 }
 

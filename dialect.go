@@ -208,8 +208,12 @@ type statements struct {
 	// not a pipelinedDialect.
 	completeLast statement
 	// extend moves the lease's end to at least lease from now, and at
-	// least one microsecond later than it was, and the expiry to the
-	// request's retention after that when that is later. Fenced.
+	// least one microsecond later than it was. Fenced. It leaves the
+	// expiry as Begin set it (no purge takes a claim whose lease is live,
+	// and complete moves the expiry where the completion needs it), so
+	// that it changes no indexed column: on MySQL's schema version 4 a
+	// new expiry moves the record, and heartbeats of neighbouring keys at
+	// once deadlocked.
 	extend statement
 	// release ends the claim without a result: the next attempt takes the
 	// record over at once. Fenced.

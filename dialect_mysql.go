@@ -61,7 +61,7 @@ func myStatements(parts []string, ddl []schema.Migration, insert string, insertR
 		readCompleted: statement{myReadCompleted + lock, args(argScope, argKey, argRetention)},
 		state:         statement{myState + lock, args(argScope, argKey)},
 		complete:      statement{myComplete, args(argStatus, argHeader, argBody, argSealedKey, argKeep, argKeep, argScope, argKey, argToken)},
-		extend:        statement{myExtend, args(argLease, argKeep, argLease, argScope, argKey, argToken)},
+		extend:        statement{myExtend, args(argLease, argScope, argKey, argToken)},
 		release:       statement{myRelease, args(argScope, argKey, argToken)},
 		remove:        statement{myRemove, args(argScope, argKey, argToken)},
 		purgeWindow:   statement{myPurgeWindow, args(argFrom, argLimit)},
@@ -171,12 +171,8 @@ const myComplete = `UPDATE idempotency_keys SET status = 'completed', completed_
     ELSE COALESCE(UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, expires_at) END
 WHERE scope = ? AND idem_key = ? AND token = ? AND status = 'processing'`
 
-// expires_at is set before lease_until, so that it reads the lease's end
-// as it was, on every database of the family, and follows the new end.
 const myExtend = `UPDATE idempotency_keys
-SET expires_at = GREATEST(COALESCE(expires_at, UTC_TIMESTAMP(6)),
-    GREATEST(UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, lease_until + INTERVAL 1 MICROSECOND) + INTERVAL ? MICROSECOND),
-  lease_until = GREATEST(UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, lease_until + INTERVAL 1 MICROSECOND)
+SET lease_until = GREATEST(UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, lease_until + INTERVAL 1 MICROSECOND)
 WHERE scope = ? AND idem_key = ? AND token = ? AND status = 'processing'`
 
 const myRelease = `UPDATE idempotency_keys SET status = 'released', lease_until = UTC_TIMESTAMP(6)

@@ -54,7 +54,7 @@ func (postgresDialect) statements(parts []string) *statements {
 		state:           statement{pgState, args(argScope, argKey)},
 		complete:        statement{pgComplete, args(argStatus, argHeader, argBody, argSealedKey, argKeep, argScope, argKey, argToken)},
 		completeLast:    statement{pgCompleteLast, args(argStatus, argHeader, argBody, argSealedKey, argKeep, argScope, argKey, argToken)},
-		extend:          statement{pgExtend, args(argLease, argKeep, argScope, argKey, argToken)},
+		extend:          statement{pgExtend, args(argLease, argScope, argKey, argToken)},
 		release:         statement{pgRelease, args(argScope, argKey, argToken)},
 		remove:          statement{pgRemove, args(argScope, argKey, argToken)},
 		purgeWindow:     statement{pgPurgeWindow, args(argFrom, argLimit)},
@@ -204,9 +204,8 @@ SELECT 1 / count(*) FROM completed`
 // Each expression of SET reads the row as it was: the expiry follows the
 // lease's new end.
 const pgExtend = `UPDATE idempotency_keys
-SET lease_until = GREATEST(statement_timestamp() + $1::bigint * interval '1 microsecond', lease_until + interval '1 microsecond'),
-  expires_at = GREATEST(expires_at, GREATEST(statement_timestamp() + $1::bigint * interval '1 microsecond', lease_until + interval '1 microsecond') + $2::bigint * interval '1 microsecond')
-WHERE scope = $3 AND idem_key = $4 AND token = $5 AND status = 'processing'`
+SET lease_until = GREATEST(statement_timestamp() + $1::bigint * interval '1 microsecond', lease_until + interval '1 microsecond')
+WHERE scope = $2 AND idem_key = $3 AND token = $4 AND status = 'processing'`
 
 const pgRelease = `UPDATE idempotency_keys SET status = 'released', lease_until = statement_timestamp()
 WHERE scope = $1 AND idem_key = $2 AND token = $3 AND status = 'processing'`

@@ -60,7 +60,7 @@ func (sqliteDialect) statements(parts []string) *statements {
 		readCompleted:   statement{sqReadCompleted, args(argScope, argKey, argRetention)},
 		state:           statement{sqState, args(argScope, argKey)},
 		complete:        statement{sqComplete, args(argStatus, argHeader, argBody, argSealedKey, argKeep, argKeep, argScope, argKey, argToken)},
-		extend:          statement{sqExtend, args(argLease, argKeep, argLease, argScope, argKey, argToken)},
+		extend:          statement{sqExtend, args(argLease, argScope, argKey, argToken)},
 		release:         statement{sqRelease, args(argScope, argKey, argToken)},
 		remove:          statement{sqRemove, args(argScope, argKey, argToken)},
 		purgeWindow:     statement{sqPurgeWindow, args(argFrom, argLimit)},
@@ -175,8 +175,7 @@ const sqComplete = `UPDATE idempotency_keys SET status = 'completed', completed_
 WHERE scope = ? AND idem_key = ? AND token = ? AND status = 'processing'`
 
 // Each expression of SET reads the row as it was.
-const sqExtend = `UPDATE idempotency_keys SET expires_at = max(COALESCE(expires_at, ` + sqNow + `), max(` + sqNow + ` + ?, lease_until + 1) + ?),
-  lease_until = max(` + sqNow + ` + ?, lease_until + 1)
+const sqExtend = `UPDATE idempotency_keys SET lease_until = max(` + sqNow + ` + ?, lease_until + 1)
 WHERE scope = ? AND idem_key = ? AND token = ? AND status = 'processing'`
 
 const sqRelease = `UPDATE idempotency_keys SET status = 'released', lease_until = ` + sqNow + `

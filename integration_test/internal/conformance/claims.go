@@ -220,15 +220,15 @@ func TestConcurrentTakeover(t *testing.T) {
 	})
 }
 
-// Claims of neighbouring keys completed at once, each in a transaction
-// with its business row, neither wait for nor deadlock each other: a
-// completion changes its own record and no index entry of another's. (On
-// MySQL's schema version 4, clustered on the expiry, a completion that
-// moved its record's expiry moved its entry in the unique index too, and
-// that insert's duplicate check locked the neighbouring entry: two such
-// completions deadlocked.)
-func TestConcurrentCompletes(t *testing.T) {
-	const workers, rounds = 16, 4
+// Claims of neighbouring keys extended at once, then completed at once
+// (each in a transaction with its business row), neither wait for nor
+// deadlock each other: Extend and a Complete within the lease change no
+// indexed column of their record. (On MySQL's schema version 4, clustered
+// on the expiry, an Extend or a Complete that moved the record's expiry
+// moved its entry in the unique index too, and that insert's duplicate
+// check locked the neighbouring entry: two such statements deadlocked.)
+func TestNeighboursAtOnce(t *testing.T) {
+	const workers, rounds = 16, 8
 	forEach(t, func(t *testing.T, e *env) {
 		s, o := e.store(idem.WithLease(time.Minute)), e.op()
 		for r := range rounds {
@@ -237,18 +237,12 @@ func TestConcurrentCompletes(t *testing.T) {
 			for i := range claims {
 				claims[i] = mustClaim(t, s, e.db, charge(key(i), "100"))
 			}
-			errs := make([]error, workers)
-			var wg sync.WaitGroup
-			start := make(chan struct{})
-			for i, c := range claims {
-				wg.Go(func() {
-					<-start
-					errs[i] = e.complete(c, o.biz, key(i), "done")
-				})
+			for i, err := range atOnce(workers, func(i int) error { return claims[i].Extend(ctx, e.db, 2*time.Minute) }) {
+				if err != nil {
+					t.Errorf("Extend of %q beside %d others: %v", key(i), workers-1, err)
+				}
 			}
-			close(start)
-			wg.Wait()
-			for i, err := range errs {
+			for i, err := range atOnce(workers, func(i int) error { return e.complete(claims[i], o.biz, key(i), "done") }) {
 				if err != nil {
 					t.Errorf("Complete of %q beside %d others: %v", key(i), workers-1, err)
 				}
@@ -264,6 +258,23 @@ func TestConcurrentCompletes(t *testing.T) {
 			}
 		}
 	})
+}
+
+// atOnce runs f(0) to f(n-1) in goroutines released together, and returns
+// their errors, by i.
+func atOnce(n int, f func(i int) error) []error {
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			errs[i] = f(i)
+		})
+	}
+	close(start)
+	wg.Wait()
+	return errs
 }
 
 // A zombie's Complete after a takeover changes nothing and returns

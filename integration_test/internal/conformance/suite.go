@@ -17,7 +17,7 @@ var suite = []struct {
 	{"TestConcurrentTakeover", TestConcurrentTakeover},
 	{"TestStaleCompleteIsFenced", TestStaleCompleteIsFenced},
 	{"TestFencingSurvivesPurge", TestFencingSurvivesPurge},
-	{"TestConcurrentCompletes", TestConcurrentCompletes},
+	{"TestNeighboursAtOnce", TestNeighboursAtOnce},
 	{"TestRelease", TestRelease},
 	{"TestExtend", TestExtend},
 	{"TestRelayKey", TestRelayKey},
