@@ -32,26 +32,36 @@ func (n *native) floorPipelined(ctx context.Context) error {
 	b.Queue("BEGIN")
 	b.Queue(n.e.floorClaim, req.Scope, req.Key, req.Operation, req.Fingerprint)
 	if err := conn.SendBatch(ctx, b).Close(); err != nil {
-		return n.abort(conn, err)
+		return rollback(conn, err)
 	}
 	if _, err := conn.Exec(ctx, n.e.insert, req.Key, 100); err != nil {
-		return n.abort(conn, err)
+		return rollback(conn, err)
 	}
 	b = &pgx.Batch{}
 	b.Queue(n.e.floorComplete, response.StatusCode, []byte(nil), response.Body, req.Scope, req.Key)
 	b.Queue("COMMIT")
 	if err := conn.SendBatch(ctx, b).Close(); err != nil {
-		return n.abort(conn, err)
+		return rollback(conn, err)
 	}
 	return nil
 }
 
-// abort rolls back the transaction floorPipelined left open on conn, and
-// returns err.
-func (n *native) abort(conn *pgx.Conn, err error) error {
+// rollback rolls back the transaction floorPipelined left open on conn,
+// and returns err.
+func rollback(conn *pgx.Conn, err error) error {
 	_, _ = conn.Exec(context.Background(), "ROLLBACK")
 	return err
 }
+
+// piped is n with its Do's transactions pipelined or not.
+func (n *native) piped(on bool) *native {
+	p := *n
+	p.pipelined = on
+	return &p
+}
+
+// fresh is a Do of a new key.
+func (n *native) fresh(ctx context.Context) error { return n.do(ctx, n.e.Key(), false) }
 
 // pipelinePair is two paths on pgx that run side by side: the pipelined
 // one and the one it is compared with.
@@ -69,22 +79,10 @@ var pipelinePairs = []pipelinePair{
 		func(n *native, _ int) func(context.Context) error { return n.floorPipelined },
 		func(n *native, _ int) func(context.Context) error { return n.floor }},
 	{"fresh pipelined", "fresh, pgx's own transaction",
-		func(n *native, _ int) func(context.Context) error {
-			p := *n
-			p.pipelined = true
-			return func(ctx context.Context) error { return p.do(ctx, p.e.Key(), false) }
-		},
-		func(n *native, _ int) func(context.Context) error {
-			p := *n
-			p.pipelined = false
-			return func(ctx context.Context) error { return p.do(ctx, p.e.Key(), false) }
-		}},
+		func(n *native, _ int) func(context.Context) error { return n.piped(true).fresh },
+		func(n *native, _ int) func(context.Context) error { return n.piped(false).fresh }},
 	{"cross pipelined", "read",
-		func(n *native, w int) func(context.Context) error {
-			p := *n
-			p.pipelined = true
-			return p.crossReplayer(w, false)
-		},
+		func(n *native, w int) func(context.Context) error { return n.piped(true).crossReplayer(w, false) },
 		func(n *native, w int) func(context.Context) error {
 			return func(ctx context.Context) error { return n.read(ctx, replayKey(w)) }
 		}},

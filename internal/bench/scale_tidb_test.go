@@ -64,35 +64,48 @@ FROM mysql.tidb WHERE variable_name IN ('tikv_gc_last_run_time', 'tikv_gc_safe_p
 //
 //   - batch runs BATCH ON expires_at LIMIT cfg.batch DELETE of the due
 //     records that are not live claims, in autocommit, until it deletes
-//     nothing (a run covers what was due when it split the range). It
-//     counts what it deleted as the table's records before, less those
-//     after, plus those the workers added between.
+//     nothing (a run covers what was due when it split the range).
 //   - ttl gives the table the TTL attribute on expires_at, its job every
-//     minute, and waits for a job that began after it to finish (for
-//     cfg.purgeFor at most), counting as batch does. It removes the
-//     attribute again afterwards.
+//     minute, and waits for a job that began after it to finish. It
+//     removes the attribute again afterwards.
+//
+// Both count what they deleted from the table's records (counted).
 func (st *scaleTable) tidbPhase(ctx context.Context, cfg scaleConfig, _ int, done func() int) (int64, error) {
 	if cfg.tidbPurge == "ttl" {
-		return st.tidbTTL(ctx, cfg, done)
+		return st.counted(ctx, "TTL job", done, func(start time.Time) (string, error) { return st.tidbTTL(ctx, cfg, start) })
 	}
+	return st.counted(ctx, "BATCH ON ... DELETE", done, func(start time.Time) (string, error) {
+		for cfg.purgeFor == 0 || time.Since(start) < cfg.purgeFor {
+			var jobs int64
+			var status string
+			if err := st.db.QueryRowContext(ctx, `BATCH ON expires_at LIMIT `+strconv.Itoa(cfg.batch)+` DELETE FROM `+st.store.Table()+`
+WHERE expires_at <= UTC_TIMESTAMP(6) AND NOT (status = 'processing' AND lease_until > UTC_TIMESTAMP(6))`).Scan(&jobs, &status); err != nil {
+				return "", fmt.Errorf("BATCH ON ... DELETE: %w", err)
+			}
+			if status != "all succeeded" {
+				return "", fmt.Errorf("BATCH ON ... DELETE: %d jobs, %s", jobs, status)
+			}
+			if jobs == 0 {
+				return "done", nil
+			}
+		}
+		return "stopped at IDEM_SCALE_PURGE_FOR", nil
+	})
+}
+
+// counted runs purge, which deletes with one of TiDB's own means from
+// start on and says how it ended, and counts what it deleted as the
+// table's records before, less those after, plus those the workers added
+// between; it prints the phase's rate as purgePhase does.
+func (st *scaleTable) counted(ctx context.Context, what string, done func() int, purge func(start time.Time) (string, error)) (int64, error) {
 	before, err := st.tidbCount(ctx)
 	if err != nil {
 		return 0, err
 	}
 	start, done0 := time.Now(), done()
-	for cfg.purgeFor == 0 || time.Since(start) < cfg.purgeFor {
-		var jobs int64
-		var status string
-		if err := st.db.QueryRowContext(ctx, `BATCH ON expires_at LIMIT `+strconv.Itoa(cfg.batch)+` DELETE FROM `+st.store.Table()+`
-WHERE expires_at <= UTC_TIMESTAMP(6) AND NOT (status = 'processing' AND lease_until > UTC_TIMESTAMP(6))`).Scan(&jobs, &status); err != nil {
-			return 0, fmt.Errorf("BATCH ON ... DELETE: %w", err)
-		}
-		if status != "all succeeded" {
-			return 0, fmt.Errorf("BATCH ON ... DELETE: %d jobs, %s", jobs, status)
-		}
-		if jobs == 0 {
-			break
-		}
+	ended, err := purge(start)
+	if err != nil {
+		return 0, err
 	}
 	took, added := time.Since(start), done()-done0
 	after, err := st.tidbCount(ctx)
@@ -100,7 +113,7 @@ WHERE expires_at <= UTC_TIMESTAMP(6) AND NOT (status = 'processing' AND lease_un
 		return 0, err
 	}
 	purged := before - after + int64(added)
-	fmt.Printf("%s: BATCH ON ... DELETE: purged %d records in %v (%.0f rows/s), workers %.0f tx/s\n", st.dialect.Name(), purged,
+	fmt.Printf("%s: %s (%s): purged %d records in %v (%.0f rows/s), workers %.0f tx/s\n", st.dialect.Name(), what, ended, purged,
 		took.Round(time.Second), float64(purged)/took.Seconds(), float64(added)/took.Seconds())
 	return purged, nil
 }
@@ -112,44 +125,28 @@ func (st *scaleTable) tidbCount(ctx context.Context) (int64, error) {
 	return n, err
 }
 
-// tidbTTL is tidbPhase's ttl. It counts what the jobs deleted as the
-// batch phase does (the table's records before, less those after, plus
-// those the workers added between): TiDB's job history has a job's
-// deleted rows only once it finishes, and a phase that cfg.purgeFor ends
-// first reports the rate up to then.
-func (st *scaleTable) tidbTTL(ctx context.Context, cfg scaleConfig, done func() int) (int64, error) {
+// tidbTTL is tidbPhase's ttl, from start: it gives the table the TTL
+// attribute and waits for a job that began after start to finish, for
+// cfg.purgeFor at most (TiDB's job history has a job's deleted rows only
+// once it finishes, so counted counts them).
+func (st *scaleTable) tidbTTL(ctx context.Context, cfg scaleConfig, start time.Time) (string, error) {
 	table := st.store.Table()
-	before, err := st.tidbCount(ctx)
-	if err != nil {
-		return 0, err
-	}
-	start, done0 := time.Now(), done()
 	if _, err := st.db.ExecContext(ctx, "ALTER TABLE "+table+" TTL = `expires_at` + INTERVAL 0 SECOND TTL_ENABLE = 'ON' TTL_JOB_INTERVAL = '1m'"); err != nil {
-		return 0, err
+		return "", err
 	}
 	defer func() { _, _ = st.db.ExecContext(context.WithoutCancel(ctx), "ALTER TABLE "+table+" REMOVE TTL") }()
 	// The job history's times are the server's (UTC here), in seconds.
 	since := start.UTC().Truncate(time.Second).Format(time.DateTime)
-	status := "did not finish"
 	for cfg.purgeFor == 0 || time.Since(start) < cfg.purgeFor {
 		var finished int64
 		if err := st.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM mysql.tidb_ttl_job_history
 WHERE table_schema = DATABASE() AND table_name = ? AND create_time >= ? AND status = 'finished'`, table, since).Scan(&finished); err != nil {
-			return 0, err
+			return "", err
 		}
 		if finished > 0 {
-			status = "finished"
-			break
+			return "finished", nil
 		}
 		time.Sleep(time.Second)
 	}
-	took, added := time.Since(start), done()-done0
-	after, err := st.tidbCount(ctx)
-	if err != nil {
-		return 0, err
-	}
-	purged := before - after + int64(added)
-	fmt.Printf("%s: TTL job (%s): purged %d records in %v (%.0f rows/s), workers %.0f tx/s\n", st.dialect.Name(), status, purged,
-		took.Round(time.Second), float64(purged)/took.Seconds(), float64(added)/took.Seconds())
-	return purged, nil
+	return "did not finish within IDEM_SCALE_PURGE_FOR", nil
 }
