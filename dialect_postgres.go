@@ -188,10 +188,11 @@ const pgState = `SELECT status, token FROM idempotency_keys WHERE scope = $1 AND
 // its update changes no indexed column and stays HOT; so does a Claim's
 // within its lease, whose Begin's expiry (the lease's end plus the
 // retention) is later than the retention from now (myComplete says why).
+// PostgreSQL's GREATEST passes over NULLs: a NULL $5 leaves the expiry, a
+// NULL expiry (a row of a release before it) takes the retention from now.
 const pgComplete = `UPDATE idempotency_keys SET status = 'completed', completed_at = statement_timestamp(),
   response_status = $1, response_headers = $2, response_body = $3, sealed_key = $4,
-  expires_at = CASE WHEN expires_at >= statement_timestamp() + $5::bigint * interval '1 microsecond' THEN expires_at
-    ELSE COALESCE(statement_timestamp() + $5::bigint * interval '1 microsecond', expires_at) END
+  expires_at = GREATEST(expires_at, statement_timestamp() + $5::bigint * interval '1 microsecond')
 WHERE scope = $6 AND idem_key = $7 AND token = $8 AND status = 'processing'`
 
 // pgCompleteLast is pgComplete that fails with a division by zero
@@ -201,8 +202,6 @@ const pgCompleteLast = `WITH completed AS (` + pgComplete + `
 RETURNING 1)
 SELECT 1 / count(*) FROM completed`
 
-// Each expression of SET reads the row as it was: the expiry follows the
-// lease's new end.
 const pgExtend = `UPDATE idempotency_keys
 SET lease_until = GREATEST(statement_timestamp() + $1::bigint * interval '1 microsecond', lease_until + interval '1 microsecond')
 WHERE scope = $2 AND idem_key = $3 AND token = $4 AND status = 'processing'`

@@ -174,7 +174,6 @@ const sqComplete = `UPDATE idempotency_keys SET status = 'completed', completed_
   expires_at = CASE WHEN expires_at >= ` + sqNow + ` + ? THEN expires_at ELSE COALESCE(` + sqNow + ` + ?, expires_at) END
 WHERE scope = ? AND idem_key = ? AND token = ? AND status = 'processing'`
 
-// Each expression of SET reads the row as it was.
 const sqExtend = `UPDATE idempotency_keys SET lease_until = max(` + sqNow + ` + ?, lease_until + 1)
 WHERE scope = ? AND idem_key = ? AND token = ? AND status = 'processing'`
 
