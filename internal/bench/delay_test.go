@@ -45,7 +45,7 @@ type delayProxy struct {
 
 // startDelayProxy starts a proxy to the server at target that adds rtt
 // to each round trip, closed when tb ends, and returns its address.
-func startDelayProxy(tb testing.TB, target string, rtt time.Duration) string {
+func startDelayProxy(tb testing.TB, target string, rtt time.Duration) *net.TCPAddr {
 	tb.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -58,7 +58,7 @@ func startDelayProxy(tb testing.TB, target string, rtt time.Duration) string {
 		_ = ln.Close()
 		p.wg.Wait()
 	})
-	return ln.Addr().String()
+	return ln.Addr().(*net.TCPAddr)
 }
 
 func (p *delayProxy) serve() {
@@ -148,7 +148,7 @@ func TestDelayProxy(t *testing.T) {
 		echoed <- err
 	}()
 	const rtt = 20 * time.Millisecond
-	c, err := net.Dial("tcp", startDelayProxy(t, ln.Addr().String(), rtt))
+	c, err := net.Dial("tcp", startDelayProxy(t, ln.Addr().String(), rtt).String())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -336,12 +336,8 @@ func nativePool(tb testing.TB) *pgxpool.Pool {
 		tb.Fatal(err)
 	}
 	if rtt := dbRTT(tb); rtt > 0 {
-		host, port, err := net.SplitHostPort(startDelayProxy(tb, net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port))), rtt))
-		if err != nil {
-			tb.Fatal(err)
-		}
-		p, _ := strconv.Atoi(port)
-		cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Fallbacks = host, uint16(p), nil
+		proxy := startDelayProxy(tb, net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port))), rtt)
+		cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Fallbacks = proxy.IP.String(), uint16(proxy.Port), nil
 	}
 	cfg.MaxConns = 40
 	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
