@@ -500,6 +500,12 @@ func mismatch(req Request, rec record) error {
 	if rec.operation != req.Operation {
 		what = fmt.Sprintf("operation %q", rec.operation)
 	}
+	if rec.operation == req.Operation && FingerprintVersion(rec.fingerprint) != FingerprintVersion(req.Fingerprint) {
+		return &Error{Op: "claim", Scope: req.Scope, Key: req.Key, Err: ErrFingerprintChanged,
+			Detail: fmt.Sprintf("the key's record was fingerprinted with version %q, this request with %q: which fields of a request count changed since the key was first used; nothing ran",
+				FingerprintVersion(rec.fingerprint), FingerprintVersion(req.Fingerprint)),
+			Hint: "the record's response stays stored until its retention passes; look the outcome up another way, or send a new request with a new key"}
+	}
 	return &Error{Op: "claim", Scope: req.Scope, Key: req.Key, Err: ErrMismatch,
 		Detail: "idempotency key reused with a different request: the key was first used with another " + what,
 		Hint:   "use a new key for a new request"}

@@ -20,6 +20,15 @@ var (
 	// or [Fingerprint], whether that request completed or is still running.
 	// HTTP: 422.
 	ErrMismatch = errors.New("idem: idempotency key reused with a different request")
+	// ErrFingerprintChanged reports a (Scope, Key) whose record was
+	// fingerprinted in another way than the request ([FingerprintVersion]
+	// differs): the server changed which parts of a request count (a
+	// fingerprint selection of idemhttp, idemgrpc or the consumer
+	// middleware) since the key was first used. The request may be an
+	// honest retry or another request; it cannot be told, so nothing
+	// runs. errors.Is(err, [ErrMismatch]) is true for it as well.
+	// HTTP: 422, of its own problem type.
+	ErrFingerprintChanged = fmt.Errorf("%w: the record's fingerprint was made with another selection of the request's fields", ErrMismatch)
 	// ErrInFlight reports that another live claim holds the key. The error
 	// is an *InFlightError that says when to retry. HTTP: 409.
 	ErrInFlight = errors.New("idem: a request with this idempotency key is in flight")

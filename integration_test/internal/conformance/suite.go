@@ -27,6 +27,8 @@ var suite = []struct {
 	{"TestReplayIsByteIdentical", TestReplayIsByteIdentical},
 	{"TestStormRunsOnce", TestStormRunsOnce},
 	{"TestMismatch", TestMismatch},
+	{"TestFingerprintChanged", TestFingerprintChanged},
+	{"TestTypedCall", TestTypedCall},
 	{"TestScopesAreSeparate", TestScopesAreSeparate},
 	{"TestFnErrorStoresNothing", TestFnErrorStoresNothing},
 	{"TestApply", TestApply},
