@@ -62,6 +62,35 @@ type Config struct {
 	// completed, per route or method (idem.Request.Retention); nil, or 0
 	// for a request: the Store's ([idem.WithRetention]).
 	Retention func(*http.Request) time.Duration
+	// FingerprintFields names, by JSON Pointer (RFC 6901: "/amount",
+	// "/order/items"), the members of a JSON request body that count in
+	// its fingerprint: a retry whose other members changed (a timestamp, a
+	// trace id, a retry counter) replays, and one whose counted members
+	// changed is a 422. FingerprintIgnore names members that do not count,
+	// wherever they are; with both, what counts is the fields, less what
+	// is ignored within them. Package jsonsel says exactly what is hashed:
+	// member order and whitespace never matter, numbers and strings count
+	// as written, and a counted field that is absent counts as absent (it
+	// differs from any value, null included).
+	//
+	// With either set, a request with a key must have a JSON body: another
+	// Content-Type is a 415 and a body that is not valid JSON a 400
+	// (problem types [TypeBodyNotJSON] and [TypeBodyInvalidJSON]), never
+	// a silent digest of the whole body. Unset (the default), the whole
+	// body counts, as docs/http.md describes.
+	//
+	// The fingerprint then carries a version made from these settings
+	// and FingerprintHeaders (idem.VersionedFingerprint), so that after a
+	// change of them a retry of a key stored before is a 422 of its own
+	// type ([TypeFingerprintChanged]), which says so, rather than a
+	// reused key's.
+	FingerprintFields []string
+	FingerprintIgnore []string
+	// FingerprintHeaders names request header fields that count in the
+	// fingerprint beside the method, path, query and body (a tenant or an
+	// API version header): each name, and its values in order, an absent
+	// field counting as no values. Names are case-insensitive.
+	FingerprintHeaders []string
 	// MaxBody is the largest request body accepted, in bytes; a larger one
 	// is a 413 before any database work. Default [DefaultMaxBody] (1 MiB).
 	MaxBody int64
@@ -119,7 +148,11 @@ func New(cfg Config) (*Middleware, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &Middleware{cfg: cfg, core: core, methods: map[string]bool{}, replayable: map[string]bool{}}
+	fp, err := newFingerprinter(cfg)
+	if err != nil {
+		return nil, err
+	}
+	m := &Middleware{cfg: cfg, core: core, fp: fp, methods: map[string]bool{}, replayable: map[string]bool{}}
 	for _, method := range cfg.Methods {
 		m.methods[method] = true
 	}

@@ -1,206 +1,114 @@
 package idemhttp
 
 import (
-	"bytes"
-	"encoding/json"
+	"errors"
+	"fmt"
 	"mime"
 	"net/http"
+	"net/textproto"
 	"slices"
+	"strconv"
 	"strings"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/jsonsel"
 )
 
-// fingerprint digests what a retry must repeat exactly: the method, the
-// path, the query and the body. A JSON body (Content-Type application/json
-// or any +json type) that is valid JSON is canonicalised first, so that
-// the order of object members and insignificant whitespace do not change
-// the digest; any other body is digested byte for byte.
-func fingerprint(r *http.Request, body []byte) string {
-	kind := "bytes"
-	if isJSON(r.Header.Get("Content-Type")) && json.Valid(body) {
-		kind, body = "json", canonicalJSON(body)
+// fingerprinter digests what a retry must repeat exactly: the method, the
+// path, the query and the body, or of the body what [Config]'s
+// FingerprintFields and FingerprintIgnore select, and the header fields
+// of FingerprintHeaders.
+type fingerprinter struct {
+	sel     *jsonsel.Selection // nil: the whole body
+	headers []string           // canonical names, sorted
+	version string             // "": the unversioned fingerprint of the whole request
+}
+
+// newFingerprinter checks cfg's selection. Without one the fingerprint
+// is the unversioned one every release before selections made, so that
+// the keys stored by them keep replaying.
+func newFingerprinter(cfg Config) (fingerprinter, error) {
+	var f fingerprinter
+	if len(cfg.FingerprintFields) > 0 || len(cfg.FingerprintIgnore) > 0 {
+		sel, err := jsonsel.New(cfg.FingerprintFields, cfg.FingerprintIgnore)
+		if err != nil {
+			return f, fmt.Errorf("idemhttp: FingerprintFields or FingerprintIgnore: %w", err)
+		}
+		f.sel = sel
 	}
-	return idem.Fingerprint([]byte(r.Method), []byte(r.URL.EscapedPath()), []byte(r.URL.RawQuery), []byte(kind), body)
+	for _, name := range cfg.FingerprintHeaders {
+		c := textproto.CanonicalMIMEHeaderKey(name)
+		if c == "" || strings.ContainsAny(c, " \t\r\n:") {
+			return f, fmt.Errorf("idemhttp: FingerprintHeaders holds %q, which is not a header field name", name)
+		}
+		if c == HeaderIdempotencyKey {
+			return f, fmt.Errorf("idemhttp: FingerprintHeaders holds %s, which is the key itself", name)
+		}
+		if slices.Contains(f.headers, c) {
+			return f, fmt.Errorf("idemhttp: FingerprintHeaders names %s twice", c)
+		}
+		f.headers = append(f.headers, c)
+	}
+	slices.Sort(f.headers)
+	if f.sel == nil && len(f.headers) == 0 {
+		return f, nil
+	}
+	parts := [][]byte{[]byte("body"), []byte(f.sel.Version()), []byte("headers")}
+	for _, h := range f.headers {
+		parts = append(parts, []byte(h))
+	}
+	f.version = "http-" + idem.Fingerprint(parts...)[:16]
+	return f, nil
+}
+
+// of returns r's fingerprint, or the Problem that refuses a body the
+// selection cannot read.
+//
+// Without a selection, a JSON body (Content-Type application/json or any
+// +json type) that is valid JSON is canonicalised first (package
+// jsonsel), so that the order of object members and insignificant
+// whitespace do not change the digest; any other body is digested byte
+// for byte. With one, the body must be JSON, and what counts of it is
+// jsonsel's selection.
+func (f fingerprinter) of(r *http.Request, body []byte) (string, *Problem) {
+	kind := "bytes"
+	switch {
+	case f.sel != nil:
+		if !isJSON(r.Header.Get("Content-Type")) {
+			return "", problem(http.StatusUnsupportedMediaType, TypeBodyNotJSON, "JSON body required",
+				"%s %s compares selected fields of a JSON body to recognise a retry, so its body must be JSON (Content-Type application/json or a +json type), got Content-Type %q; nothing ran",
+				r.Method, r.URL.Path, r.Header.Get("Content-Type"))
+		}
+		sel, err := f.sel.Select(body)
+		if err != nil {
+			detail := "the body is not valid JSON"
+			if errors.Is(err, jsonsel.ErrAmbiguous) {
+				detail = err.Error()
+			}
+			return "", problem(http.StatusBadRequest, TypeBodyInvalidJSON, "Invalid JSON body",
+				"%s %s compares selected fields of the JSON body to recognise a retry, and cannot: %s; nothing ran; send a valid body", r.Method, r.URL.Path, detail)
+		}
+		kind, body = "json-selection", sel
+	case isJSON(r.Header.Get("Content-Type")) && len(body) > 0:
+		if c, err := jsonsel.Canonical(body); err == nil {
+			kind, body = "json", c
+		}
+	}
+	parts := [][]byte{[]byte(r.Method), []byte(r.URL.EscapedPath()), []byte(r.URL.RawQuery), []byte(kind), body}
+	if f.version == "" {
+		return idem.Fingerprint(parts...), nil
+	}
+	for _, h := range f.headers {
+		values := r.Header.Values(h)
+		parts = append(parts, []byte(h), []byte(strconv.Itoa(len(values))))
+		for _, v := range values {
+			parts = append(parts, []byte(v))
+		}
+	}
+	return idem.VersionedFingerprint(f.version, parts...), nil
 }
 
 func isJSON(contentType string) bool {
 	mt, _, err := mime.ParseMediaType(contentType)
 	return err == nil && (mt == "application/json" || strings.HasSuffix(mt, "+json"))
-}
-
-// canonicalJSON rewrites a valid JSON text without insignificant
-// whitespace and with the members of every object sorted by name. Strings
-// and numbers are kept exactly as written, so 1.0 stays 1.0, a big integer
-// keeps every digit and "\u0041" stays distinct from "A": two bodies share
-// a canonical form only if they differ in whitespace and in an order of
-// members that no decoder reads differently.
-//
-// Members are sorted by their name as a decoder sees it: unescaped (as
-// encoding/json does: "\u0061mount" is "amount") and case-folded (as
-// encoding/json matches struct fields: "AMOUNT" fills Amount). Members
-// whose names are the same in that sense keep the order they were written
-// in, because that order decides what the handler gets: encoding/json keeps
-// the last of them, other decoders the first. So {"amount":1,"amount":1000}
-// and {"amount":1000,"amount":1} get two fingerprints, and a retry that
-// swaps them is refused as a reused key (422) instead of replaying a
-// charge of the other amount; the same bytes again still replay.
-func canonicalJSON(b []byte) []byte {
-	c := canonicaliser{b: b}
-	return c.value(make([]byte, 0, len(b)))
-}
-
-// canonicaliser walks a text that json.Valid accepted, so it needs no
-// error handling of its own; json.Valid also bounds the nesting depth.
-type canonicaliser struct {
-	b     []byte
-	i     int
-	names []byte // the folded names of the members, one after another
-}
-
-type member struct{ key, name, value []byte }
-
-func (c *canonicaliser) value(out []byte) []byte {
-	c.space()
-	switch c.b[c.i] {
-	case '{':
-		c.i++
-		var few [8]member
-		ms := few[:0]
-		for !c.end('}') {
-			c.space()
-			key := c.str()
-			c.space()
-			c.i++ // ':'
-			ms = append(ms, member{key: key, name: c.fold(key), value: c.member()})
-		}
-		slices.SortStableFunc(ms, func(a, b member) int { return bytes.Compare(a.name, b.name) })
-		out = append(out, '{')
-		for j, m := range ms {
-			if j > 0 {
-				out = append(out, ',')
-			}
-			out = append(append(append(out, m.key...), ':'), m.value...)
-		}
-		return append(out, '}')
-	case '[':
-		c.i++
-		out = append(out, '[')
-		for first := true; !c.end(']'); first = false {
-			if !first {
-				out = append(out, ',')
-			}
-			out = c.value(out)
-		}
-		return append(out, ']')
-	default:
-		return append(out, c.scalar()...)
-	}
-}
-
-// member returns the canonical form of the value of an object's member:
-// a string, number, true, false or null as written, without a copy.
-func (c *canonicaliser) member() []byte {
-	c.space()
-	if b := c.b[c.i]; b == '{' || b == '[' {
-		return c.value(nil)
-	}
-	return c.scalar()
-}
-
-// scalar returns a string, number, true, false or null token as written.
-func (c *canonicaliser) scalar() []byte {
-	if c.b[c.i] == '"' {
-		return c.str()
-	}
-	start := c.i
-	for c.i < len(c.b) && !strings.ContainsRune(" \t\r\n,]}", rune(c.b[c.i])) {
-		c.i++
-	}
-	return c.b[start:c.i]
-}
-
-// end consumes a separating comma, or the closing delimiter and reports true.
-func (c *canonicaliser) end(closing byte) bool {
-	c.space()
-	switch c.b[c.i] {
-	case closing:
-		c.i++
-		return true
-	case ',':
-		c.i++
-	}
-	return false
-}
-
-// str returns a string token, quotes and escapes as written.
-func (c *canonicaliser) str() []byte {
-	start := c.i
-	for c.i++; c.b[c.i] != '"'; c.i++ {
-		if c.b[c.i] == '\\' {
-			c.i++
-		}
-	}
-	c.i++
-	return c.b[start:c.i]
-}
-
-func (c *canonicaliser) space() {
-	for c.i < len(c.b) && strings.IndexByte(" \t\r\n", c.b[c.i]) >= 0 {
-		c.i++
-	}
-}
-
-// fold returns the folded name (foldedName) of a member name token,
-// written after the others in c.names. Earlier names stay valid when
-// c.names grows: they keep the array they were written in.
-func (c *canonicaliser) fold(token []byte) []byte {
-	start := len(c.names)
-	c.names = foldedName(c.names, token)
-	return c.names[start:]
-}
-
-// foldedName appends to out a member name token as a decoder compares it:
-// unescaped the way encoding/json unescapes it (invalid UTF-8 and lone
-// surrogates become U+FFFD) and every rune replaced by the smallest rune
-// of its simple case folding orbit, so two names are equal under
-// strings.EqualFold exactly when their folded names are equal. A name of
-// ASCII without escapes, the usual one, folds without decoding: the
-// smallest rune of an ASCII letter's orbit is its upper case (K and S
-// included: their other runes, U+212A and U+017F, are larger).
-func foldedName(out, token []byte) []byte {
-	name := token[1 : len(token)-1]
-	if plainASCII(name) {
-		for _, b := range name {
-			if 'a' <= b && b <= 'z' {
-				b -= 'a' - 'A'
-			}
-			out = append(out, b)
-		}
-		return out
-	}
-	// The token is from a text json.Valid accepted, so this cannot fail;
-	// if it did, the name would be "" and its member keep its place.
-	var s string
-	_ = json.Unmarshal(token, &s)
-	for _, r := range s {
-		least := r
-		for f := unicode.SimpleFold(r); f != r; f = unicode.SimpleFold(f) {
-			least = min(least, f)
-		}
-		out = utf8.AppendRune(out, least)
-	}
-	return out
-}
-
-// plainASCII reports whether name has only ASCII bytes and no escape.
-func plainASCII(name []byte) bool {
-	for _, b := range name {
-		if b >= utf8.RuneSelf || b == '\\' {
-			return false
-		}
-	}
-	return true
 }

@@ -4,36 +4,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
-	"unicode"
-	"unicode/utf8"
 )
-
-func TestCanonicalJSON(t *testing.T) {
-	cases := map[string]string{
-		`{"b":1,"a":2}`: `{"a":2,"b":1}`,
-		" { \"a\" :\n[ 1 , 2.0 ,\t{\"z\":null,\"y\":true} ] } ": `{"a":[1,2.0,{"y":true,"z":null}]}`,
-		`1.0`:                            `1.0`,
-		`123456789012345678901234567890`: `123456789012345678901234567890`,
-		`-0`:                             `-0`,
-		`1e2`:                            `1e2`,
-		`{"a":1,"a":2}`:                  `{"a":1,"a":2}`,
-		`{"a":2,"a":1}`:                  `{"a":2,"a":1}`,
-		`{"b":1,"\u0061":2,"a":3}`:       `{"\u0061":2,"a":3,"b":1}`,
-		`{"a":3,"b":1,"\u0061":2}`:       `{"a":3,"\u0061":2,"b":1}`,
-		`{"b":1,"A":2,"a":3}`:            `{"A":2,"a":3,"b":1}`,
-		`{"\u212a":1,"k":2,"j":3}`:       `{"j":3,"\u212a":1,"k":2}`,
-		`{"b":{"d":[],"c":{}},"a":""}`:   `{"a":"","b":{"c":{},"d":[]}}`,
-		`"\u0041 \" \\ }"`:               `"\u0041 \" \\ }"`,
-		`{"k\"}":1,"k":2}`:               `{"k":2,"k\"}":1}`,
-		`[]`:                             `[]`,
-		`{}`:                             `{}`,
-	}
-	for in, want := range cases {
-		if got := string(canonicalJSON([]byte(in))); got != want {
-			t.Errorf("canonicalJSON(%s) = %s, want %s", in, got, want)
-		}
-	}
-}
 
 func TestFingerprint(t *testing.T) {
 	fp := func(method, target, contentType, body string) string {
@@ -41,7 +12,11 @@ func TestFingerprint(t *testing.T) {
 		if contentType != "" {
 			r.Header.Set("Content-Type", contentType)
 		}
-		return fingerprint(r, []byte(body))
+		fp, p := fingerprinter{}.of(r, []byte(body))
+		if p != nil {
+			t.Fatal(p)
+		}
+		return fp
 	}
 	base := fp("POST", "/v1/charges", "application/json", `{"amount":100,"currency":"eur"}`)
 	same := map[string]string{
@@ -92,7 +67,11 @@ func TestFingerprintDuplicateNames(t *testing.T) {
 	fp := func(body string) string {
 		r := httptest.NewRequest("POST", "/v1/charges", strings.NewReader(body))
 		r.Header.Set("Content-Type", "application/json")
-		return fingerprint(r, []byte(body))
+		fp, p := fingerprinter{}.of(r, []byte(body))
+		if p != nil {
+			t.Fatal(p)
+		}
+		return fp
 	}
 	pairs := [][2]string{
 		{`{"amount":1,"\u0061mount":1000}`, `{"\u0061mount":1000,"amount":1}`},
@@ -111,24 +90,56 @@ func TestFingerprintDuplicateNames(t *testing.T) {
 	}
 }
 
-// The fold of a plain ASCII name, done without decoding it, is the fold
-// of the decoded name for every byte a name can hold unescaped.
-func TestFoldedNameASCII(t *testing.T) {
-	for b := byte(0x20); b < 0x7F; b++ {
-		if b == '"' || b == '\\' {
-			continue
+func TestFingerprintSelection(t *testing.T) {
+	f, err := newFingerprinter(Config{FingerprintFields: []string{"/amount", "/currency"}, FingerprintHeaders: []string{"x-tenant"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fp := func(contentType, body, tenant string) (string, *Problem) {
+		r := httptest.NewRequest("POST", "/v1/charges", strings.NewReader(body))
+		r.Header.Set("Content-Type", contentType)
+		if tenant != "" {
+			r.Header.Set("X-Tenant", tenant)
 		}
-		token := []byte{'"', b, '"'}
-		want := []byte{}
-		for _, r := range string(b) {
-			least := r
-			for f := unicode.SimpleFold(r); f != r; f = unicode.SimpleFold(f) {
-				least = min(least, f)
-			}
-			want = utf8.AppendRune(want, least)
+		return f.of(r, []byte(body))
+	}
+	base, p := fp("application/json", `{"amount":100,"currency":"eur","sent_at":"12:00"}`, "t1")
+	if p != nil || !strings.HasPrefix(base, f.version+":") {
+		t.Fatalf("fingerprint %q, %v; want one of version %s", base, p, f.version)
+	}
+	if got, _ := fp("application/json", `{"sent_at":"12:01","currency":"eur","amount":100,"retry":2}`, "t1"); got != base {
+		t.Error("an uncounted field changed the fingerprint")
+	}
+	for name, body := range map[string]string{"amount": `{"amount":101,"currency":"eur"}`, "absent": `{"currency":"eur"}`, "null": `{"amount":null,"currency":"eur"}`} {
+		if got, _ := fp("application/json", body, "t1"); got == base {
+			t.Errorf("%s: a counted field's change kept the fingerprint", name)
 		}
-		if got := foldedName(nil, token); string(got) != string(want) {
-			t.Errorf("foldedName(%s) = %q, want %q", token, got, want)
+	}
+	if got, _ := fp("application/json", `{"amount":100,"currency":"eur"}`, "t2"); got == base {
+		t.Error("a counted header's change kept the fingerprint")
+	}
+	if got, _ := fp("application/json", `{"amount":100,"currency":"eur"}`, ""); got == base {
+		t.Error("an absent counted header kept the fingerprint")
+	}
+	if _, p := fp("text/plain", `{"amount":100}`, "t1"); p == nil || p.Status != 415 || p.Type != TypeBodyNotJSON {
+		t.Errorf("a body that is not JSON: %v, want a 415 of type %s", p, TypeBodyNotJSON)
+	}
+	for _, body := range []string{`{"amount":100`, ``, `{"amount":1,"AMOUNT":2}`} {
+		if _, p := fp("application/json", body, "t1"); p == nil || p.Status != 400 || p.Type != TypeBodyInvalidJSON {
+			t.Errorf("body %q: %v, want a 400 of type %s", body, p, TypeBodyInvalidJSON)
+		}
+	}
+	other, err := newFingerprinter(Config{FingerprintFields: []string{"/amount"}, FingerprintHeaders: []string{"X-Tenant"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if other.version == f.version {
+		t.Error("another selection has the same version")
+	}
+	for _, cfg := range []Config{{FingerprintFields: []string{"amount"}}, {FingerprintIgnore: []string{""}},
+		{FingerprintHeaders: []string{"Idempotency-Key"}}, {FingerprintHeaders: []string{"a b"}}, {FingerprintHeaders: []string{"x-a", "X-A"}}} {
+		if _, err := newFingerprinter(cfg); err == nil {
+			t.Errorf("%+v accepted", cfg)
 		}
 	}
 }

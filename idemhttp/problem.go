@@ -30,6 +30,23 @@ const (
 	// another request (method, path, query or body). Do not retry: a new
 	// request needs a new key.
 	TypeKeyReused = "https://github.com/idemkit/idem/blob/main/docs/http.md#key-reused"
+	// TypeFingerprintChanged (422): the key was already used, and the
+	// server has since changed which parts of a request it compares
+	// ([Config].FingerprintFields, FingerprintIgnore, FingerprintHeaders),
+	// so it cannot tell a retry from another request. Nothing ran. The
+	// first request's response stays stored until its retention passes,
+	// but cannot be replayed to this request: look the outcome up another
+	// way, or send a new request with a new key.
+	TypeFingerprintChanged = "https://github.com/idemkit/idem/blob/main/docs/http.md#fingerprint-changed"
+	// TypeBodyNotJSON (415): the route compares selected fields of a JSON
+	// body ([Config].FingerprintFields, FingerprintIgnore) and the
+	// request's Content-Type is not JSON. Nothing ran.
+	TypeBodyNotJSON = "https://github.com/idemkit/idem/blob/main/docs/http.md#body-not-json"
+	// TypeBodyInvalidJSON (400): the route compares selected fields of a
+	// JSON body and the body is not valid JSON, or a counted member
+	// appears twice (in the same or another case), so that which one
+	// counts is not known. Nothing ran.
+	TypeBodyInvalidJSON = "https://github.com/idemkit/idem/blob/main/docs/http.md#body-invalid-json"
 	// TypeKeyExpired (410): the key was used and its stored response is
 	// gone: its retention has passed, and the server keeps the key for its
 	// key memory (idem.WithKeyMemory) so that the request does not run a
@@ -107,6 +124,9 @@ func (m *Middleware) answerError(w http.ResponseWriter, r *http.Request, err err
 	case idemserve.Mismatch:
 		p = problem(http.StatusUnprocessableEntity, TypeKeyReused, "Idempotency-Key reused",
 			"this %s was already used for a different request (another method, path, query or body); a retry must repeat the request exactly, and a new request needs a new key", HeaderIdempotencyKey)
+	case idemserve.FingerprintChanged:
+		p = problem(http.StatusUnprocessableEntity, TypeFingerprintChanged, "Idempotency-Key fingerprinted otherwise",
+			"this %s was used before the server changed which parts of a request it compares, so it cannot tell whether this request repeats that one; the request did not run; do not retry with this key: look the outcome up another way, or send a new request with a new key", HeaderIdempotencyKey)
 	case idemserve.Expired:
 		p = problem(http.StatusGone, TypeKeyExpired, "Idempotency-Key expired",
 			"this %s was used, and its stored response is gone: its retention has passed; the request did not run again; do not retry with this key: look the outcome up another way, or send a new request with a new key", HeaderIdempotencyKey)

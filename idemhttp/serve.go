@@ -19,6 +19,7 @@ type Middleware struct {
 	cfg        Config
 	methods    map[string]bool
 	replayable map[string]bool // canonical header names
+	fp         fingerprinter
 	core       *idemserve.Server
 }
 
@@ -74,7 +75,12 @@ func (m *Middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 			m.fail(w, r, "scope", err)
 			return
 		}
-		call.Request = &idem.Request{Scope: scope, Key: key, Operation: m.cfg.Operation(withBody(r, body)), Fingerprint: fingerprint(r, body)}
+		fingerprint, p := m.fp.of(r, body)
+		if p != nil {
+			m.refuse(w, r, key, p)
+			return
+		}
+		call.Request = &idem.Request{Scope: scope, Key: key, Operation: m.cfg.Operation(withBody(r, body)), Fingerprint: fingerprint}
 		if m.cfg.Retention != nil {
 			call.Request.Retention = m.cfg.Retention(r)
 		}

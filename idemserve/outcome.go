@@ -46,6 +46,11 @@ const (
 	// retention but within the Store's key memory ([idem.ErrExpired]).
 	// Nothing ran. Not to be retried, by a client or a broker.
 	Expired
+	// FingerprintChanged: the key was used, and its record was
+	// fingerprinted with another selection of the request's fields than
+	// this request ([idem.ErrFingerprintChanged]): the server's selection
+	// changed since. Nothing ran. Not to be retried with this key.
+	FingerprintChanged
 )
 
 // Outcome says what err, an error of Serve that is not the handler's
@@ -53,6 +58,8 @@ const (
 func (s *Server) Outcome(err error) Outcome {
 	var inFlight *idem.InFlightError
 	switch {
+	case errors.Is(err, idem.ErrFingerprintChanged):
+		return Outcome{Kind: FingerprintChanged}
 	case errors.Is(err, idem.ErrMismatch):
 		return Outcome{Kind: Mismatch}
 	case errors.Is(err, idem.ErrExpired):

@@ -79,6 +79,7 @@ var suite = []struct {
 	{"TestHTTPRetryingClientsConverge", TestHTTPRetryingClientsConverge},
 	{"TestHTTPHeaderForms", TestHTTPHeaderForms},
 	{"TestHTTPProblems", TestHTTPProblems},
+	{"TestHTTPFingerprintSelection", TestHTTPFingerprintSelection},
 	{"TestHTTPReplayHeaders", TestHTTPReplayHeaders},
 	{"TestHTTPFailuresNotStored", TestHTTPFailuresNotStored},
 	{"TestHTTPStreamingRefused", TestHTTPStreamingRefused},
