@@ -158,10 +158,14 @@ func (s *Selection) Version() string {
 }
 
 // Fields returns the counted pointers, sorted.
-func (s *Selection) Fields() []string { return s.texts(func(s *Selection) []pointer { return s.fields }) }
+func (s *Selection) Fields() []string {
+	return s.texts(func(s *Selection) []pointer { return s.fields })
+}
 
 // Ignore returns the ignored pointers, sorted.
-func (s *Selection) Ignore() []string { return s.texts(func(s *Selection) []pointer { return s.ignore }) }
+func (s *Selection) Ignore() []string {
+	return s.texts(func(s *Selection) []pointer { return s.ignore })
+}
 
 func (s *Selection) texts(of func(*Selection) []pointer) []string {
 	if s == nil {
