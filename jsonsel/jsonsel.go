@@ -157,27 +157,6 @@ func (s *Selection) Version() string {
 	return s.version
 }
 
-// Fields returns the counted pointers, sorted.
-func (s *Selection) Fields() []string {
-	return s.texts(func(s *Selection) []pointer { return s.fields })
-}
-
-// Ignore returns the ignored pointers, sorted.
-func (s *Selection) Ignore() []string {
-	return s.texts(func(s *Selection) []pointer { return s.ignore })
-}
-
-func (s *Selection) texts(of func(*Selection) []pointer) []string {
-	if s == nil {
-		return nil
-	}
-	var out []string
-	for _, p := range of(s) {
-		out = append(out, p.text)
-	}
-	return out
-}
-
 // Select returns the canonical form of what of doc counts (see the
 // package documentation), or an error wrapping [ErrNotJSON] or
 // [ErrAmbiguous].
