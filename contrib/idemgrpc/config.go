@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemserve"
@@ -64,6 +65,29 @@ type Config struct {
 	// nil) and no key handling. Methods whose descriptor declares
 	// option idempotency_level = NO_SIDE_EFFECTS pass through as well.
 	NoSideEffects []string
+	// FingerprintFields chooses, by full method name
+	// ("/payments.v1.Payments/CreateCharge"), the fields of the request
+	// message that count in a call's fingerprint, as a FieldMask's paths
+	// ("amount", "customer.id"): a retry whose other fields changed (a
+	// timestamp, a trace id) replays, and one whose counted fields changed
+	// is FAILED_PRECONDITION. FingerprintIgnore names, the same way, the
+	// fields that do not count; with both, what counts is the fields, less
+	// what is ignored within them. A method named in neither has its whole
+	// request counted. Every name of a path but the last is a singular
+	// message field, as in a FieldMask; a path that does not resolve in
+	// the request message is an error of New when the method's generated
+	// package is linked in (protobuf's registry has it), else at its first
+	// call (INTERNAL, logged). A counted field that is not populated counts
+	// as absent, as proto3 has it (a scalar at its default is not
+	// populated). The encoding is this package's canonical one
+	// (fingerprint.go), never protobuf's wire bytes.
+	//
+	// The fingerprint of a method with a selection carries a version made
+	// from its paths (idem.VersionedFingerprint), so that after a change
+	// of them a retry of a key stored before is FAILED_PRECONDITION with
+	// reason [ReasonFingerprintChanged], not a reused key's.
+	FingerprintFields map[string]*fieldmaskpb.FieldMask
+	FingerprintIgnore map[string]*fieldmaskpb.FieldMask
 	// Timeout bounds the work of a call that holds its key, which runs on
 	// a context that the client's cancellation or deadline does not end,
 	// and how long a duplicate in this process waits for the call ahead of
@@ -118,10 +142,33 @@ func New(cfg Config) (*Interceptor, error) {
 	}
 	i := &Interceptor{cfg: cfg, core: core, noSideEffects: map[string]bool{}, replayable: map[string]bool{}}
 	for _, m := range cfg.NoSideEffects {
-		if !strings.HasPrefix(m, "/") || strings.Count(m, "/") != 2 {
-			return nil, fmt.Errorf("idemgrpc: NoSideEffects holds %q, which is not a full method name such as /payments.v1.Payments/GetCharge", m)
+		if err := checkMethod("NoSideEffects", m); err != nil {
+			return nil, err
 		}
 		i.noSideEffects[m] = true
+	}
+	for m := range cfg.FingerprintFields {
+		if err := checkMethod("FingerprintFields", m); err != nil {
+			return nil, err
+		}
+	}
+	for m := range cfg.FingerprintIgnore {
+		if err := checkMethod("FingerprintIgnore", m); err != nil {
+			return nil, err
+		}
+	}
+	i.selections = map[string]*selection{}
+	for _, byMethod := range []map[string]*fieldmaskpb.FieldMask{cfg.FingerprintFields, cfg.FingerprintIgnore} {
+		for m := range byMethod {
+			if i.selections[m] != nil {
+				continue
+			}
+			sel, err := newSelection(m, cfg.FingerprintFields[m], cfg.FingerprintIgnore[m])
+			if err != nil {
+				return nil, err
+			}
+			i.selections[m] = sel
+		}
 	}
 	for _, k := range cfg.ReplayMetadata {
 		k = strings.ToLower(k)
@@ -131,6 +178,15 @@ func New(cfg Config) (*Interceptor, error) {
 		i.replayable[k] = true
 	}
 	return i, nil
+}
+
+// checkMethod refuses m, named in the Config's field what, when it is
+// not a full method name.
+func checkMethod(what, m string) error {
+	if !strings.HasPrefix(m, "/") || strings.Count(m, "/") != 2 {
+		return fmt.Errorf("idemgrpc: %s holds %q, which is not a full method name such as /payments.v1.Payments/GetCharge", what, m)
+	}
+	return nil
 }
 
 // checkMetadataKey refuses a key that is not a valid metadata key, or is

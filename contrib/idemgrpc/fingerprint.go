@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"encoding/binary"
+	"fmt"
 	"math"
 	"slices"
 
@@ -22,6 +23,19 @@ const fingerprintVersion = "idemgrpc canonical v1"
 // name and the request message, in the canonical form below.
 func fingerprint(method string, m protoreflect.Message) string {
 	return idem.Fingerprint([]byte(fingerprintVersion), []byte(method), canonical(nil, m))
+}
+
+// fingerprint is a call's fingerprint: of the whole request, or of what
+// the method's selection counts, with its version.
+func (i *Interceptor) fingerprint(method string, m protoreflect.Message) (string, error) {
+	sel := i.selections[method]
+	if sel == nil {
+		return fingerprint(method, m), nil
+	}
+	if err := sel.check(m.Descriptor()); err != nil {
+		return "", fmt.Errorf("the Config's FingerprintFields or FingerprintIgnore of %s: %w", method, err)
+	}
+	return idem.VersionedFingerprint(sel.version, []byte(fingerprintVersion), []byte(method), []byte("selection"), sel.encode(m)), nil
 }
 
 // canonical appends the canonical form of m to b. Protobuf's own
@@ -61,31 +75,39 @@ func canonical(b []byte, m protoreflect.Message) []byte {
 	slices.SortFunc(fields, func(x, y field) int { return cmp.Compare(x.fd.Number(), y.fd.Number()) })
 	for _, f := range fields {
 		b = protowire.AppendVarint(b, uint64(f.fd.Number()))
-		switch {
-		case f.fd.IsList():
-			l := f.v.List()
-			b = protowire.AppendVarint(b, uint64(l.Len()))
-			for i := range l.Len() {
-				b = canonicalValue(b, f.fd, l.Get(i))
-			}
-		case f.fd.IsMap():
-			entries := make([][]byte, 0, f.v.Map().Len())
-			f.v.Map().Range(func(k protoreflect.MapKey, v protoreflect.Value) bool {
-				e := canonicalValue(nil, f.fd.MapKey(), k.Value())
-				entries = append(entries, canonicalValue(e, f.fd.MapValue(), v))
-				return true
-			})
-			slices.SortFunc(entries, bytes.Compare)
-			b = protowire.AppendVarint(b, uint64(len(entries)))
-			for _, e := range entries {
-				b = append(b, e...)
-			}
-		default:
-			b = canonicalValue(b, f.fd, f.v)
-		}
+		b = canonicalField(b, f.fd, f.v)
 	}
 	b = protowire.AppendVarint(b, 0)
 	return canonicalUnknown(b, m.GetUnknown())
+}
+
+// canonicalField appends the value v of a populated field fd: a
+// repeated field's count and elements, a map's count and sorted entries,
+// or the one value.
+func canonicalField(b []byte, fd protoreflect.FieldDescriptor, v protoreflect.Value) []byte {
+	switch {
+	case fd.IsList():
+		l := v.List()
+		b = protowire.AppendVarint(b, uint64(l.Len()))
+		for i := range l.Len() {
+			b = canonicalValue(b, fd, l.Get(i))
+		}
+		return b
+	case fd.IsMap():
+		entries := make([][]byte, 0, v.Map().Len())
+		v.Map().Range(func(k protoreflect.MapKey, v protoreflect.Value) bool {
+			e := canonicalValue(nil, fd.MapKey(), k.Value())
+			entries = append(entries, canonicalValue(e, fd.MapValue(), v))
+			return true
+		})
+		slices.SortFunc(entries, bytes.Compare)
+		b = protowire.AppendVarint(b, uint64(len(entries)))
+		for _, e := range entries {
+			b = append(b, e...)
+		}
+		return b
+	}
+	return canonicalValue(b, fd, v)
 }
 
 // canonicalUnknown appends the unknown fields raw, stably sorted by number.

@@ -27,7 +27,8 @@ const MetadataKey = "idempotency-key"
 type Interceptor struct {
 	cfg           Config
 	noSideEffects map[string]bool
-	replayable    map[string]bool // metadata keys, lower case
+	replayable    map[string]bool       // metadata keys, lower case
+	selections    map[string]*selection // by full method name
 	core          *idemserve.Server
 }
 
@@ -105,7 +106,11 @@ func (i *Interceptor) serve(ctx context.Context, req any, method string, handler
 			}
 			return nil, i.fail(ctx, "scope", method, key, err)
 		}
-		call.Request = &idem.Request{Scope: scope, Key: key, Operation: operation(method), Fingerprint: fingerprint(method, msg.ProtoReflect())}
+		fp, err := i.fingerprint(method, msg.ProtoReflect())
+		if err != nil {
+			return nil, i.fail(ctx, "fingerprint", method, key, err)
+		}
+		call.Request = &idem.Request{Scope: scope, Key: key, Operation: operation(method), Fingerprint: fp}
 		if i.cfg.Retention != nil {
 			call.Request.Retention = i.cfg.Retention(method)
 		}

@@ -42,6 +42,13 @@ const (
 	// call does not run a second time. Nothing ran. Do not retry with
 	// this key.
 	ReasonKeyExpired = "IDEMPOTENCY_KEY_EXPIRED"
+	// ReasonFingerprintChanged (FAILED_PRECONDITION): the key was used
+	// before the server changed which fields of the method's request count
+	// ([Config].FingerprintFields, FingerprintIgnore), so it cannot tell a
+	// retry from another request. Nothing ran. Do not retry with this key:
+	// look the outcome up another way, or send a new request with a new
+	// key.
+	ReasonFingerprintChanged = "IDEMPOTENCY_FINGERPRINT_CHANGED"
 	// ReasonInFlight (UNAVAILABLE, with RetryInfo): another call holds the
 	// key. Retry with the same key and request to get its result.
 	ReasonInFlight = "IDEMPOTENCY_KEY_IN_FLIGHT"
@@ -96,6 +103,11 @@ func (i *Interceptor) answerError(ctx context.Context, method, key string, err e
 			fmt.Sprintf("idempotency key %q was already used for a different request (another method, or another request message); a retry must repeat the request exactly, and a new request needs a new key", key),
 			&errdetails.PreconditionFailure{Violations: []*errdetails.PreconditionFailure_Violation{{
 				Type: ReasonKeyReused, Subject: i.keySubject(), Description: "the idempotency key belongs to another request"}}})
+	case idemserve.FingerprintChanged:
+		return statusError(codes.FailedPrecondition, ReasonFingerprintChanged,
+			fmt.Sprintf("idempotency key %q was used before the server changed which fields of this method's request it compares, so it cannot tell whether this call repeats that one; the call did not run; do not retry with this key: look the outcome up another way, or send a new request with a new key", key),
+			&errdetails.PreconditionFailure{Violations: []*errdetails.PreconditionFailure_Violation{{
+				Type: ReasonFingerprintChanged, Subject: i.keySubject(), Description: "the idempotency key was fingerprinted with another selection of the request's fields"}}})
 	case idemserve.Expired:
 		return statusError(codes.FailedPrecondition, ReasonKeyExpired,
 			fmt.Sprintf("idempotency key %q was used, and its stored answer is gone: its retention has passed; the call did not run again; do not retry with this key", key),
