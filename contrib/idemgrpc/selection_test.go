@@ -107,7 +107,9 @@ var payDesc = grpc.ServiceDesc{
 		if err := dec(in); err != nil {
 			return nil, err
 		}
-		handler := func(ctx context.Context, req any) (any, error) { return srv.(*payAPI).pay(ctx, req.(*dynamicpb.Message)) }
+		handler := func(ctx context.Context, req any) (any, error) {
+			return srv.(*payAPI).pay(ctx, req.(*dynamicpb.Message))
+		}
 		return interceptor(ctx, in, &grpc.UnaryServerInfo{Server: srv, FullMethod: methodPay}, handler)
 	}}},
 	Metadata: "idemgrpc/seltest.proto",
