@@ -52,9 +52,12 @@ func WithCodec(c Codec) CallOption { return func(cc *callConfig) { cc.codec = c 
 // [*InFlightError], a key past its retention within the key memory
 // [ErrExpired], and with [WithSealer] the stored value is sealed. An error
 // of fn, or of encoding its value, is returned and nothing is stored: the
-// caller rolls back. The stored record is a response of status 200 whose
-// Content-Type is the codec's and whose body is the encoded value, so
-// `idem inspect` shows it.
+// caller rolls back. Unlike Do, Call refuses an empty Operation
+// ([ErrInvalidRequest]): what keeps a key's typed result from being
+// replayed into another type is the Operation it is bound to. The
+// stored record is a response of status 200 whose Content-Type is the
+// codec's and whose body is the encoded value, so `idem inspect` shows
+// it.
 func Call[T any](ctx context.Context, s *Store, tx DBTX, req Request, fn func(ctx context.Context) (T, error), opts ...CallOption) (T, bool, error) {
 	var zero T
 	tx, err := txOf(tx, "Call")
@@ -79,6 +82,8 @@ func CallOn[T any](ctx context.Context, s *Store, tx Tx, req Request, fn func(ct
 		return zero, false, errors.New("idem: Call needs a function to run, got nil")
 	case cc.codec == nil:
 		return zero, false, errors.New("idem: WithCodec needs a Codec, got nil")
+	case req.Operation == "":
+		return zero, false, fmt.Errorf("%w: Call needs an Operation (what the key is bound to, e.g. \"job: monthly invoice\"): it keeps a typed call's records apart from Do's and from another type's, which would not decode", ErrInvalidRequest)
 	}
 	contentType := cc.codec.ContentType()
 	var value T

@@ -54,8 +54,32 @@ type Config struct {
 	// Fingerprint names the metadata fields that, beside the payload,
 	// make up the request a key is bound to: the same key with another
 	// payload or another value of one of these fields is
-	// [idem.ErrMismatch], and is not applied.
+	// [idem.ErrMismatch], and is not applied. The fingerprint is
+	// idem.Fingerprint of the payload (or what PayloadFields and
+	// PayloadIgnore select of it), then of each named field, in the order
+	// named, its name and its value (msg.Metadata.Get: an absent field
+	// and an empty one are both ""); with a payload selection,
+	// idem.VersionedFingerprint of the same parts ([FingerprintOf]
+	// computes it, for a producer too).
 	Fingerprint []string
+	// PayloadFields names, by JSON Pointer (RFC 6901: "/order_id"), the
+	// members of a JSON payload that count in the fingerprint, and
+	// PayloadIgnore those that do not (a producer's timestamp, a trace
+	// id), as idemhttp's FingerprintFields and FingerprintIgnore do
+	// (package jsonsel says exactly what is hashed; a counted member that
+	// is absent counts as absent). With either set, a payload that is not
+	// valid JSON, or in which a counted member appears twice, is an error
+	// wrapping [idem.ErrInvalidRequest] ([IsPoison]), never digested
+	// whole. The fingerprint then carries a version made from these and
+	// Fingerprint, so that after a change of them a redelivery of a
+	// message recorded before is [idem.ErrFingerprintChanged] (which
+	// [IsPoison] sends to the poison queue with that reason) rather than
+	// a plain mismatch. Without them, the whole payload counts, byte for
+	// byte, and the fingerprint is unversioned, as before they existed:
+	// changing Fingerprint alone makes a redelivery of a message recorded
+	// before a plain [idem.ErrMismatch].
+	PayloadFields []string
+	PayloadIgnore []string
 	// Retention is how long the record of a message replays (its
 	// redeliveries are acked without running the handler): it must
 	// outlive the broker's redelivery horizon (docs/messaging.md). nil,
@@ -75,9 +99,13 @@ type Config struct {
 	// runs on a context that the subscriber's cancellation does not end,
 	// and how long a redelivery that reaches this process while the
 	// first delivery runs waits for it, when the Store has no lock
-	// timeout, as idemserve.Config.Timeout says. Default
-	// [idemserve.DefaultTimeout]; in ModeClaim at most the Store's lease,
-	// which is its default when shorter.
+	// timeout, as idemserve.Config.Timeout says. Keep it below the
+	// broker's ack deadline (JetStream's AckWait, watermill-sql's
+	// AckDeadline, both 30 s by default), so that the handler's context
+	// ends before the broker gives the message to another consumer;
+	// package jetstreamsub checks it against a JetStream consumer's.
+	// Default [DefaultTimeout], 20 s, below those defaults; in ModeClaim
+	// at most the Store's lease, which is its default when shorter.
 	Timeout time.Duration
 	// RetryAfter is how long a redelivery that finds the key held by
 	// another delivery (in flight, taken over) or contended waits before
@@ -90,6 +118,11 @@ type Config struct {
 	// [slog.Default].
 	Logger *slog.Logger
 }
+
+// DefaultTimeout is the default of [Config].Timeout: 20 s, below the
+// 30 s that JetStream's AckWait and watermill-sql's AckDeadline default
+// to, so that the defaults keep the handler within the ack deadline.
+const DefaultTimeout = 20 * time.Second
 
 // MetadataKey returns a [Config.Key] that reads a message's key from
 // its metadata field name: an idempotency key its producer set, say. A
@@ -106,6 +139,9 @@ func (cfg Config) check() error {
 		return fmt.Errorf("idemwatermill: Config.Scope is %d bytes, at most %d allowed", len(cfg.Scope), idem.MaxScopeLen)
 	case !utf8.ValidString(cfg.Scope) || strings.ContainsRune(cfg.Scope, 0):
 		return errors.New("idemwatermill: Config.Scope must be valid UTF-8 without NUL bytes")
+	}
+	if _, err := cfg.fingerprinter(); err != nil {
+		return err
 	}
 	seen := map[string]bool{}
 	for _, f := range cfg.Fingerprint {

@@ -30,6 +30,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/contrib/idemwatermill"
+	"github.com/idemkit/idem/contrib/idemwatermill/jetstreamsub"
 	"github.com/idemkit/idem/idempgx"
 	"github.com/idemkit/idem/idemserve"
 	"github.com/idemkit/idem/idemtest/testdb"
@@ -391,16 +392,13 @@ func (e *env) natsTopic(s spec) {
 	e.t.Helper()
 	js := e.jetStream(s.URL)
 	ctx := context.Background()
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: s.Topic, Subjects: []string{s.Topic}, Storage: jetstream.MemoryStorage}); err != nil {
-		e.t.Fatal(err)
-	}
 	e.t.Cleanup(func() {
-		if err := js.DeleteStream(context.Background(), s.Topic); err != nil {
+		if err := js.DeleteStream(context.Background(), s.Topic); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
 			e.t.Errorf("delete stream %s: %v", s.Topic, err)
 		}
 	})
-	if _, err := js.CreateConsumer(ctx, s.Topic, jetstream.ConsumerConfig{Durable: s.Topic, AckPolicy: jetstream.AckExplicitPolicy,
-		AckWait: s.AckWait, MaxDeliver: -1, MaxAckPending: 256}); err != nil {
+	if _, err := jetstreamsub.Setup(ctx, js, jetstream.StreamConfig{Name: s.Topic, Subjects: []string{s.Topic}, Storage: jetstream.MemoryStorage},
+		jetstream.ConsumerConfig{Durable: s.Topic, AckPolicy: jetstream.AckExplicitPolicy, AckWait: s.AckWait, MaxDeliver: -1, MaxAckPending: 256}); err != nil {
 		e.t.Fatal(err)
 	}
 }
@@ -593,83 +591,10 @@ func (s spec) subscriber(logger watermill.LoggerAdapter) (message.Subscriber, er
 }
 
 // natsSubscriber subscribes to s's stream through its durable consumer
-// name.
+// name, with the subscriber of package jetstreamsub, whose Close is
+// safe.
 func (s spec) natsSubscriber(name string, logger watermill.LoggerAdapter) (message.Subscriber, error) {
-	closed := make(chan struct{})
-	nc, err := nats.Connect(s.URL, nats.ClosedHandler(func(*nats.Conn) { close(closed) }))
-	if err != nil {
-		return nil, err
-	}
-	sub, err := wjs.NewSubscriber(wjs.SubscriberConfig{Conn: nc, Logger: logger, AckWaitTimeout: s.AckWait,
-		ResourceInitializer: func(ctx context.Context, js jetstream.JetStream, topic string) (jetstream.Consumer, func(context.Context, watermill.LoggerAdapter), error) {
-			c, err := js.Consumer(ctx, topic, name)
-			return c, nil, err
-		},
-		ConsumeOptions: []jetstream.PullConsumeOpt{jetstream.PullMaxMessages(8)}})
-	if err != nil {
-		nc.Close()
-		return nil, err
-	}
-	return &drained{sub: sub, nc: nc, closed: closed, stop: make(chan struct{})}, nil
-}
-
-// drained is a watermill-nats JetStream subscriber whose own Close is
-// never called: that Close closes the channel it delivers messages on
-// while a delivery may still be sent on it, unordered with the send, a
-// data race (and a possible send on a closed channel) that the race
-// detector reports. drained hands the router a channel of its own
-// instead, and closes it, from the goroutine that sends on it, once the
-// NATS connection is drained: the deliveries in flight have finished
-// (the router acked them) and no other comes. The subscriber's
-// goroutine that would close its channel is left waiting, which a test
-// process can afford.
-type drained struct {
-	sub    *wjs.Subscriber
-	nc     *nats.Conn
-	closed chan struct{} // by the connection's ClosedHandler
-	stop   chan struct{}
-	once   sync.Once
-}
-
-func (d *drained) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
-	in, err := d.sub.Subscribe(context.WithoutCancel(ctx), topic)
-	if err != nil {
-		return nil, err
-	}
-	out := make(chan *message.Message)
-	go func() {
-		defer close(out)
-		for {
-			select {
-			case m := <-in:
-				select {
-				case out <- m:
-				case <-d.stop:
-					return
-				}
-			case <-d.stop:
-				return
-			}
-		}
-	}()
-	return out, nil
-}
-
-func (d *drained) Close() error {
-	var err error
-	d.once.Do(func() {
-		defer close(d.stop)
-		if err = d.nc.Drain(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
-			return
-		}
-		err = nil
-		select {
-		case <-d.closed:
-		case <-time.After(20 * time.Second):
-			err = errors.New("the NATS connection did not drain within 20s")
-		}
-	})
-	return err
+	return jetstreamsub.NewSubscriber(jetstreamsub.SubscriberConfig{URL: s.URL, Durable: name, AckWait: s.AckWait, PullMaxMessages: 8, Logger: logger})
 }
 
 // closing is a subscriber that closes a pool of its own after itself.

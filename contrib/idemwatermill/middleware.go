@@ -25,6 +25,12 @@ func Middleware(cfg Config) (message.HandlerMiddleware, error) {
 	if err := cfg.check(); err != nil {
 		return nil, err
 	}
+	if cfg.Timeout == 0 && cfg.Store != nil {
+		cfg.Timeout = DefaultTimeout
+		if cfg.Mode == idemserve.ModeClaim {
+			cfg.Timeout = min(DefaultTimeout, cfg.Store.Lease())
+		}
+	}
 	core, err := idemserve.New(idemserve.Config{Layer: "idemwatermill", Store: cfg.Store, DB: cfg.DB, TxOptions: cfg.TxOptions, Runner: cfg.Runner,
 		Mode: cfg.Mode, Timeout: cfg.Timeout, RetryAfter: cfg.RetryAfter, Logger: cfg.Logger})
 	if err != nil {
@@ -36,7 +42,11 @@ func Middleware(cfg Config) (message.HandlerMiddleware, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = core.Logger()
 	}
-	c := &consumer{cfg: cfg, core: core}
+	fp, err := cfg.fingerprinter()
+	if err != nil {
+		return nil, err
+	}
+	c := &consumer{cfg: cfg, core: core, fp: fp}
 	return c.wrap, nil
 }
 
@@ -44,6 +54,7 @@ func Middleware(cfg Config) (message.HandlerMiddleware, error) {
 type consumer struct {
 	cfg  Config
 	core *idemserve.Server
+	fp   fingerprinter
 }
 
 func (c *consumer) wrap(h message.HandlerFunc) message.HandlerFunc {
@@ -109,13 +120,8 @@ func (c *consumer) request(ctx context.Context, msg *message.Message) (idem.Requ
 	if c.cfg.Retention != nil {
 		req.Retention = c.cfg.Retention(msg)
 	}
-	parts := make([][]byte, 0, 1+2*len(c.cfg.Fingerprint))
-	parts = append(parts, msg.Payload)
-	for _, f := range c.cfg.Fingerprint {
-		parts = append(parts, []byte(f), []byte(msg.Metadata.Get(f)))
-	}
-	req.Fingerprint = idem.Fingerprint(parts...)
-	return req, nil
+	req.Fingerprint, err = c.fp.of(msg)
+	return req, err
 }
 
 // operation is what a key is bound to: the topic the message came from,
@@ -178,13 +184,16 @@ func (c *consumer) refuse(ctx context.Context, msg *message.Message, err error) 
 
 // IsPoison reports whether err, a handler's error behind the
 // middleware, says the message can never be applied, so that a retry is
-// pointless: its key was used with another payload ([idem.ErrMismatch]),
-// or it has no valid key ([idem.ErrInvalidKey]). It is the filter of
+// pointless: its key was used with another payload ([idem.ErrMismatch],
+// [idem.ErrFingerprintChanged] among them), it has no valid key
+// ([idem.ErrInvalidKey]), or its request is not valid
+// ([idem.ErrInvalidRequest]: a payload that is not the JSON
+// PayloadFields select from). It is the filter of
 // watermill's poison queue and of its Retry middleware:
 //
 //	poison, err := middleware.PoisonQueueWithFilter(pub, "poison", idemwatermill.IsPoison)
 //	retry := middleware.Retry{MaxRetries: 3, InitialInterval: 100 * time.Millisecond,
 //		ShouldRetry: func(p middleware.RetryParams) bool { return !idemwatermill.IsPoison(p.Err) }}
 func IsPoison(err error) bool {
-	return errors.Is(err, idem.ErrMismatch) || errors.Is(err, idem.ErrInvalidKey)
+	return errors.Is(err, idem.ErrMismatch) || errors.Is(err, idem.ErrInvalidKey) || errors.Is(err, idem.ErrInvalidRequest)
 }

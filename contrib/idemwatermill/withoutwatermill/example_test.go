@@ -138,7 +138,10 @@ func Example_jetStream() {
 				}
 				key = fmt.Sprintf("%s-%d", md.Stream, md.Sequence.Stream)
 			}
-			req := idem.Request{Scope: "orders-consumer", Key: key, Fingerprint: idem.Fingerprint(msg.Data())}
+			// The Operation is what the key is bound to: the subject it came
+			// from, so that one key on two subjects is refused, and
+			// idem inspect shows where a record came from.
+			req := idem.Request{Scope: "orders-consumer", Key: key, Operation: msg.Subject(), Fingerprint: idem.Fingerprint(msg.Data())}
 			var res idem.Result
 			err := idem.RunTx(ctx, db, nil, func(tx *sql.Tx) error {
 				var err error
@@ -224,7 +227,7 @@ func Example_kafka() {
 					key = string(h.Value)
 				}
 			}
-			req := idem.Request{Scope: "orders-consumer", Key: key, Fingerprint: idem.Fingerprint(r.Value)}
+			req := idem.Request{Scope: "orders-consumer", Key: key, Operation: r.Topic, Fingerprint: idem.Fingerprint(r.Value)}
 			err := idem.RunTx(ctx, db, nil, func(tx *sql.Tx) error {
 				_, err := store.Do(ctx, tx, req, func(ctx context.Context) (idem.Response, error) {
 					_, err := tx.ExecContext(ctx, "INSERT INTO orders (id, body) VALUES ($1, $2)", key, r.Value)

@@ -104,6 +104,12 @@ func TestTypedCall(t *testing.T) {
 			t.Fatalf("the same key replayed with the JSON codec: %v, want an error saying the codec differs", err)
 		}
 
+		// An empty Operation is refused before any statement.
+		unbound := charge("typed-unbound", "1")
+		unbound.Operation = ""
+		if _, _, err := callTx(e, s, unbound, run); !errors.Is(err, idem.ErrInvalidRequest) || e.records(s, unbound.Key) != 0 {
+			t.Fatalf("an empty Operation: %v, want ErrInvalidRequest and no record", err)
+		}
 		// Another request with the key.
 		if _, _, err := callTx(e, s, charge(req.Key, "999"), run); !errors.Is(err, idem.ErrMismatch) {
 			t.Fatalf("another payload: %v, want ErrMismatch", err)
