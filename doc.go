@@ -29,7 +29,9 @@
 // to a payment provider, [Store.Begin] commits a claim with a lease in a
 // short transaction of its own and [Claim.Complete] stores the result
 // later, fenced by a token so that a claim taken over after its lease ran
-// out can never overwrite the winner.
+// out can never overwrite the winner. For a function whose result is not
+// an HTTP response (a job, a service method, a queue worker), [Call] runs
+// it under a key and stores and replays its typed result.
 //
 // # Drivers
 //
