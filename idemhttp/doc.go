@@ -55,6 +55,11 @@
 //     which drops the connection: nothing was written before the commit.
 //   - A handler that calls Flush or Hijack is refused: see [ErrStreaming].
 //
+// A key is bound to the method, path, query and body, or to the members
+// of a JSON body that [Config].FingerprintFields and FingerprintIgnore
+// select (package jsonsel) and the header fields of FingerprintHeaders:
+// a retry that repeats them replays, another request is a 422.
+//
 // Replays carry the stored status and body and, of the stored header
 // fields, Content-Type, Location, ETag and those in [Config.ReplayHeaders];
 // Set-Cookie is never stored or replayed. The middleware's own answers are

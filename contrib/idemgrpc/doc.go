@@ -12,8 +12,9 @@
 // key never replays another's answer. A service with a single caller says
 // so with [SingleTenant]. The key is bound to the full method name and to
 // the request message, fingerprinted in a canonical form of its fields
-// that does not depend on the protobuf release; the same key with another
-// method or message is FAILED_PRECONDITION.
+// that does not depend on the protobuf release, or to the fields
+// [Config].FingerprintFields and FingerprintIgnore select of it; the same
+// key with another method or message is FAILED_PRECONDITION.
 //
 // In [idemserve.ModeTransaction] (the default) the interceptor opens a transaction
 // with [idem.RunTx] and runs the handler inside [idem.Store.Do]. The

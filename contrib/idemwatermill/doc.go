@@ -23,9 +23,12 @@
 // The scope is the router's handler name, so that two handlers (two
 // consumers of one message) each apply it once, or [Config.Scope]. The
 // key is bound to the topic and to a fingerprint of the payload and of
-// the metadata fields [Config.Fingerprint] names: the same key with
-// another payload is [idem.ErrMismatch], never applied, and returned so
-// that watermill's poison queue takes it ([IsPoison] is its filter).
+// the metadata fields [Config.Fingerprint] names, or of what
+// [Config].PayloadFields and PayloadIgnore select of a JSON payload
+// ([FingerprintOf] computes it): the same key with another payload is
+// [idem.ErrMismatch], never applied, and returned so that watermill's
+// poison queue takes it ([IsPoison] is its filter). Package jetstreamsub
+// sets up JetStream for the middleware as code.
 //
 // In [idemserve.ModeTransaction] (the default) the handler runs in a
 // transaction, inside [idem.Store.DoOn], retried on serialization
