@@ -143,3 +143,32 @@ func TestFingerprintSelection(t *testing.T) {
 		}
 	}
 }
+
+// FingerprintHeaders alone counts the whole body and the headers, under
+// a version of its own.
+func TestFingerprintHeadersOnly(t *testing.T) {
+	f, err := newFingerprinter(Config{FingerprintHeaders: []string{"X-Tenant"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fp := func(body, tenant string) string {
+		r := httptest.NewRequest("POST", "/v1/charges", strings.NewReader(body))
+		r.Header.Set("Content-Type", "application/json")
+		r.Header.Set("X-Tenant", tenant)
+		got, p := f.of(r, []byte(body))
+		if p != nil {
+			t.Fatal(p)
+		}
+		return got
+	}
+	base := fp(`{"a":1,"b":2}`, "t1")
+	if !strings.HasPrefix(base, f.version+":") || f.version == "" {
+		t.Fatalf("fingerprint %q is not of the version %q", base, f.version)
+	}
+	if fp(`{ "b":2, "a":1 }`, "t1") != base {
+		t.Error("member order changed the fingerprint")
+	}
+	if fp(`{"a":1,"b":3}`, "t1") == base || fp(`{"a":1,"b":2}`, "t2") == base {
+		t.Error("the body or the header changed and the fingerprint did not")
+	}
+}
