@@ -29,7 +29,7 @@ var versionComment = regexp.MustCompile(`\bidem schema ([0-9]+)\b`)
 // that lacks a column of idem's table (a name, given to WithTable or to
 // idem's --table, of one of the application's own tables), and says so.
 func (s *Store) MigrateOn(ctx context.Context, db Conn) error {
-	if db == nil {
+	if isNil(db) {
 		return errors.New("idem: Migrate needs a database handle, got nil")
 	}
 	c := s.conn(db)

@@ -28,7 +28,7 @@ func (s *Store) Reseal(ctx context.Context, db *sql.DB, batch int) (int64, error
 // ResealOn is [Store.Reseal] on r, a pool through any driver's adapter.
 func (s *Store) ResealOn(ctx context.Context, r Runner, batch int) (int64, error) {
 	switch {
-	case r == nil:
+	case isNil(r):
 		return 0, errors.New("idem: Reseal needs a pool, got nil")
 	case batch <= 0:
 		return 0, fmt.Errorf("idem: Reseal batch must be positive, got %d", batch)
