@@ -44,13 +44,13 @@ func TestNilHandles(t *testing.T) {
 	ran := false
 	fn := func(context.Context) (idem.Response, error) { ran = true; return idem.Response{StatusCode: 200}, nil }
 	txs := map[string]idem.DBTX{
-		"untyped nil":       nil,
-		"nil *sql.Tx":       (*sql.Tx)(nil),
-		"nil *sqlx.Tx":      (*sqlx.Tx)(nil),
-		"nil wrapper":       (*wrappedTx)(nil),
-		"nil *sql.DB":       (*sql.DB)(nil),
-		"nil *sql.Conn":     (*sql.Conn)(nil),
-		"nil *sqlx.DB":      (*sqlx.DB)(nil),
+		"untyped nil":   nil,
+		"nil *sql.Tx":   (*sql.Tx)(nil),
+		"nil *sqlx.Tx":  (*sqlx.Tx)(nil),
+		"nil wrapper":   (*wrappedTx)(nil),
+		"nil *sql.DB":   (*sql.DB)(nil),
+		"nil *sql.Conn": (*sql.Conn)(nil),
+		"nil *sqlx.DB":  (*sqlx.DB)(nil),
 	}
 	check := func(call string, err error, want string) {
 		t.Helper()
