@@ -1,11 +1,7 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"encoding/base64"
-	"encoding/hex"
 	"flag"
 	"fmt"
 	"io"
@@ -24,26 +20,27 @@ type sealFlags struct {
 }
 
 func (f *sealFlags) register(fs *flag.FlagSet, current string) {
-	fs.StringVar(&f.keysFile, "keys-file", "", "a file of the sealer's keys, one per line: ID and the 32-byte key in base64 or hex, separated by a space; # starts a comment")
+	fs.StringVar(&f.keysFile, "keys-file", "", "a file of the sealer's keys, one per line: ID and the 32-byte key in hex or base64, separated by spaces; a line starting with # is a comment; the last key is current (docs/operations.md, Sealing)")
 	if current != "" {
 		fs.StringVar(&f.current, "current", "", current)
 	}
 }
 
-// sealer is the AES-GCM sealer of the keys file, sealing with the key
-// named current (the file's last key when current is ""); nil without a
-// keys file.
+// sealer is the AES-GCM sealer of the keys file (idem.ParseKeys reads
+// it), sealing with the key named current (the file's last key when
+// current is ""); nil without a keys file.
 func (f *sealFlags) sealer(command string) (idem.Sealer, error) {
 	if f.keysFile == "" {
 		return nil, nil
 	}
-	b, err := os.ReadFile(f.keysFile)
+	file, err := os.Open(f.keysFile)
 	if err != nil {
 		return nil, usageErr("%s: --keys-file: %v", command, err)
 	}
-	keys, last, err := parseKeys(b)
+	defer file.Close()
+	last, keys, err := idem.ParseKeys(file)
 	if err != nil {
-		return nil, usageErr("%s: --keys-file %s: %v", command, f.keysFile, err)
+		return nil, usageErr("%s: --keys-file %s: %s", command, f.keysFile, strings.TrimPrefix(err.Error(), "idem: keys file: "))
 	}
 	current := f.current
 	if current == "" {
@@ -54,44 +51,6 @@ func (f *sealFlags) sealer(command string) (idem.Sealer, error) {
 		return nil, usageErr("%s: %s", command, strings.TrimPrefix(err.Error(), "idem: "))
 	}
 	return s, nil
-}
-
-// parseKeys reads a keys file: each line that is not blank or a comment
-// is a key ID and its key, base64 (standard, padded) or hex. It returns
-// the keys and the ID of the last. The message of an error names the
-// line, never the key.
-func parseKeys(b []byte) (map[string][]byte, string, error) {
-	keys := map[string][]byte{}
-	last := ""
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	for n := 1; sc.Scan(); n++ {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		fields := strings.Fields(line)
-		if len(fields) != 2 {
-			return nil, "", fmt.Errorf("line %d: want a key ID and a key, separated by a space; got %d fields", n, len(fields))
-		}
-		id, enc := fields[0], fields[1]
-		if _, dup := keys[id]; dup {
-			return nil, "", fmt.Errorf("line %d: key ID %q given twice", n, id)
-		}
-		key, err := hex.DecodeString(enc)
-		if err != nil {
-			if key, err = base64.StdEncoding.DecodeString(enc); err != nil {
-				return nil, "", fmt.Errorf("line %d: the key of %q is neither hex nor base64", n, id)
-			}
-		}
-		keys[id], last = key, id
-	}
-	if err := sc.Err(); err != nil {
-		return nil, "", err
-	}
-	if len(keys) == 0 {
-		return nil, "", fmt.Errorf("no key in it")
-	}
-	return keys, last, nil
 }
 
 func runReseal(ctx context.Context, args []string, stdout, stderr io.Writer) error {
