@@ -190,7 +190,7 @@ func printRecord(w io.Writer, r *idem.Record) {
 	row("fingerprint", "%s", shown(r.Fingerprint))
 	row("token", "%d", r.Token)
 	row("created", "%s (age %s)", stamp(r.CreatedAt), ago(r.Now.Sub(r.CreatedAt)))
-	if r.Status != idem.StatusCompleted {
+	if r.Status == idem.StatusProcessing { // a lease means nothing once a claim has ended
 		if left := r.LeaseUntil.Sub(r.Now); left > 0 {
 			row("lease until", "%s (%s left)", stamp(r.LeaseUntil), ago(left))
 		} else {
@@ -207,10 +207,17 @@ func printRecord(w io.Writer, r *idem.Record) {
 			row("expires", "%s (%s ago)", stamp(r.ExpiresAt), ago(-left))
 		}
 	}
-	if r.SealedKey != "" && r.Response == nil {
-		row("response", "sealed (key %s)", shown(r.SealedKey))
-	}
-	if resp := r.Response; resp != nil {
+	// One line on the response: gone, sealed, or the response itself.
+	stored := r.Response != nil || r.SealedKey != "" || r.Status == idem.StatusCompleted || r.Status == idem.StatusExpired
+	switch resp := r.Response; {
+	case !stored:
+	case r.Forgotten:
+		row("response", "gone: past its retention (the key is forgotten, the record awaits purge)")
+	case r.Expired || r.Status == idem.StatusExpired:
+		row("response", "gone: past its retention (the key is kept, without its response, until the key memory passes)")
+	case resp == nil:
+		row("response", "sealed (key %s): give --keys-file to open it", shown(r.SealedKey))
+	default:
 		row("response", "%d %s, %d bytes", resp.StatusCode, http.StatusText(resp.StatusCode), len(resp.Body))
 		for _, name := range slices.Sorted(maps.Keys(resp.Header)) {
 			for _, v := range resp.Header[name] {
