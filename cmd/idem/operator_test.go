@@ -2,6 +2,11 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -58,5 +63,53 @@ func TestInspectLeaseAndResponseLines(t *testing.T) {
 				t.Errorf("%s: %q shown:\n%s", name, no, out)
 			}
 		}
+	}
+}
+
+// stats counts each status once under its name, and the records past
+// their own expiry under another ("past expiry"), whatever --retention
+// says: a record whose own retention was 1ms is past it, one of an hour
+// is not.
+func TestStatsNames(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "stats.db")
+	db, err := sql.Open("sqlite", "file:"+path+"?_txlock=immediate&_pragma=busy_timeout(10000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	s, err := idem.New(idem.SQLite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Migrate(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	for key, retention := range map[string]time.Duration{"short": time.Millisecond, "long": time.Hour} {
+		err := idem.RunTx(ctx, db, nil, func(tx *sql.Tx) error {
+			_, err := s.Do(ctx, tx, idem.Request{Key: key, Operation: "op", Fingerprint: "f", Retention: retention},
+				func(context.Context) (idem.Response, error) { return idem.Response{StatusCode: 201}, nil })
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(10 * time.Millisecond)
+	r := idemCmd(t, "stats", "--dsn", "sqlite:"+path, "--retention", "24h")
+	if r.code != 0 {
+		t.Fatalf("stats: exit %d: %s", r.code, r.stderr)
+	}
+	if strings.Contains(r.stdout, "retention") || strings.Count(r.stdout, "expired") > 0 ||
+		!regexp.MustCompile(`(?m)^  completed +2$`).MatchString(r.stdout) || !regexp.MustCompile(`(?m)^past expiry +1 `).MatchString(r.stdout) {
+		t.Errorf("stats: want completed 2, past expiry 1, and nothing of the flag's retention nor a second \"expired\":\n%s", r.stdout)
+	}
+	r = idemCmd(t, "stats", "--dsn", "sqlite:"+path, "--json")
+	var j map[string]any
+	if err := json.Unmarshal([]byte(r.stdout), &j); err != nil || j["past_expiry"] != float64(1) || j["expired"] != nil {
+		t.Errorf("stats --json: want past_expiry 1 and no top-level expired: %v\n%s", err, r.stdout)
+	}
+	if st, _ := j["by_status"].(map[string]any); st == nil || st["expired"] != float64(0) || st["completed"] != float64(2) {
+		t.Errorf("stats --json: want by_status with every status, expired 0, completed 2:\n%s", r.stdout)
 	}
 }
