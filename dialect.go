@@ -255,11 +255,15 @@ type statements struct {
 	// purgeIsolation is the isolation level of the short transaction each
 	// purge batch runs in.
 	purgeIsolation sql.IsolationLevel
-	// resealRead reads, for ResealOn, at most limit completed records
-	// whose response is not sealed with the key given, in expires_at order
-	// from the cursor, and locks them: scope, key, operation, token,
-	// expires_at (µs), sealed_key, header and body.
+	// resealRead reads, for ResealBatchOn, at most limit completed
+	// records not yet past their expiry whose response is not sealed with
+	// the key given, in expires_at order from the cursor, and locks them:
+	// scope, key, operation, token, expires_at (µs), sealed_key, header
+	// and body.
 	resealRead statement
+	// resealLeft counts the records resealRead would read from the
+	// start, for ResealLeftOn.
+	resealLeft statement
 	// resealWrite stores a record's response sealed anew. Fenced on the
 	// token and the status.
 	resealWrite statement

@@ -67,6 +67,7 @@ func (postgresDialect) statements(parts []string) *statements {
 		purgeIsolation: sql.LevelReadCommitted,
 		resealRead:     statement{pgResealRead, args(argFrom, argSealedKey, argLimit)},
 		resealWrite:    statement{pgResealWrite, args(argBody, argSealedKey, argScope, argKey, argToken)},
+		resealLeft:     statement{pgResealLeft, args(argSealedKey)},
 		inspect:        statement{pgInspect, args(argRetention, argKeyMemory, argScope, argKey)},
 		inspectKey:     statement{pgInspectKey, args(argRetention, argKeyMemory, argKey, argLimit)},
 		columns:        columnsProbe,
@@ -252,8 +253,12 @@ const pgLegacyPurge = `DELETE FROM idempotency_keys WHERE (scope, idem_key) IN (
 const pgResealRead = `SELECT scope, idem_key, operation, token, (extract(epoch FROM expires_at) * 1000000)::bigint,
   COALESCE(sealed_key, ''), response_headers, response_body
 FROM idempotency_keys
-WHERE expires_at >= 'epoch'::timestamptz + $1::bigint * interval '1 microsecond' AND status = 'completed' AND sealed_key IS DISTINCT FROM $2
+WHERE expires_at >= 'epoch'::timestamptz + $1::bigint * interval '1 microsecond' AND expires_at > statement_timestamp()
+  AND status = 'completed' AND sealed_key IS DISTINCT FROM $2
 ORDER BY expires_at LIMIT $3 FOR UPDATE SKIP LOCKED`
+
+const pgResealLeft = `SELECT COUNT(*) FROM idempotency_keys
+WHERE expires_at > statement_timestamp() AND status = 'completed' AND sealed_key IS DISTINCT FROM $1`
 
 const pgResealWrite = `UPDATE idempotency_keys SET response_headers = NULL, response_body = $1, sealed_key = $2
 WHERE scope = $3 AND idem_key = $4 AND token = $5 AND status = 'completed'`

@@ -353,6 +353,18 @@ func TestSealAndReseal(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			// A record past its expiry no longer replays: reseal skips it.
+			gone := idem.Request{Scope: "tenant 1", Key: "card-past", Operation: "POST /v1/charges", Fingerprint: "f00d", Retention: time.Millisecond}
+			err = idem.RunTx(ctx, db, nil, func(tx *sql.Tx) error {
+				_, err := sealedBy(keys("k1", "k1")).Do(ctx, tx, gone, func(context.Context) (idem.Response, error) {
+					return idem.Response{StatusCode: 201}, nil
+				})
+				return err
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(10 * time.Millisecond)
 
 			r := idemCmd(t, "inspect", "--dsn", d.dsn, "--table", table, "--scope", "tenant 1", "--key", "card-4242")
 			if r.code != 0 || !strings.Contains(r.stdout, "sealed (key k1)") || strings.Contains(r.stdout, "last4") {
@@ -364,8 +376,11 @@ func TestSealAndReseal(t *testing.T) {
 			}
 
 			r = idemCmd(t, "reseal", "--dsn", d.dsn, "--table", table, "--keys-file", rotated)
-			if r.code != 0 || !strings.Contains(r.stdout, "resealed 1 record") {
+			if r.code != 0 || !strings.Contains(r.stdout, "resealed 1 record ") {
 				t.Fatalf("reseal: exit %d:\n%s%s", r.code, r.stdout, r.stderr)
+			}
+			if rec, err := sealedBy(keys("k2", "k1", "k2")).Inspect(ctx, db, gone.Scope, gone.Key); err != nil || rec == nil || rec.SealedKey != "k1" {
+				t.Errorf("the record past its expiry after reseal: %+v, %v; want it left sealed with k1", rec, err)
 			}
 			r = idemCmd(t, "inspect", "--dsn", d.dsn, "--table", table, "--scope", "tenant 1", "--key", "card-4242", "--json")
 			var rec record
