@@ -201,7 +201,7 @@ func (c *Claim) fenced(ctx context.Context, sc conn, q Query, what, advice strin
 	}
 	n, err := sc.exec(ctx, q)
 	if err != nil {
-		return fail(err, "", c.s.next(err))
+		return fail(c.s.named(err), "", c.s.next(err))
 	}
 	if n == 1 {
 		return nil

@@ -525,7 +525,9 @@ func (e notIdem) Unwrap() error { return e.error }
 // probed is err marked notIdem when the dialect reads it as a later
 // column missing (olderTable) and the columns probe, run on c (a handle
 // outside the failed statement's transaction, whose statements after
-// the error may fail), finds a column of the first version missing too.
+// the error may fail), finds a column of the first version missing too;
+// else err named as an error of a table of an earlier schema version
+// (named).
 func (s *Store) probed(ctx context.Context, c conn, err error) error {
 	if s.dialect.schemaFault(err) != olderTable {
 		return err
@@ -534,7 +536,7 @@ func (s *Store) probed(ctx context.Context, c conn, err error) error {
 	if perr := c.queryRows(ctx, s.st.query(s.st.columns, &values{}), noRows); perr != nil && s.dialect.schemaFault(perr) == notIdemTable {
 		return notIdem{err}
 	}
-	return err
+	return s.named(err)
 }
 
 // columnsProbe is every dialect's columns statement: it names each column

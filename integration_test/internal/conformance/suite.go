@@ -55,6 +55,7 @@ var suite = []struct {
 	{"TestPostgresReplayWritesNothing", TestPostgresReplayWritesNothing},
 	{"TestOnlyTransactionsAccepted", TestOnlyTransactionsAccepted},
 	{"TestErrorsSayWhatToDo", TestErrorsSayWhatToDo},
+	{"TestOlderTableNamed", TestOlderTableNamed},
 	{"TestDeadlockInFn", TestDeadlockInFn},
 	{"TestInterruptInFn", TestInterruptInFn},
 	{"TestBeginLeaseCountsFromGrant", TestBeginLeaseCountsFromGrant},
