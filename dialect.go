@@ -139,6 +139,12 @@ type statements struct {
 	// dropUnbuilt is the text before the name of such an index that
 	// drops it, without holding up the traffic.
 	dropUnbuilt string
+	// fresh is a migration's statement as Migrate runs it on a table it
+	// has just created, which no traffic uses yet: an index built or
+	// dropped beside the traffic (CONCURRENTLY, which waits for every
+	// transaction older than it in the whole database) is built or
+	// dropped plainly. nil where the statements are the same.
+	fresh func(stmt string) string
 	// insert claims a new key as PROCESSING with a token from the
 	// database clock (Begin's claim), its lease, and its expiry (the lease
 	// and the request's retention from now), or does nothing (or fails

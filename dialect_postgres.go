@@ -42,6 +42,7 @@ func (postgresDialect) statements(parts []string) *statements {
 		built:           statement{pgBuilt, args(argQuoted, argIndexName)},
 		builds:          pgBuilds,
 		dropUnbuilt:     "DROP INDEX CONCURRENTLY IF EXISTS ",
+		fresh:           pgFresh,
 		insert:          statement{pgInsert, args(argScope, argKey, argOperation, argFingerprint, argLease, argExpiry)},
 		insertOwn:       statement{pgInsertOwn, args(argScope, argKey, argOperation, argFingerprint, argToken, argLease, argExpiry)},
 		insertDone:      statement{pgInsertDone, args(argScope, argKey, argOperation, argFingerprint, argToken, argLease, argExpiry, argStatus, argHeader, argBody, argSealedKey)},
@@ -102,6 +103,19 @@ WHERE i.indrelid = to_regclass($1) AND c.relname = $2`
 // pgBuildsConcurrently matches the migrations' statements that build an
 // index beside the traffic, and names it.
 var pgBuildsConcurrently = regexp.MustCompile(`^CREATE INDEX CONCURRENTLY IF NOT EXISTS "?([^\s"]+)"? ON `)
+
+// pgFresh is stmt without CONCURRENTLY, for a table Migrate has just
+// created: a concurrent build or drop waits for every transaction open in
+// the database before it, whatever table it touches; on an empty table
+// no traffic uses yet, a plain one takes a moment.
+func pgFresh(stmt string) string {
+	for _, op := range []string{"CREATE INDEX", "DROP INDEX"} {
+		if strings.HasPrefix(stmt, op+" CONCURRENTLY ") {
+			return op + strings.TrimPrefix(stmt, op+" CONCURRENTLY")
+		}
+	}
+	return stmt
+}
 
 // pgBuilds is the name of the index stmt builds concurrently, or "".
 func pgBuilds(stmt string) string {
@@ -358,6 +372,8 @@ func (postgresDialect) applied(err error) bool {
 		"42P07", // duplicate_table: an index of that name
 		"42710": // duplicate_object
 		return true
+	case "23505": // unique_violation: of the catalog's, by a table or index another Migrate created at once (IF NOT EXISTS found none)
+		return strings.Contains(err.Error(), "pg_class_relname_nsp_index") || strings.Contains(err.Error(), "pg_type_typname_nsp_index")
 	}
 	return false
 }

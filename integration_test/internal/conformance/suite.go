@@ -48,6 +48,7 @@ var suite = []struct {
 	{"TestCompletedKeyHint", TestCompletedKeyHint},
 	{"TestRetryHint", TestRetryHint},
 	{"TestMigrate", TestMigrate},
+	{"TestMigrateNewTableDoesNotWait", TestMigrateNewTableDoesNotWait},
 	{"TestUpgradeFromEarlierVersions", TestUpgradeFromEarlierVersions},
 	{"TestMigrateLeavesNewerLayout", TestMigrateLeavesNewerLayout},
 	{"TestMigrateRebuildsAFailedIndexBuild", TestMigrateRebuildsAFailedIndexBuild},
