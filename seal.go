@@ -183,8 +183,40 @@ const (
 	sealSalt    = 24
 )
 
-// errUnsealable is the Err of an Error of a record that cannot be opened.
-var errUnsealable = errors.New("idem: the stored response cannot be opened")
+// ErrUnsealable reports a stored response that cannot be opened: sealed
+// with a key the Store's sealer lacks (or by a Store with a sealer, read
+// by one without), or sealed and then changed. Nothing ran, and nothing
+// will for its key, until the key is deployed (or the row is put right):
+// a retry cannot succeed before, and is not worth making automatically.
+// errors.As finds the [*UnsealableError], which names the key.
+// idemserve answers it with an outcome of its own (Unopenable), idemhttp
+// with 501.
+var ErrUnsealable = errors.New("idem: the stored response cannot be opened")
+
+// UnsealableError is the error of a stored response that cannot be
+// opened ([ErrUnsealable]), in the Err of the [*Error] that names the
+// record. errors.Is(err, ErrUnsealable) is true for it.
+type UnsealableError struct {
+	// KeyID names the key the record is sealed with.
+	KeyID string
+	// Err is why it does not open: the sealer's error; nil when the
+	// Store has no sealer, or what opened is not a stored response.
+	Err error
+}
+
+func (e *UnsealableError) Error() string {
+	msg := fmt.Sprintf("%v: it is sealed with key %q", ErrUnsealable, e.KeyID)
+	if e.Err != nil {
+		msg += ": " + e.Err.Error()
+	}
+	return msg
+}
+
+// Is makes errors.Is(err, [ErrUnsealable]) true.
+func (e *UnsealableError) Is(target error) bool { return target == ErrUnsealable }
+
+// Unwrap returns Err.
+func (e *UnsealableError) Unwrap() error { return e.Err }
 
 // KeyID names the key the sealer seals with.
 func (s *aesGCMSealer) KeyID() string { return s.current }
@@ -315,15 +347,15 @@ func (s *Store) open(req Request, keyID string, header, body []byte) ([]byte, []
 			Hint:   "give the Store a sealer that has the key (WithSealer), or delete the record by hand if its key is lost (docs/operations.md, Sealing)"}
 	}
 	if s.sealer == nil {
-		return nil, nil, fail("the Store has no sealer", errUnsealable)
+		return nil, nil, fail("the Store has no sealer", &UnsealableError{KeyID: keyID})
 	}
 	plain, err := s.sealer.Open(body, s.sealAD(req))
 	if err != nil {
-		return nil, nil, fail(err.Error(), fmt.Errorf("%w: %w", errUnsealable, err))
+		return nil, nil, fail(err.Error(), &UnsealableError{KeyID: keyID, Err: err})
 	}
 	n, k := binary.Uvarint(plain)
 	if k <= 0 || uint64(len(plain)-k) < n {
-		return nil, nil, fail("what it opens to is not a stored response", errUnsealable)
+		return nil, nil, fail("what it opens to is not a stored response", &UnsealableError{KeyID: keyID})
 	}
 	if n == 0 {
 		return nil, plain[k:], nil // a nil header, as encodeHeader encodes it
