@@ -81,9 +81,9 @@ func (s *Store) ResealBatchOn(ctx context.Context, r Runner, at ResealCursor, li
 		return 0, at, err
 	}
 	n, last, err := s.resealBatch(ctx, r, current, at.expires, limit)
-	if err != nil {
+	if err != nil { // the batch rolled back: nothing of it was rewritten
 		err = s.probed(ctx, s.conn(r), err)
-		return n, at, &Error{Op: "reseal " + s.table, Err: err, Hint: s.advice(err, "nothing of this batch was rewritten, run it again")}
+		return 0, at, &Error{Op: "reseal " + s.table, Err: err, Hint: s.advice(err, "nothing of this batch was rewritten, run it again")}
 	}
 	return n, ResealCursor{last}, nil
 }

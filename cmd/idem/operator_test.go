@@ -240,7 +240,7 @@ func TestResealStopsAndResumes(t *testing.T) {
 	for lines.Scan() {
 	}
 	err = cmd.Wait()
-	stopped := regexp.MustCompile(`reseal stopped after resealing (\d+) records .*run the same command again to go on`).FindStringSubmatch(stderr.String())
+	stopped := regexp.MustCompile(`reseal stopped after resealing (\d+) records? .*run the same command again to go on`).FindStringSubmatch(stderr.String())
 	if ee, ok := errors.AsType[*exec.ExitError](err); !ok || ee.ExitCode() != 1 || stopped == nil {
 		t.Fatalf("reseal interrupted: %v, stderr %q; want exit 1 and how far it went", err, stderr.String())
 	}
@@ -249,7 +249,7 @@ func TestResealStopsAndResumes(t *testing.T) {
 		t.Fatalf("reseal interrupted after %d records; want some, not all", done)
 	}
 	r := idemCmd(t, "reseal", "--dsn", "sqlite:"+path, "--keys-file", keys, "--batch", "500")
-	if want := fmt.Sprintf("resealed %d records", n+1-done); r.code != 0 || !strings.Contains(r.stdout, want) {
+	if want := "resealed " + plural(n+1-done, "record") + " "; r.code != 0 || !strings.Contains(r.stdout, want) {
 		t.Errorf("reseal run again: exit %d, want %q:\n%s%s", r.code, want, r.stdout, r.stderr)
 	}
 	st, err := s.ResealLeft(context.Background(), db)
