@@ -34,13 +34,14 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	)
 	fs := newFlags("inspect", "--dsn DSN --key KEY [--scope SCOPE] [--limit 100] [--table NAME] [--retention 24h] [--key-memory 0] [--keys-file FILE] [--json]",
 		"Shows the records of one Idempotency-Key: status, operation, fingerprint,\n"+
-			"fencing token, lease end, age, and the stored response (its body if it is\n"+
-			"text). With --scope, the record of the key in that scope; without it, the\n"+
-			"key's record in every scope, found by a scan of the whole table. KEY is\n"+
-			"taken as the client sent it: \"K\" (an sf-string, as idemhttp reads the\n"+
-			"header) or K. A response sealed at rest shows as \"sealed (key ID)\"\n"+
-			"unless --keys-file gives the keys that open it. Reads only; locks\n"+
-			"nothing. Exit code 1 when there is no record.", stderr)
+			"fencing token, age, the lease end of a claim in flight, the expiry, and\n"+
+			"the stored response in one line: gone (past retention), sealed, or the\n"+
+			"response (its body if it is text). With --scope, the record of the key\n"+
+			"in that scope; without it, the key's record in every scope, found by a\n"+
+			"scan of the whole table. KEY is taken as the client sent it: \"K\" (an\n"+
+			"sf-string, as idemhttp reads the header) or K. A response sealed at rest\n"+
+			"shows as \"sealed (key ID)\" unless --keys-file gives the keys that open\n"+
+			"it. Reads only; locks nothing. Exit code 1 when there is no record.", stderr)
 	f.register(fs)
 	fs.StringVar(&scope, "scope", "", "the key's scope (user, tenant, API client); may be empty (--scope '')")
 	fs.StringVar(&key, "key", "", "the Idempotency-Key, as the client sent it: \"K\" or K (required)")
