@@ -48,7 +48,7 @@ func (s *Store) Begin(ctx context.Context, db *sql.DB, req Request) (claim *Clai
 // (idempgx.New for a *pgxpool.Pool): its short transaction is one of
 // r's, begun with r's options.
 func (s *Store) BeginOn(ctx context.Context, r Runner, req Request) (claim *Claim, replay *Result, err error) {
-	if r == nil {
+	if isNil(r) {
 		return nil, nil, errors.New("idem: Begin needs a pool, got nil")
 	}
 	defer s.observeBegin(ctx, req, startWatch(), &claim, &replay, &err)
@@ -96,7 +96,7 @@ func (c *Claim) RelayKey() string {
 // changes nothing and returns an error wrapping [ErrLeaseLost], and the
 // caller should stop the work and not complete it. db may be a *sql.DB.
 func (c *Claim) Extend(ctx context.Context, db DBTX, d time.Duration) error {
-	if db == nil {
+	if isNil(db) {
 		return c.ExtendOn(ctx, nil, d)
 	}
 	return c.ExtendOn(ctx, sqlConn{db}, d)
@@ -165,7 +165,7 @@ func (c *Claim) CompleteOn(ctx context.Context, tx Tx, resp Response) (err error
 // token. A release of a claim that is no longer current changes nothing and
 // returns an error wrapping [ErrLeaseLost]. db may be a *sql.DB.
 func (c *Claim) Release(ctx context.Context, db DBTX) error {
-	if db == nil {
+	if isNil(db) {
 		return c.ReleaseOn(ctx, nil)
 	}
 	return c.ReleaseOn(ctx, sqlConn{db})
@@ -187,7 +187,7 @@ func (c *Claim) check(db Conn, method string) error {
 	switch {
 	case c == nil || c.s == nil:
 		return fmt.Errorf("idem: %s on a nil Claim; use the claim Begin returned", method)
-	case db == nil:
+	case isNil(db):
 		return fmt.Errorf("idem: %s needs a database handle, got nil", method)
 	}
 	return nil
@@ -201,7 +201,7 @@ func (c *Claim) fenced(ctx context.Context, sc conn, q Query, what, advice strin
 	}
 	n, err := sc.exec(ctx, q)
 	if err != nil {
-		return fail(err, "", c.s.next(err))
+		return fail(c.s.named(err), "", c.s.next(err))
 	}
 	if n == 1 {
 		return nil

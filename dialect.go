@@ -139,6 +139,12 @@ type statements struct {
 	// dropUnbuilt is the text before the name of such an index that
 	// drops it, without holding up the traffic.
 	dropUnbuilt string
+	// fresh is a migration's statement as Migrate runs it on a table it
+	// has just created, which no traffic uses yet: an index built or
+	// dropped beside the traffic (CONCURRENTLY, which waits for every
+	// transaction older than it in the whole database) is built or
+	// dropped plainly. nil where the statements are the same.
+	fresh func(stmt string) string
 	// insert claims a new key as PROCESSING with a token from the
 	// database clock (Begin's claim), its lease, and its expiry (the lease
 	// and the request's retention from now), or does nothing (or fails
@@ -255,11 +261,15 @@ type statements struct {
 	// purgeIsolation is the isolation level of the short transaction each
 	// purge batch runs in.
 	purgeIsolation sql.IsolationLevel
-	// resealRead reads, for ResealOn, at most limit completed records
-	// whose response is not sealed with the key given, in expires_at order
-	// from the cursor, and locks them: scope, key, operation, token,
-	// expires_at (µs), sealed_key, header and body.
+	// resealRead reads, for ResealBatchOn, at most limit completed
+	// records not yet past their expiry whose response is not sealed with
+	// the key given, in expires_at order from the cursor, and locks them:
+	// scope, key, operation, token, expires_at (µs), sealed_key, header
+	// and body.
 	resealRead statement
+	// resealLeft counts the records resealRead would read from the
+	// start, for ResealLeftOn.
+	resealLeft statement
 	// resealWrite stores a record's response sealed anew. Fenced on the
 	// token and the status.
 	resealWrite statement
@@ -521,7 +531,9 @@ func (e notIdem) Unwrap() error { return e.error }
 // probed is err marked notIdem when the dialect reads it as a later
 // column missing (olderTable) and the columns probe, run on c (a handle
 // outside the failed statement's transaction, whose statements after
-// the error may fail), finds a column of the first version missing too.
+// the error may fail), finds a column of the first version missing too;
+// else err named as an error of a table of an earlier schema version
+// (named).
 func (s *Store) probed(ctx context.Context, c conn, err error) error {
 	if s.dialect.schemaFault(err) != olderTable {
 		return err
@@ -530,7 +542,7 @@ func (s *Store) probed(ctx context.Context, c conn, err error) error {
 	if perr := c.queryRows(ctx, s.st.query(s.st.columns, &values{}), noRows); perr != nil && s.dialect.schemaFault(perr) == notIdemTable {
 		return notIdem{err}
 	}
-	return err
+	return s.named(err)
 }
 
 // columnsProbe is every dialect's columns statement: it names each column

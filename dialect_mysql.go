@@ -78,6 +78,7 @@ func myStatements(parts []string, ddl []schema.Migration, insert string, insertR
 		purgeIsolation: sql.LevelReadCommitted,
 		resealRead:     statement{myResealRead, args(argFrom, argSealedKey, argLimit)},
 		resealWrite:    statement{myResealWrite, args(argBody, argSealedKey, argScope, argKey, argToken)},
+		resealLeft:     statement{myResealLeft, args(argSealedKey)},
 		inspect:        statement{myInspect, append(append(expiry, argRetention), argScope, argKey)},
 		inspectKey:     statement{myInspectKey, append(append(expiry, argRetention), argKey, argLimit)},
 		columns:        columnsProbe,
@@ -222,8 +223,12 @@ ORDER BY created_at LIMIT ?`
 const myResealRead = `SELECT scope, idem_key, operation, token, TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', expires_at),
   COALESCE(sealed_key, ''), response_headers, response_body
 FROM idempotency_keys
-WHERE expires_at >= '1970-01-01 00:00:00' + INTERVAL ? MICROSECOND AND status = 'completed' AND NOT (sealed_key <=> ?)
+WHERE expires_at >= '1970-01-01 00:00:00' + INTERVAL ? MICROSECOND AND expires_at > UTC_TIMESTAMP(6)
+  AND status = 'completed' AND NOT (sealed_key <=> ?)
 ORDER BY expires_at LIMIT ? FOR UPDATE`
+
+const myResealLeft = `SELECT COUNT(*) FROM idempotency_keys
+WHERE expires_at > UTC_TIMESTAMP(6) AND status = 'completed' AND NOT (sealed_key <=> ?)`
 
 const myResealWrite = `UPDATE idempotency_keys SET response_headers = NULL, response_body = ?, sealed_key = ?
 WHERE scope = ? AND idem_key = ? AND token = ? AND status = 'completed'`

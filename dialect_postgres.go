@@ -42,6 +42,7 @@ func (postgresDialect) statements(parts []string) *statements {
 		built:           statement{pgBuilt, args(argQuoted, argIndexName)},
 		builds:          pgBuilds,
 		dropUnbuilt:     "DROP INDEX CONCURRENTLY IF EXISTS ",
+		fresh:           pgFresh,
 		insert:          statement{pgInsert, args(argScope, argKey, argOperation, argFingerprint, argLease, argExpiry)},
 		insertOwn:       statement{pgInsertOwn, args(argScope, argKey, argOperation, argFingerprint, argToken, argLease, argExpiry)},
 		insertDone:      statement{pgInsertDone, args(argScope, argKey, argOperation, argFingerprint, argToken, argLease, argExpiry, argStatus, argHeader, argBody, argSealedKey)},
@@ -67,6 +68,7 @@ func (postgresDialect) statements(parts []string) *statements {
 		purgeIsolation: sql.LevelReadCommitted,
 		resealRead:     statement{pgResealRead, args(argFrom, argSealedKey, argLimit)},
 		resealWrite:    statement{pgResealWrite, args(argBody, argSealedKey, argScope, argKey, argToken)},
+		resealLeft:     statement{pgResealLeft, args(argSealedKey)},
 		inspect:        statement{pgInspect, args(argRetention, argKeyMemory, argScope, argKey)},
 		inspectKey:     statement{pgInspectKey, args(argRetention, argKeyMemory, argKey, argLimit)},
 		columns:        columnsProbe,
@@ -101,6 +103,19 @@ WHERE i.indrelid = to_regclass($1) AND c.relname = $2`
 // pgBuildsConcurrently matches the migrations' statements that build an
 // index beside the traffic, and names it.
 var pgBuildsConcurrently = regexp.MustCompile(`^CREATE INDEX CONCURRENTLY IF NOT EXISTS "?([^\s"]+)"? ON `)
+
+// pgFresh is stmt without CONCURRENTLY, for a table Migrate has just
+// created: a concurrent build or drop waits for every transaction open in
+// the database before it, whatever table it touches; on an empty table
+// no traffic uses yet, a plain one takes a moment.
+func pgFresh(stmt string) string {
+	for _, op := range []string{"CREATE INDEX", "DROP INDEX"} {
+		if strings.HasPrefix(stmt, op+" CONCURRENTLY ") {
+			return op + strings.TrimPrefix(stmt, op+" CONCURRENTLY")
+		}
+	}
+	return stmt
+}
 
 // pgBuilds is the name of the index stmt builds concurrently, or "".
 func pgBuilds(stmt string) string {
@@ -252,8 +267,12 @@ const pgLegacyPurge = `DELETE FROM idempotency_keys WHERE (scope, idem_key) IN (
 const pgResealRead = `SELECT scope, idem_key, operation, token, (extract(epoch FROM expires_at) * 1000000)::bigint,
   COALESCE(sealed_key, ''), response_headers, response_body
 FROM idempotency_keys
-WHERE expires_at >= 'epoch'::timestamptz + $1::bigint * interval '1 microsecond' AND status = 'completed' AND sealed_key IS DISTINCT FROM $2
+WHERE expires_at >= 'epoch'::timestamptz + $1::bigint * interval '1 microsecond' AND expires_at > statement_timestamp()
+  AND status = 'completed' AND sealed_key IS DISTINCT FROM $2
 ORDER BY expires_at LIMIT $3 FOR UPDATE SKIP LOCKED`
+
+const pgResealLeft = `SELECT COUNT(*) FROM idempotency_keys
+WHERE expires_at > statement_timestamp() AND status = 'completed' AND sealed_key IS DISTINCT FROM $1`
 
 const pgResealWrite = `UPDATE idempotency_keys SET response_headers = NULL, response_body = $1, sealed_key = $2
 WHERE scope = $3 AND idem_key = $4 AND token = $5 AND status = 'completed'`
@@ -353,6 +372,8 @@ func (postgresDialect) applied(err error) bool {
 		"42P07", // duplicate_table: an index of that name
 		"42710": // duplicate_object
 		return true
+	case "23505": // unique_violation: of the catalog's, by a table or index another Migrate created at once (IF NOT EXISTS found none)
+		return strings.Contains(err.Error(), "pg_class_relname_nsp_index") || strings.Contains(err.Error(), "pg_type_typname_nsp_index")
 	}
 	return false
 }

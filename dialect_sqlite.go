@@ -72,6 +72,7 @@ func (sqliteDialect) statements(parts []string) *statements {
 		purgeIsolation: sql.LevelDefault,
 		resealRead:     statement{sqResealRead, args(argFrom, argSealedKey, argLimit)},
 		resealWrite:    statement{sqResealWrite, args(argBody, argSealedKey, argScope, argKey, argToken)},
+		resealLeft:     statement{sqResealLeft, args(argSealedKey)},
 		inspect:        statement{sqInspect, append(append(expiry, argRetention), argScope, argKey)},
 		inspectKey:     statement{sqInspectKey, append(append(expiry, argRetention), argKey, argLimit)},
 		columns:        columnsProbe,
@@ -217,8 +218,11 @@ const sqLegacyPurge = `DELETE FROM idempotency_keys WHERE (scope, idem_key) IN (
 
 const sqResealRead = `SELECT scope, idem_key, operation, token, expires_at, COALESCE(sealed_key, ''), response_headers, response_body
 FROM idempotency_keys
-WHERE expires_at >= ? AND status = 'completed' AND sealed_key IS NOT ?
+WHERE expires_at >= ? AND expires_at > ` + sqNow + ` AND status = 'completed' AND sealed_key IS NOT ?
 ORDER BY expires_at LIMIT ?`
+
+const sqResealLeft = `SELECT COUNT(*) FROM idempotency_keys
+WHERE expires_at > ` + sqNow + ` AND status = 'completed' AND sealed_key IS NOT ?`
 
 const sqResealWrite = `UPDATE idempotency_keys SET response_headers = NULL, response_body = ?, sealed_key = ?
 WHERE scope = ? AND idem_key = ? AND token = ? AND status = 'completed'`

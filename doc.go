@@ -46,7 +46,18 @@
 // All times (leases, retention) come from the database clock. Keys and
 // scopes compare byte for byte. Nothing is truncated: input over a limit is
 // an error that names the field. An error of a statement is an [*Error],
-// whose Hint says what to do about it.
+// whose Hint says what to do about it; on a table of an earlier schema
+// version its message says so. A nil handle of any type is refused before
+// any statement.
+//
+// # Sealing
+//
+// [WithSealer] seals the stored responses at rest, with
+// [NewAESGCMSealer]'s keys, which [ParseKeys] reads from the keys file
+// that the idem command reads too. A record sealed with a key the Store
+// lacks is [ErrUnsealable]: never replayed, never run again. [Store.Reseal]
+// (or [Store.ResealBatch], a batch at a time) rewrites the records of an
+// older key after a rotation.
 //
 // See docs/semantics.md in the repository for the state machine, what is
 // stored, and the behaviour under each isolation level.

@@ -31,6 +31,23 @@ func notTx(h any) string {
 	return why
 }
 
+// isNil reports whether h, a handle, is nil: an untyped nil, or a nil
+// pointer (a *sql.Tx, a *sqlx.Tx, ent's *Tx, a caller's type around one),
+// map, slice, channel or function of any type, which an interface holds
+// as a non-nil value. Every method that takes a handle refuses one before
+// any statement, with the message an untyped nil gets, rather than
+// calling a method on it that dereferences nil.
+func isNil(h any) bool {
+	if h == nil {
+		return true
+	}
+	switch v := reflect.ValueOf(h); v.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Chan, reflect.Func, reflect.UnsafePointer:
+		return v.IsNil()
+	}
+	return false
+}
+
 // verdicts caches notTx's answer per dynamic type.
 var verdicts sync.Map // reflect.Type -> string
 

@@ -166,7 +166,7 @@ func (s *Store) LockTimeout() (time.Duration, bool) { return s.lockWait, s.hasLo
 // docs/operations.md says what each migration locks and for how long. On
 // MySQL, DDL commits any transaction open on db.
 func (s *Store) Migrate(ctx context.Context, db DBTX) error {
-	if db == nil {
+	if isNil(db) {
 		return errors.New("idem: Migrate needs a database handle, got nil")
 	}
 	return s.MigrateOn(ctx, sqlConn{db})
@@ -214,7 +214,7 @@ func (s *Store) Do(ctx context.Context, tx DBTX, req Request, fn func(ctx contex
 func (s *Store) DoOn(ctx context.Context, tx Tx, req Request, fn func(ctx context.Context) (Response, error)) (res Result, err error) {
 	start := startWatch()
 	switch {
-	case tx == nil:
+	case isNil(tx):
 		return Result{}, errors.New("idem: Do needs an open transaction, got nil")
 	case fn == nil:
 		return Result{}, errors.New("idem: Do needs a function to run, got nil")
@@ -263,7 +263,7 @@ func (s *Store) Apply(ctx context.Context, tx DBTX, req Request, resp Response, 
 func (s *Store) ApplyOn(ctx context.Context, tx Tx, req Request, resp Response, fn func(ctx context.Context) error) (res Result, err error) {
 	start := startWatch()
 	switch {
-	case tx == nil:
+	case isNil(tx):
 		return Result{}, errors.New("idem: Apply needs an open transaction, got nil")
 	case fn == nil:
 		return Result{}, errors.New("idem: Apply needs a function to run, got nil")

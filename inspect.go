@@ -46,7 +46,7 @@ type Record struct {
 // anything. It returns nil and no error when there is none. An invalid key
 // or scope is [ErrInvalidKey] or [ErrInvalidRequest], as for Do.
 func (s *Store) Inspect(ctx context.Context, db DBTX, scope, key string) (*Record, error) {
-	if db == nil {
+	if isNil(db) {
 		return s.InspectOn(ctx, nil, scope, key)
 	}
 	return s.InspectOn(ctx, sqlConn{db}, scope, key)
@@ -55,7 +55,7 @@ func (s *Store) Inspect(ctx context.Context, db DBTX, scope, key string) (*Recor
 // InspectOn is [Store.Inspect] on db, through any driver's adapter (a
 // Runner is one: a pool works).
 func (s *Store) InspectOn(ctx context.Context, db Conn, scope, key string) (*Record, error) {
-	if db == nil {
+	if isNil(db) {
 		return nil, errors.New("idem: Inspect needs a database handle, got nil")
 	}
 	req := Request{Scope: scope, Key: key}
@@ -85,7 +85,7 @@ func (s *Store) InspectOn(ctx context.Context, db Conn, scope, key string) (*Rec
 // when the scope is known. It returns no records and no error when no
 // scope has the key. An invalid key is [ErrInvalidKey], as for Do.
 func (s *Store) InspectKey(ctx context.Context, db DBTX, key string, limit int) ([]Record, error) {
-	if db == nil {
+	if isNil(db) {
 		return s.InspectKeyOn(ctx, nil, key, limit)
 	}
 	return s.InspectKeyOn(ctx, sqlConn{db}, key, limit)
@@ -94,7 +94,7 @@ func (s *Store) InspectKey(ctx context.Context, db DBTX, key string, limit int) 
 // InspectKeyOn is [Store.InspectKey] on db, through any driver's adapter
 // (a Runner is one: a pool works).
 func (s *Store) InspectKeyOn(ctx context.Context, db Conn, key string, limit int) ([]Record, error) {
-	if db == nil {
+	if isNil(db) {
 		return nil, errors.New("idem: InspectKey needs a database handle, got nil")
 	}
 	if err := ValidateKey(key); err != nil {
@@ -189,7 +189,7 @@ type Stats struct {
 // Stats counts the [Store]'s records with one scan of the table, and asks the
 // database for the table's size. It changes nothing.
 func (s *Store) Stats(ctx context.Context, db DBTX) (Stats, error) {
-	if db == nil {
+	if isNil(db) {
 		return s.StatsOn(ctx, nil)
 	}
 	return s.StatsOn(ctx, sqlConn{db})
@@ -198,7 +198,7 @@ func (s *Store) Stats(ctx context.Context, db DBTX) (Stats, error) {
 // StatsOn is [Store.Stats] on db, through any driver's adapter (a Runner
 // is one: a pool works).
 func (s *Store) StatsOn(ctx context.Context, db Conn) (Stats, error) {
-	if db == nil {
+	if isNil(db) {
 		return Stats{}, errors.New("idem: Stats needs a database handle, got nil")
 	}
 	c := s.conn(db)

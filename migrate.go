@@ -29,7 +29,7 @@ var versionComment = regexp.MustCompile(`\bidem schema ([0-9]+)\b`)
 // that lacks a column of idem's table (a name, given to WithTable or to
 // idem's --table, of one of the application's own tables), and says so.
 func (s *Store) MigrateOn(ctx context.Context, db Conn) error {
-	if db == nil {
+	if isNil(db) {
 		return errors.New("idem: Migrate needs a database handle, got nil")
 	}
 	c := s.conn(db)
@@ -45,6 +45,9 @@ func (s *Store) MigrateOn(ctx context.Context, db Conn) error {
 			return &Error{Op: "migrate " + s.table, Err: err, Detail: "read its columns: " + reason(err) + "; Migrate changed nothing",
 				Hint: s.advice(err, "check that the database user may read the table, then run Migrate again (it is safe to repeat)")}
 		}
+	}
+	if v == 0 && s.st.fresh != nil {
+		steps = freshSteps(steps, s.st.fresh)
 	}
 	for v < len(steps) {
 		err := s.migrateStep(ctx, c, steps[v])
@@ -84,6 +87,19 @@ func (s *Store) migrateStep(ctx context.Context, c conn, stmts []string) error {
 			return errors.Join(err, perr)
 		}
 	}
+}
+
+// freshSteps are the migrations steps as fresh makes their statements
+// for a table Migrate creates.
+func freshSteps(steps [][]string, fresh func(string) string) [][]string {
+	out := make([][]string, len(steps))
+	for i, stmts := range steps {
+		out[i] = make([]string, len(stmts))
+		for j, stmt := range stmts {
+			out[i][j] = fresh(stmt)
+		}
+	}
+	return out
 }
 
 // migrateAttempts bounds the runs of one migration step: each that fails

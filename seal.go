@@ -1,14 +1,18 @@
 package idem
 
 import (
+	"bufio"
 	"crypto/aes"
 	"crypto/cipher"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"sort"
 	"strings"
 )
@@ -69,6 +73,79 @@ func NewAESGCMSealer(current string, keys map[string][]byte) (Sealer, error) {
 	return s, nil
 }
 
+// ParseKeys reads a keys file: the keys of [NewAESGCMSealer], in the one
+// format the library and the idem command (--keys-file) share. Each line
+// is a key ID, then spaces or tabs, then the 32-byte key, as 64 hex
+// digits or in standard padded base64 (44 characters); blank lines and
+// lines whose first character that is not a space is # are skipped. A
+// key ID is 1 to 64 bytes of visible ASCII, given once. current is the
+// ID of the file's last key, the one a sealer made of it seals with:
+// append a new key to rotate.
+//
+//	current, keys, err := idem.ParseKeys(f)
+//	...
+//	sealer, err := idem.NewAESGCMSealer(current, keys)
+//
+// An error names the line it is about (a line that is not an ID and a
+// key, a key that is neither hex nor base64 or not 32 bytes, an invalid
+// or repeated ID), by its number from 1, and never shows a key.
+func ParseKeys(r io.Reader) (current string, keys map[string][]byte, err error) {
+	keys = map[string][]byte{}
+	lines := map[string]int{}
+	sc := bufio.NewScanner(r)
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		fail := func(format string, args ...any) (string, map[string][]byte, error) {
+			return "", nil, fmt.Errorf("idem: keys file: line %d: %s", n, fmt.Sprintf(format, args...))
+		}
+		fields := strings.Fields(line)
+		if len(fields) != 2 {
+			return fail("want a key ID and a key, separated by spaces; got %d fields", len(fields))
+		}
+		id, enc := fields[0], fields[1]
+		if err := checkKeyID(id); err != nil {
+			return fail("%v", err)
+		}
+		if first, dup := lines[id]; dup {
+			return fail("key ID %q given twice (first on line %d)", id, first)
+		}
+		key, err := decodeKey(enc)
+		if err != nil {
+			return fail("the key of %q %v", id, err)
+		}
+		keys[id], lines[id], current = key, n, id
+	}
+	if err := sc.Err(); err != nil {
+		return "", nil, fmt.Errorf("idem: keys file: %w", err)
+	}
+	if len(keys) == 0 {
+		return "", nil, errors.New("idem: keys file: no key in it")
+	}
+	return current, keys, nil
+}
+
+// decodeKey reads a key of a keys file: 32 bytes, as hex or base64. Its
+// error says what is wrong without showing the key.
+func decodeKey(enc string) ([]byte, error) {
+	hexKey, hexErr := hex.DecodeString(enc)
+	if hexErr == nil && len(hexKey) == 32 {
+		return hexKey, nil
+	}
+	b64Key, b64Err := base64.StdEncoding.DecodeString(enc)
+	switch {
+	case b64Err == nil && len(b64Key) == 32:
+		return b64Key, nil
+	case hexErr == nil:
+		return nil, fmt.Errorf("is %d bytes as hex; AES-256 takes 32 (64 hex digits, or 44 characters of base64)", len(hexKey))
+	case b64Err == nil:
+		return nil, fmt.Errorf("is %d bytes as base64; AES-256 takes 32 (44 characters of base64, or 64 hex digits)", len(b64Key))
+	}
+	return nil, errors.New("is neither hex nor base64 (standard, padded)")
+}
+
 // keyNames lists the IDs of keys, sorted, for a message.
 func keyNames(keys map[string][]byte) string {
 	ids := make([]string, 0, len(keys))
@@ -106,8 +183,40 @@ const (
 	sealSalt    = 24
 )
 
-// errUnsealable is the Err of an Error of a record that cannot be opened.
-var errUnsealable = errors.New("idem: the stored response cannot be opened")
+// ErrUnsealable reports a stored response that cannot be opened: sealed
+// with a key the Store's sealer lacks (or by a Store with a sealer, read
+// by one without), or sealed and then changed. Nothing ran, and nothing
+// will for its key, until the key is deployed (or the row is put right):
+// a retry cannot succeed before, and is not worth making automatically.
+// errors.As finds the [*UnsealableError], which names the key.
+// idemserve answers it with an outcome of its own (Unopenable), idemhttp
+// with 501.
+var ErrUnsealable = errors.New("idem: the stored response cannot be opened")
+
+// UnsealableError is the error of a stored response that cannot be
+// opened ([ErrUnsealable]), in the Err of the [*Error] that names the
+// record. errors.Is(err, ErrUnsealable) is true for it.
+type UnsealableError struct {
+	// KeyID names the key the record is sealed with.
+	KeyID string
+	// Err is why it does not open: the sealer's error; nil when the
+	// Store has no sealer, or what opened is not a stored response.
+	Err error
+}
+
+func (e *UnsealableError) Error() string {
+	msg := fmt.Sprintf("%v: it is sealed with key %q", ErrUnsealable, e.KeyID)
+	if e.Err != nil {
+		msg += ": " + e.Err.Error()
+	}
+	return msg
+}
+
+// Is makes errors.Is(err, [ErrUnsealable]) true.
+func (e *UnsealableError) Is(target error) bool { return target == ErrUnsealable }
+
+// Unwrap returns Err.
+func (e *UnsealableError) Unwrap() error { return e.Err }
 
 // KeyID names the key the sealer seals with.
 func (s *aesGCMSealer) KeyID() string { return s.current }
@@ -238,15 +347,15 @@ func (s *Store) open(req Request, keyID string, header, body []byte) ([]byte, []
 			Hint:   "give the Store a sealer that has the key (WithSealer), or delete the record by hand if its key is lost (docs/operations.md, Sealing)"}
 	}
 	if s.sealer == nil {
-		return nil, nil, fail("the Store has no sealer", errUnsealable)
+		return nil, nil, fail("the Store has no sealer", &UnsealableError{KeyID: keyID})
 	}
 	plain, err := s.sealer.Open(body, s.sealAD(req))
 	if err != nil {
-		return nil, nil, fail(err.Error(), fmt.Errorf("%w: %w", errUnsealable, err))
+		return nil, nil, fail(err.Error(), &UnsealableError{KeyID: keyID, Err: err})
 	}
 	n, k := binary.Uvarint(plain)
 	if k <= 0 || uint64(len(plain)-k) < n {
-		return nil, nil, fail("what it opens to is not a stored response", errUnsealable)
+		return nil, nil, fail("what it opens to is not a stored response", &UnsealableError{KeyID: keyID})
 	}
 	if n == 0 {
 		return nil, plain[k:], nil // a nil header, as encodeHeader encodes it

@@ -104,13 +104,16 @@ func TestStoreSealsResponses(t *testing.T) {
 	if got, err := decodeHeader(h); err != nil || got.Get("Content-Type") != "application/json" {
 		t.Fatalf("open: header %q, %v", got, err)
 	}
-	if _, _, err := sealed.open(Request{Scope: "s", Key: "other", Operation: req.Operation}, "k1", nil, body); !errors.Is(err, errUnsealable) {
+	if _, _, err := sealed.open(Request{Scope: "s", Key: "other", Operation: req.Operation}, "k1", nil, body); !errors.Is(err, ErrUnsealable) {
 		t.Errorf("opened for another key: %v", err)
 	}
 	_, _, err = plain.open(req, "k1", nil, body)
 	var e *Error
 	if !errors.As(err, &e) || !strings.Contains(e.Error(), `sealed with key "k1"`) || e.Hint == "" {
 		t.Errorf("a Store without the sealer: %v", err)
+	}
+	if u, ok := errors.AsType[*UnsealableError](err); !ok || u.KeyID != "k1" || !errors.Is(err, ErrUnsealable) {
+		t.Errorf("a Store without the sealer: %v; want an *UnsealableError naming k1", err)
 	}
 	out, _ = sealed.seal(req, Response{StatusCode: 204})
 	if h, b, err := sealed.open(req, "k1", nil, out.body); err != nil || h != nil || len(b) != 0 {

@@ -42,13 +42,13 @@ var (
 // txOf returns the handle that method (Do, Complete) runs its statements
 // through inside the caller's transaction tx: tx itself, or the *sql.Tx
 // inside a handle that would not run them as sent (rewriterTx). It
-// refuses, before any statement, a tx that is not a transaction
-// (notTx).
+// refuses, before any statement, a nil tx of any type (isNil) and a tx
+// that is not a transaction (notTx).
 func txOf(tx DBTX, method string) (DBTX, error) {
-	if sqlTx, ok := tx.(*sql.Tx); ok {
+	if sqlTx, ok := tx.(*sql.Tx); ok && sqlTx != nil {
 		return sqlTx, nil
 	}
-	if tx == nil {
+	if isNil(tx) {
 		return nil, fmt.Errorf("idem: %s needs an open transaction, got nil", method)
 	}
 	if sqlTx, ok := rewriterTx(tx); ok {

@@ -112,7 +112,9 @@ type Config struct {
 	StoreServerErrors bool
 	// Logger receives every error answered with a 500 Problem, whose
 	// detail does not show it to the client ([Middleware.Fail] included),
-	// and a claim that could not be released. Default [slog.Default].
+	// a claim that could not be released, and once per key ID a stored
+	// response that cannot be opened (501 [TypeUnopenable]). Default
+	// [slog.Default].
 	Logger *slog.Logger
 }
 

@@ -64,6 +64,13 @@ const (
 	// TypeStreaming (500): the handler called Flush or Hijack, which the
 	// middleware refuses ([ErrStreaming]). A bug in the server's wiring.
 	TypeStreaming = "https://github.com/idemkit/idem/blob/main/docs/http.md#streaming-not-supported"
+	// TypeUnopenable (501): the key's request completed, but the server
+	// cannot open the response it stored: it is sealed with a key this
+	// server lacks (idem.ErrUnsealable), a fault of its deployment that it
+	// logs. The request did not run again. A retry will not succeed until
+	// the server is fixed, and 501 is the server error that idemclient
+	// (and most retrying clients) do not retry; docs/http.md says why.
+	TypeUnopenable = "https://github.com/idemkit/idem/blob/main/docs/http.md#unopenable"
 	// TypeInternal (500): the server failed; the error is logged to
 	// [Config.Logger], not shown. Nothing was stored; retry with the same key.
 	TypeInternal = "https://github.com/idemkit/idem/blob/main/docs/http.md#internal"
@@ -130,6 +137,9 @@ func (m *Middleware) answerError(w http.ResponseWriter, r *http.Request, err err
 	case idemserve.Expired:
 		p = problem(http.StatusGone, TypeKeyExpired, "Idempotency-Key expired",
 			"this %s was used, and its stored response is gone: its retention has passed; the request did not run again; do not retry with this key: look the outcome up another way, or send a new request with a new key", HeaderIdempotencyKey)
+	case idemserve.Unopenable:
+		p = problem(http.StatusNotImplemented, TypeUnopenable, "Stored response unreadable",
+			"this %s was used, and its request completed, but this server cannot read the response it stored (a key it was sealed with is not deployed here); the request did not run again; a retry will not succeed until the server is fixed: do not retry automatically", HeaderIdempotencyKey)
 	case idemserve.TakenOver:
 		p = problem(http.StatusConflict, TypeInFlight, "Request taken over",
 			"this request ran past its lease and a retry with the same %s took it over; nothing of this attempt was stored; retry to get that request's result", HeaderIdempotencyKey)

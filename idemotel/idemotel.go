@@ -161,7 +161,9 @@ func NewObserver(opts ...Option) (*Observer, error) {
 // they apply, and [ScopeKey] and [KeyKey] with [WithScopeAndKey].
 //
 // error.type is "panic" for a call that panicked, "idem.ErrInvalidKey" or
-// "idem.ErrInvalidRequest" for a request refused as invalid, "context.Canceled",
+// "idem.ErrInvalidRequest" for a request refused as invalid,
+// "idem.ErrUnsealable" for a stored response that cannot be opened (a
+// record sealed with a key the process lacks), "context.Canceled",
 // "context.DeadlineExceeded", "sql.ErrTxDone", "sql.ErrConnDone" or
 // "driver.ErrBadConn" for those errors, otherwise the Go type of the
 // innermost error in ev.Err's chain that is not a plain or wrapping error
@@ -248,6 +250,7 @@ var knownErrors = []struct {
 }{
 	{idem.ErrInvalidKey, "idem.ErrInvalidKey"},
 	{idem.ErrInvalidRequest, "idem.ErrInvalidRequest"},
+	{idem.ErrUnsealable, "idem.ErrUnsealable"},
 	{context.Canceled, "context.Canceled"},
 	{context.DeadlineExceeded, "context.DeadlineExceeded"},
 	{sql.ErrTxDone, "sql.ErrTxDone"},

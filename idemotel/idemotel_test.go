@@ -410,6 +410,7 @@ func TestErrorType(t *testing.T) {
 		{fmt.Errorf("key %s: %w", secretKey, context.Canceled), "context.Canceled"},
 		{fmt.Errorf("key %s: %w", secretKey, context.DeadlineExceeded), "context.DeadlineExceeded"},
 		{fmt.Errorf("key %s: %w", secretKey, sql.ErrTxDone), "sql.ErrTxDone"},
+		{&idem.Error{Op: "open the stored response", Key: secretKey, Err: &idem.UnsealableError{KeyID: "k1", Err: errors.New(secretKey)}}, "idem.ErrUnsealable"},
 		{errors.New(secretKey), "_OTHER"},
 		{fmt.Errorf("charge: %w", errors.New(secretKey)), "_OTHER"},
 	}

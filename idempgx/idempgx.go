@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"reflect"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -40,7 +41,7 @@ var (
 // [idem.Claim.ExtendOn], [idem.Claim.ReleaseOn], [idem.Store.MigrateOn],
 // InspectOn, InspectKeyOn and StatsOn. db may be a pool.
 func Conn(db DBTX) idem.Conn {
-	if db == nil {
+	if isNil(db) {
 		return nil
 	}
 	return conn{db}
@@ -55,13 +56,24 @@ func Conn(db DBTX) idem.Conn {
 // that idempgx begins itself: Tx of it is its [idem.Pipeline], through
 // which DoOn sends its claim with BEGIN and its completion with COMMIT.
 func Tx(t pgx.Tx) idem.Tx {
-	switch t := t.(type) {
-	case nil:
+	if isNil(t) {
 		return nil
-	case *lazyTx:
+	}
+	if t, ok := t.(*lazyTx); ok {
 		return pipeline{t}
 	}
 	return tx{conn{t}}
+}
+
+// isNil reports whether h is nil, untyped or a nil pointer of any type (a
+// caller's type around a pgx.Tx), so that Conn and Tx return nil for it
+// and idem refuses it, before any statement, as it refuses a nil handle.
+func isNil(h any) bool {
+	if h == nil {
+		return true
+	}
+	v := reflect.ValueOf(h)
+	return v.Kind() == reflect.Pointer && v.IsNil()
 }
 
 // Runner is a pgx pool as an [idem.Runner]: [idem.Store.BeginOn] and

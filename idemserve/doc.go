@@ -26,7 +26,9 @@
 //     its driver's TxFrom (idemhttp.TxFrom for database/sql,
 //     idempgx.TxFrom for pgx), both built on [TxFrom], and its claim
 //     ([ClaimFrom]) and request ([RequestFrom]);
-//   - what an error means for the client ([Server.Outcome]).
+//   - what an error means for the client ([Server.Outcome]), logging once
+//     per key ID a record it cannot open (Unopenable), a fault of the
+//     deployment that no retry cures.
 //
 // The Runner is the driver's adapter, an [idem.Runner]: [idem.NewSQLRunner]
 // for a *sql.DB, idempgx.New for a *pgxpool.Pool, so that every layer

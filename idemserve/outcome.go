@@ -14,6 +14,8 @@ type Outcome struct {
 	// RetryAfter is when to retry, for InFlight, TakenOver and
 	// Contention.
 	RetryAfter time.Duration
+	// KeyID names the key the record is sealed with, for Unopenable.
+	KeyID string
 }
 
 // Kind is the kind of an [Outcome].
@@ -51,10 +53,20 @@ const (
 	// this request ([idem.ErrFingerprintChanged]): the server's selection
 	// changed since. Nothing ran. Not to be retried with this key.
 	FingerprintChanged
+	// Unopenable: the key's record completed, but its stored response
+	// cannot be opened ([idem.ErrUnsealable]): it is sealed with a key
+	// (KeyID) this process's sealer lacks, or it was changed. Nothing
+	// ran again. A server fault that a retry cannot cure until the key
+	// is deployed: the layer answers without inviting a retry (idemhttp:
+	// 501, which idemclient does not retry; idemgrpc: INTERNAL; the
+	// consumer acks a redelivery, which was applied). The Server logs it
+	// once per key ID, with the fix.
+	Unopenable
 )
 
 // Outcome says what err, an error of Serve that is not the handler's
-// own, tells the client.
+// own, tells the client. For Unopenable it logs err, the first time
+// only for each key ID.
 func (s *Server) Outcome(err error) Outcome {
 	var inFlight *idem.InFlightError
 	switch {
@@ -64,6 +76,17 @@ func (s *Server) Outcome(err error) Outcome {
 		return Outcome{Kind: Mismatch}
 	case errors.Is(err, idem.ErrExpired):
 		return Outcome{Kind: Expired}
+	case errors.Is(err, idem.ErrUnsealable):
+		keyID := ""
+		if u, ok := errors.AsType[*idem.UnsealableError](err); ok {
+			keyID = u.KeyID
+		}
+		if _, logged := s.unopenable.LoadOrStore(keyID, struct{}{}); !logged {
+			s.cfg.Logger.Error(s.cfg.Layer+": a stored response cannot be opened: no record sealed with this key replays (nor runs again) until it is fixed",
+				"key_id", keyID, "err", err,
+				"fix", "give the Store a sealer that has this key (idem.WithSealer with idem.NewAESGCMSealer's keys, idem.ParseKeys), in every process; drop a key only after idem reseal has rewritten its records; see docs/operations.md, Sealing")
+		}
+		return Outcome{Kind: Unopenable, KeyID: keyID}
 	case errors.Is(err, idem.ErrLeaseLost):
 		return Outcome{Kind: TakenOver, RetryAfter: s.cfg.RetryAfter}
 	case errors.As(err, &inFlight):

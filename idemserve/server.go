@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/idemkit/idem"
@@ -82,6 +83,9 @@ type Config struct {
 type Server struct {
 	cfg  Config
 	gate gate // ModeTransaction: one call per key at the database
+	// unopenable holds the key IDs of the records that could not be
+	// opened, logged once each (Outcome).
+	unopenable sync.Map // string -> struct{}
 }
 
 // New checks cfg and fills in its defaults.

@@ -34,13 +34,14 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	)
 	fs := newFlags("inspect", "--dsn DSN --key KEY [--scope SCOPE] [--limit 100] [--table NAME] [--retention 24h] [--key-memory 0] [--keys-file FILE] [--json]",
 		"Shows the records of one Idempotency-Key: status, operation, fingerprint,\n"+
-			"fencing token, lease end, age, and the stored response (its body if it is\n"+
-			"text). With --scope, the record of the key in that scope; without it, the\n"+
-			"key's record in every scope, found by a scan of the whole table. KEY is\n"+
-			"taken as the client sent it: \"K\" (an sf-string, as idemhttp reads the\n"+
-			"header) or K. A response sealed at rest shows as \"sealed (key ID)\"\n"+
-			"unless --keys-file gives the keys that open it. Reads only; locks\n"+
-			"nothing. Exit code 1 when there is no record.", stderr)
+			"fencing token, age, the lease end of a claim in flight, the expiry, and\n"+
+			"the stored response in one line: gone (past retention), sealed, or the\n"+
+			"response (its body if it is text). With --scope, the record of the key\n"+
+			"in that scope; without it, the key's record in every scope, found by a\n"+
+			"scan of the whole table. KEY is taken as the client sent it: \"K\" (an\n"+
+			"sf-string, as idemhttp reads the header) or K. A response sealed at rest\n"+
+			"shows as \"sealed (key ID)\" unless --keys-file gives the keys that open\n"+
+			"it. Reads only; locks nothing. Exit code 1 when there is no record.", stderr)
 	f.register(fs)
 	fs.StringVar(&scope, "scope", "", "the key's scope (user, tenant, API client); may be empty (--scope '')")
 	fs.StringVar(&key, "key", "", "the Idempotency-Key, as the client sent it: \"K\" or K (required)")
@@ -190,7 +191,7 @@ func printRecord(w io.Writer, r *idem.Record) {
 	row("fingerprint", "%s", shown(r.Fingerprint))
 	row("token", "%d", r.Token)
 	row("created", "%s (age %s)", stamp(r.CreatedAt), ago(r.Now.Sub(r.CreatedAt)))
-	if r.Status != idem.StatusCompleted {
+	if r.Status == idem.StatusProcessing { // a lease means nothing once a claim has ended
 		if left := r.LeaseUntil.Sub(r.Now); left > 0 {
 			row("lease until", "%s (%s left)", stamp(r.LeaseUntil), ago(left))
 		} else {
@@ -207,10 +208,17 @@ func printRecord(w io.Writer, r *idem.Record) {
 			row("expires", "%s (%s ago)", stamp(r.ExpiresAt), ago(-left))
 		}
 	}
-	if r.SealedKey != "" && r.Response == nil {
-		row("response", "sealed (key %s)", shown(r.SealedKey))
-	}
-	if resp := r.Response; resp != nil {
+	// One line on the response: gone, sealed, or the response itself.
+	stored := r.Response != nil || r.SealedKey != "" || r.Status == idem.StatusCompleted || r.Status == idem.StatusExpired
+	switch resp := r.Response; {
+	case !stored:
+	case r.Forgotten:
+		row("response", "gone: past its retention (the key is forgotten, the record awaits purge)")
+	case r.Expired || r.Status == idem.StatusExpired:
+		row("response", "gone: past its retention (the key is kept, without its response, until the key memory passes)")
+	case resp == nil:
+		row("response", "sealed (key %s): give --keys-file to open it", shown(r.SealedKey))
+	default:
 		row("response", "%d %s, %d bytes", resp.StatusCode, http.StatusText(resp.StatusCode), len(resp.Body))
 		for _, name := range slices.Sorted(maps.Keys(resp.Header)) {
 			for _, v := range resp.Header[name] {

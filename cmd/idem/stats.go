@@ -19,9 +19,9 @@ func runStats(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		asJSON    bool
 	)
 	fs := newFlags("stats", "--dsn DSN [--table NAME] [--retention 24h] [--json]",
-		"Counts the records by status, shows the oldest, how many are past retention\nbut not yet purged, and the table's and indexes' size where the database\ncan tell. Reads only.", stderr)
+		"Counts the records by status, shows the oldest, how many are past their own\nexpiry (each record's, set when it was written) but not yet purged, and the\ntable's and indexes' size where the database can tell. Reads only.", stderr)
 	f.register(fs)
-	fs.DurationVar(&retention, "retention", idem.DefaultRetention, "the application's retention, to count the records of a release before per-request retention past it")
+	fs.DurationVar(&retention, "retention", idem.DefaultRetention, "the application's retention: only for the records of a release before per-request retention, which have no expiry of their own")
 	fs.BoolVar(&asJSON, "json", false, "print JSON")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -38,9 +38,9 @@ func runStats(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if asJSON {
 		j := statsJSON{
 			Table: s.Table(), Dialect: t.Dialect.Name(), Total: st.Total, ByStatus: st.ByStatus,
-			Expired: st.Expired, RetentionSeconds: retention.Seconds(),
+			PastExpiry: st.Expired, RetentionSeconds: retention.Seconds(),
 		}
-		for _, status := range []idem.Status{idem.StatusProcessing, idem.StatusCompleted, idem.StatusReleased} {
+		for _, status := range []idem.Status{idem.StatusProcessing, idem.StatusCompleted, idem.StatusReleased, idem.StatusExpired} {
 			if _, ok := j.ByStatus[status]; !ok {
 				j.ByStatus[status] = 0
 			}
@@ -69,7 +69,7 @@ func runStats(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	} else {
 		fmt.Fprintf(tw, "oldest\t%s (age %s)\n", stamp(st.Oldest), ago(st.Now.Sub(st.Oldest)))
 	}
-	fmt.Fprintf(tw, "expired\t%d (past retention %s, not yet purged)\n", st.Expired, dur(retention))
+	fmt.Fprintf(tw, "past expiry\t%d (by each record's own expiry; not yet purged)\n", st.Expired)
 	fmt.Fprintf(tw, "table size\t%s\n", bytesOrUnknown(st.TableBytes))
 	fmt.Fprintf(tw, "index size\t%s\n", bytesOrUnknown(st.IndexBytes))
 	return tw.Flush()
@@ -82,7 +82,7 @@ type statsJSON struct {
 	ByStatus         map[idem.Status]int64 `json:"by_status"`
 	Oldest           *time.Time            `json:"oldest"`
 	OldestAgeSeconds *float64              `json:"oldest_age_seconds"`
-	Expired          int64                 `json:"expired"`
+	PastExpiry       int64                 `json:"past_expiry"` // past each record's own expiry, not yet purged
 	RetentionSeconds float64               `json:"retention_seconds"`
 	TableBytes       *int64                `json:"table_bytes"` // null where the database cannot tell
 	IndexBytes       *int64                `json:"index_bytes"`

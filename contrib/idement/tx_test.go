@@ -4,9 +4,11 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/contrib/idement"
@@ -129,3 +131,47 @@ func TestRunTx(t *testing.T) {
 }
 
 func ok(context.Context) (idem.Response, error) { return idem.Response{StatusCode: 201}, nil }
+
+// A nil *ent.Tx is refused, before any statement, with the message an
+// untyped nil gets, by Do, Complete, Extend and Release: never a panic.
+func TestNilTx(t *testing.T) {
+	eachDB(t, func(t *testing.T, db *sql.DB, _ *ent.Client, _ string, store *idem.Store) {
+		ctx := t.Context()
+		var tx *ent.Tx
+		req := idemtest.ChargeRequest("nil", "100")
+		c, _, err := store.Begin(ctx, db, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for call, f := range map[string]func() error{
+			"Do": func() error {
+				_, err := store.Do(ctx, tx, req, func(context.Context) (idem.Response, error) { return idem.Response{StatusCode: 201}, nil })
+				return err
+			},
+			"Complete": func() error { return c.Complete(ctx, tx, idem.Response{StatusCode: 201}) },
+			"Extend":   func() error { return c.Extend(ctx, tx, time.Minute) },
+			"Release":  func() error { return c.Release(ctx, tx) },
+		} {
+			want := "idem: " + call + " needs an open transaction, got nil"
+			if call == "Extend" || call == "Release" {
+				want = "idem: " + call + " needs a database handle, got nil"
+			}
+			if err := refused(f); err == nil || err.Error() != want {
+				t.Errorf("%s with a nil *ent.Tx: %v, want %q", call, err, want)
+			}
+		}
+		if rec, err := store.Inspect(ctx, db, req.Scope, req.Key); err != nil || rec == nil || rec.Status != idem.StatusProcessing {
+			t.Errorf("after the refused calls: record %+v (%v), want the claim still processing", rec, err)
+		}
+	})
+}
+
+// refused runs f and turns a panic into an error that says so.
+func refused(f func() error) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("panicked: %v", p)
+		}
+	}()
+	return f()
+}

@@ -886,3 +886,41 @@ func TestRetriedAttemptReadsFirst(t *testing.T) {
 		}
 	})
 }
+
+// A call whose stored answer is sealed with a key this server lacks is
+// INTERNAL with reason ReasonUnopenable, whose message says a retry will
+// not succeed (never "retry with the same idempotency key"); the handler
+// does not run again.
+func TestUnopenableAnswer(t *testing.T) {
+	forEachDB(t, func(t *testing.T, e *env) {
+		sealer := func(id string) idem.Sealer {
+			s, err := idem.NewAESGCMSealer(id, map[string][]byte{id: []byte(strings.Repeat(id[1:], 32))})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s
+		}
+		a := e.api()
+		a.provider = &provider{}
+		store := e.store(idem.WithSealer(sealer("k1")))
+		before, _ := e.serveIdem(idemgrpc.Config{Store: store}, a)
+		if r := call(withKey(t.Context(), "sealed-1"), dial(t, before.addr), methodCharge, 1); r.status.Code() != codes.OK {
+			t.Fatalf("first call: %v", r)
+		}
+		after, _ := e.serveIdem(idemgrpc.Config{Store: e.also(store, idem.WithSealer(sealer("k2")))}, a)
+		r := call(withKey(t.Context(), "sealed-1"), dial(t, after.addr), methodCharge, 1)
+		var reason string
+		for _, d := range r.status.Details() {
+			if info, ok := d.(*errdetails.ErrorInfo); ok {
+				reason = info.Reason
+			}
+		}
+		if r.status.Code() != codes.Internal || reason != idemgrpc.ReasonUnopenable || !strings.Contains(r.status.Message(), "will not succeed") ||
+			strings.Contains(r.status.Message(), "retry with the same") {
+			t.Errorf("a replay sealed with a missing key: %v (reason %q); want INTERNAL %s saying a retry will not succeed", r, reason, idemgrpc.ReasonUnopenable)
+		}
+		if n := a.calls.Load(); n != 1 {
+			t.Errorf("the handler ran %d times, want 1", n)
+		}
+	})
+}

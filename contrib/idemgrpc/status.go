@@ -61,6 +61,13 @@ const (
 	// failing with serialization failures or deadlocks. Nothing was
 	// stored; retry with the same key.
 	ReasonContention = "IDEMPOTENCY_CONTENTION"
+	// ReasonUnopenable (INTERNAL): the key's call completed, but the
+	// server cannot open the answer it stored: it is sealed with a key
+	// this server lacks (idem.ErrUnsealable), a fault of its deployment
+	// that it logs. The call did not run again. A retry will not succeed
+	// until the server is fixed: INTERNAL, which gRPC's retry policies do
+	// not retry unless told to, and a message that says not to.
+	ReasonUnopenable = "IDEMPOTENCY_RECORD_UNOPENABLE"
 	// ReasonInternal (INTERNAL): the server failed; the error is logged to
 	// [Config.Logger], not shown. Nothing was stored; retry with the same
 	// key.
@@ -113,6 +120,9 @@ func (i *Interceptor) answerError(ctx context.Context, method, key string, err e
 			fmt.Sprintf("idempotency key %q was used, and its stored answer is gone: its retention has passed; the call did not run again; do not retry with this key", key),
 			&errdetails.PreconditionFailure{Violations: []*errdetails.PreconditionFailure_Violation{{
 				Type: ReasonKeyExpired, Subject: i.keySubject(), Description: "the idempotency key's answer is gone"}}})
+	case idemserve.Unopenable:
+		return statusError(codes.Internal, ReasonUnopenable,
+			fmt.Sprintf("%s was used, and its call completed, but this server cannot read the answer it stored (a key it was sealed with is not deployed here); the call did not run again; a retry will not succeed until the server is fixed: do not retry automatically", callWith(key)))
 	case idemserve.TakenOver:
 		return retryLater(ctx, o.RetryAfter, ReasonTakenOver,
 			fmt.Sprintf("%s ran past its lease and a retry took it over; nothing of this attempt was stored; retry with the same key to get that call's result", callWith(key)))

@@ -91,6 +91,14 @@ func (c *consumer) wrap(h message.HandlerFunc) message.HandlerFunc {
 				c.cfg.Logger.InfoContext(ctx, "idemwatermill: a redelivery of a message applied before, past its record's retention, is acked without running",
 					"message", msg.UUID, "scope", req.Scope)
 				return nil, nil
+			case c.core.Outcome(err).Kind == idemserve.Unopenable:
+				// Applied by an earlier delivery, whose record this
+				// process cannot open (the Server logged it, once per
+				// key ID): the router acks it, and nothing runs again; a
+				// nack would come back in vain until the key is deployed.
+				c.cfg.Logger.InfoContext(ctx, "idemwatermill: a redelivery of a message applied before, whose record cannot be opened here, is acked without running",
+					"message", msg.UUID, "scope", req.Scope)
+				return nil, nil
 			}
 			return nil, c.refuse(ctx, msg, err)
 		}

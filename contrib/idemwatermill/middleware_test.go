@@ -677,3 +677,39 @@ func TestRefusals(t *testing.T) {
 		t.Error("RequestFrom outside the middleware gave a request")
 	}
 }
+
+// A redelivery of a message whose record is sealed with a key this
+// process lacks is acked without running: the record says the message
+// was applied, and a nack would redeliver it in vain until the key is
+// deployed.
+func TestRedeliveryOfAnUnopenableRecord(t *testing.T) {
+	forEachDB(t, func(t *testing.T, e *env) {
+		sealer := func(id string) idem.Sealer {
+			s, err := idem.NewAESGCMSealer(id, map[string][]byte{id: []byte(strings.Repeat(id[1:], 32))})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s
+		}
+		for _, mode := range []idemserve.Mode{idemserve.ModeTransaction, idemserve.ModeClaim} {
+			store := e.store(idem.WithSealer(sealer("k1")))
+			other, err := idem.New(e.tg.dialect, idem.WithTable(store.Table()), idem.WithSealer(sealer("k2")))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var runs atomic.Int64
+			handler := func(*message.Message) ([]*message.Message, error) { runs.Add(1); return nil, nil }
+			m := newMessage("sealed-" + modeName(mode))
+			scoped := func(cfg *idemwatermill.Config) { cfg.Scope = "sealed" }
+			if _, err := e.middleware(store, mode, scoped)(handler)(m); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := e.middleware(other, mode, scoped)(handler)(m); err != nil {
+				t.Errorf("%s: the redelivery read by a process without the key: %v, want it acked", modeName(mode), err)
+			}
+			if n := runs.Load(); n != 1 {
+				t.Errorf("%s: the handler ran %d times, want once", modeName(mode), n)
+			}
+		}
+	})
+}

@@ -415,11 +415,14 @@ func (e *env) beginOn(db *sql.DB, begin string) txn {
 	return sqlTxn(connTx{conn})
 }
 
-// 9. A *sqlx.Tx is a DBTX.
+// 9. A *sqlx.Tx is a DBTX; a nil one is refused as an untyped nil is.
 func TestSqlxTx(t *testing.T) {
 	forEachSQL(t, func(t *testing.T, e *env) {
 		s, o := e.store(), e.op()
 		req := charge("sqlx", "100")
+		if _, err := s.Store.Do(ctx, (*sqlx.Tx)(nil), req, ok); err == nil || err.Error() != "idem: Do needs an open transaction, got nil" {
+			t.Errorf("Do with a nil *sqlx.Tx: %v, want the untyped nil's refusal", err)
+		}
 		sqlxTx, err := sqlx.NewDb(e.sqlDB(), e.driver).Beginx()
 		must(t, err)
 		tx := sqlTxn(sqlxTx)

@@ -63,3 +63,30 @@ func TestErrorsSayWhatToDo(t *testing.T) {
 		}
 	})
 }
+
+// On a table of an earlier schema version, the message of the error
+// (what a service logs) names the table as such, not only the driver's
+// "column ... does not exist"; the Hint still says to run Migrate. So
+// do Begin's and Inspect's.
+func TestOlderTableNamed(t *testing.T) {
+	forEach(t, func(t *testing.T, e *env) {
+		s := e.createRelease1()
+		named := func(what string, err error) {
+			t.Helper()
+			var ie *idem.Error
+			switch {
+			case err == nil:
+				t.Fatalf("%s on a table of release 1: no error", what)
+			case !strings.Contains(err.Error(), "table "+s.Table()+" is of an earlier schema version"):
+				t.Errorf("%s on a table of release 1: Error() %q does not name the table as of an earlier schema version", what, err)
+			case !errors.As(err, &ie) || !strings.Contains(ie.Hint, "Migrate"):
+				t.Errorf("%s on a table of release 1: %q, want a Hint that says to run Migrate", what, told(err))
+			}
+		}
+		named("Do", e.doOK(s, charge("k", "1")))
+		_, _, err := s.Begin(ctx, e.db, charge("k", "1"))
+		named("Begin", err)
+		_, err = s.Inspect(ctx, e.db, "tenant-1", "k")
+		named("Inspect", err)
+	})
+}
