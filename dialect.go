@@ -286,6 +286,14 @@ type statements struct {
 	// size reads the bytes of the table and of its indexes (NULL where the
 	// database cannot tell).
 	size statement
+	// replicated reads, on a pool outside any transaction, the primary's
+	// WAL position (argPosition, or where NULL its insert position now),
+	// how many physical streaming standbys have flushed WAL up to it, and
+	// whether the role may read their positions: for WaitReplicated.
+	// Empty where the dialect cannot wait for its replicas; then
+	// noReplicationWait says what the database offers instead.
+	replicated        statement
+	noReplicationWait string
 	// table is the table they are for.
 	table table
 }
@@ -330,6 +338,7 @@ const (
 	argQuoted                 // the table's whole name, quoted
 	argIndex                  // the name of the table's expires_at index
 	argIndexName              // the name of an index a migration builds
+	argPosition               // a WAL position read before, as text; NULL: read it now
 )
 
 // values are what the engine binds a statement's arguments to.
@@ -344,6 +353,7 @@ type values struct {
 	spared                                     string
 	sealedKey                                  any
 	indexName                                  string
+	position                                   string // "": none yet
 }
 
 // query binds st's arguments to v, for the Store's table.
@@ -402,6 +412,10 @@ func (s *statements) query(st statement, v *values) Query {
 			args[i] = s.table.base() + "_expires_at_idx"
 		case argIndexName:
 			args[i] = v.indexName
+		case argPosition:
+			if v.position != "" {
+				args[i] = v.position
+			}
 		}
 	}
 	return Query{SQL: st.sql, Args: args}

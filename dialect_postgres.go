@@ -72,6 +72,7 @@ func (postgresDialect) statements(parts []string) *statements {
 		columns:        columnsProbe,
 		stats:          statement{pgStats, args(argRetention)},
 		size:           statement{pgSize, args(argQuoted)},
+		replicated:     statement{pgReplicated, args(argPosition)},
 	}).rendered(table{parts: parts, quoted: quoted}, schema.Postgres)
 	if len(parts) == 2 {
 		// An index is dropped by its name in its table's schema, which is
@@ -88,6 +89,21 @@ func (postgresDialect) statements(parts []string) *statements {
 // pgVersion finds the table as a quoted, possibly qualified name would, on
 // the search_path.
 const pgVersion = `SELECT to_regclass($1) IS NOT NULL, COALESCE(obj_description(to_regclass($1), 'pg_class'), '')`
+
+// pgReplicated is the statements' replicated. The position is the WAL
+// insert position (pg_current_wal_insert_lsn), not the write position
+// (pg_current_wal_lsn): the insert position is at or past the end of
+// every commit record already inserted, whatever synchronous_commit is,
+// where with synchronous_commit off a commit that returned may not yet
+// be written. The standbys are the walsenders of physical replication:
+// a logical one (a decoding client's, a subscription's) has a database,
+// and is no standby that a failover could promote. flush_lsn is NULL, and
+// the count 0, for a role that may not read it: pg_has_role says so.
+const pgReplicated = `SELECT p.lsn::text,
+  (SELECT count(*) FROM pg_stat_replication r JOIN pg_stat_activity a ON a.pid = r.pid
+    WHERE a.datid IS NULL AND r.flush_lsn >= p.lsn),
+  pg_has_role('pg_read_all_stats', 'USAGE')
+FROM (SELECT COALESCE($1::text::pg_lsn, pg_current_wal_insert_lsn()) AS lsn) p`
 
 // pgBuilt reads an index of the table by its name in the table's
 // schema; pg_stat_progress_create_index has a row for each build running,

@@ -1,0 +1,159 @@
+package idem
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// ErrNotReplicated reports that a commit had not reached the standbys
+// asked for when the bound of [Store.WaitReplicated] ran out. The commit
+// stands on the primary, but a failover now could lose it: the outcome
+// of the call is unknown, and the client must retry with the same key,
+// which either replays the record (it survived) or runs the call again
+// (it was lost with the primary). The error is a *[NotReplicatedError].
+// HTTP: 503 with Retry-After.
+var ErrNotReplicated = errors.New("idem: the commit has not reached the standbys; the outcome is unknown: retry with the same key")
+
+// NotReplicatedError is the error of [Store.WaitReplicated] when its bound
+// runs out. errors.Is(err, [ErrNotReplicated]) reports true for it.
+type NotReplicatedError struct {
+	// Position is the primary's WAL position the commit was waited for
+	// at, as PostgreSQL writes a pg_lsn ("0/3000148").
+	Position string
+	// Reached is how many standbys had flushed WAL up to Position when
+	// the wait ended, Want how many were asked for.
+	Reached, Want int
+	// Waited is how long the wait lasted.
+	Waited time.Duration
+	// Err is the context's error when the wait ended with its context
+	// rather than its bound; nil otherwise.
+	Err error
+}
+
+func (e *NotReplicatedError) Error() string {
+	msg := fmt.Sprintf("%v (WAL position %s reached %d of %d standbys in %v)", ErrNotReplicated, e.Position, e.Reached, e.Want, e.Waited.Round(time.Millisecond))
+	if e.Err != nil {
+		msg += ": " + e.Err.Error()
+	}
+	return msg
+}
+
+// Is makes errors.Is(err, [ErrNotReplicated]) true.
+func (e *NotReplicatedError) Is(target error) bool { return target == ErrNotReplicated }
+
+// Unwrap returns Err: errors.Is(err, context.DeadlineExceeded) holds when
+// the wait ended with its context's deadline.
+func (e *NotReplicatedError) Unwrap() error { return e.Err }
+
+// The pauses between two reads of the standbys' positions: the first
+// after the first read that finds them behind, doubled after each read up
+// to the longest.
+const (
+	firstReplicationPause = 250 * time.Microsecond
+	maxReplicationPause   = 5 * time.Millisecond
+)
+
+// WaitReplicated waits, after a COMMIT of the caller's own, until that
+// commit has reached standbys standbys of the PostgreSQL primary behind
+// db, for at most within: so that an answer given after it survives a
+// failover to any of them. It reads the primary's WAL insert position
+// now, which is at or past the end of every transaction committed before
+// the call (the caller's own, and the one a replay was read from), and
+// returns once that many physical streaming standbys report WAL flushed
+// to disk up to it (pg_stat_replication's flush_lsn: a promoted standby
+// replays all it has flushed before it accepts writes, so flushed is
+// enough, and cheaper than replay_lsn, which adds the standby's replay).
+//
+// Past within it returns a *[NotReplicatedError] ([ErrNotReplicated]):
+// the commit stands on the primary, but the answer must be "outcome
+// unknown, retry with the same key", which is right whichever side of a
+// failover the record lands on. The serving layers (idemhttp, idemgrpc,
+// idemwatermill) call it through their Standbys option; a caller that
+// runs Do in its own transaction calls it after its COMMIT, for a fresh
+// result and a replay alike, and on pgx calls [Store.WaitReplicatedOn]
+// with idempgx.Conn(pool).
+//
+// standbys must be at least 1 and within positive. The role must be
+// allowed to read the standbys' positions (a superuser, or a member of
+// pg_monitor or pg_read_all_stats); one that is not gets an error that
+// says so at once, not a wait. Only PostgreSQL has it: other dialects
+// return an error that names their own way ([Store.CheckWaitReplicated]).
+// It costs a statement per read, on a pooled connection, and the
+// standbys' round trip: docs/replication.md has the figures.
+func (s *Store) WaitReplicated(ctx context.Context, db *sql.DB, standbys int, within time.Duration) error {
+	if db == nil {
+		return errors.New("idem: WaitReplicated needs the *sql.DB of the primary, got nil")
+	}
+	return s.WaitReplicatedOn(ctx, sqlConn{db: db}, standbys, within)
+}
+
+// WaitReplicatedOn is [Store.WaitReplicated] on any driver's handle of the
+// primary: a [Runner] (idempgx.New(pool, ...)), or a pool's [Conn]
+// (idempgx.Conn(pool)). It must not be inside a transaction still open:
+// what it waits for is what committed before it.
+func (s *Store) WaitReplicatedOn(ctx context.Context, c Conn, standbys int, within time.Duration) error {
+	if err := s.CheckWaitReplicated(); err != nil {
+		return err
+	}
+	switch {
+	case c == nil:
+		return errors.New("idem: WaitReplicatedOn needs a handle of the primary, got nil")
+	case standbys < 1:
+		return fmt.Errorf("idem: WaitReplicated needs at least 1 standby to wait for, got %d", standbys)
+	case within <= 0:
+		return fmt.Errorf("idem: WaitReplicated needs a positive bound, got %v", within)
+	}
+	start := time.Now()
+	sc := s.conn(c)
+	v := &values{}
+	pause := firstReplicationPause
+	for {
+		var (
+			position string
+			reached  int64
+			readable bool
+		)
+		if err := sc.queryRow(ctx, s.st.query(s.st.replicated, v), &position, &reached, &readable); err != nil {
+			if ctx.Err() != nil {
+				return &NotReplicatedError{Position: position, Want: standbys, Waited: time.Since(start), Err: ctx.Err()}
+			}
+			return &Error{Op: "wait for the standbys", Err: err, Hint: s.advice(err, "the outcome is unknown: answer so, and let the client retry with the same key")}
+		}
+		v.position = position
+		if reached >= int64(standbys) {
+			return nil
+		}
+		if !readable {
+			return &Error{Op: "wait for the standbys", Err: errors.New("the role cannot read the standbys' positions in pg_stat_replication"),
+				Hint: "grant it pg_monitor (GRANT pg_monitor TO the role), or connect as a role that has it"}
+		}
+		waited := time.Since(start)
+		if waited >= within {
+			return &NotReplicatedError{Position: position, Reached: int(reached), Want: standbys, Waited: waited}
+		}
+		t := time.NewTimer(min(pause, within-waited))
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return &NotReplicatedError{Position: position, Reached: int(reached), Want: standbys, Waited: time.Since(start), Err: ctx.Err()}
+		}
+		pause = min(2*pause, maxReplicationPause)
+	}
+}
+
+// CheckWaitReplicated reports whether the Store's dialect can wait for
+// standbys ([Store.WaitReplicated]): nil on PostgreSQL, else an error
+// that names what the database offers instead (MariaDB's and MySQL's
+// semi-synchronous replication). The serving layers call it when their
+// Standbys option is set, so that the setting is refused when they are
+// configured, never later.
+func (s *Store) CheckWaitReplicated() error {
+	if s.st.replicated.sql == "" {
+		return fmt.Errorf("idem: waiting for standbys is not supported on %s: %s", s.dialect.Name(), s.st.noReplicationWait)
+	}
+	return nil
+}
