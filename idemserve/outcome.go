@@ -11,8 +11,8 @@ import (
 // a layer to map to its status or code.
 type Outcome struct {
 	Kind Kind
-	// RetryAfter is when to retry, for InFlight, TakenOver and
-	// Contention.
+	// RetryAfter is when to retry, for InFlight, TakenOver, Contention
+	// and NotReplicated.
 	RetryAfter time.Duration
 }
 
@@ -46,6 +46,13 @@ const (
 	// retention but within the Store's key memory ([idem.ErrExpired]).
 	// Nothing ran. Not to be retried, by a client or a broker.
 	Expired
+	// NotReplicated: with [Config.Standbys], the answer was decided and
+	// committed, but its commit had not reached the standbys within
+	// [Config.StandbyWait] ([idem.ErrNotReplicated]), so a failover could
+	// still lose it. The outcome is unknown: retry after RetryAfter with
+	// the same key and request, which replays the answer if it survived
+	// and runs the call again if it did not.
+	NotReplicated
 )
 
 // Outcome says what err, an error of Serve that is not the handler's
@@ -53,6 +60,8 @@ const (
 func (s *Server) Outcome(err error) Outcome {
 	var inFlight *idem.InFlightError
 	switch {
+	case errors.Is(err, idem.ErrNotReplicated):
+		return Outcome{Kind: NotReplicated, RetryAfter: s.cfg.RetryAfter}
 	case errors.Is(err, idem.ErrMismatch):
 		return Outcome{Kind: Mismatch}
 	case errors.Is(err, idem.ErrExpired):
