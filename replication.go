@@ -52,8 +52,8 @@ func (e *NotReplicatedError) Unwrap() error { return e.Err }
 // after the first read that finds them behind, doubled after each read up
 // to the longest.
 const (
-	firstReplicationPause = 250 * time.Microsecond
-	maxReplicationPause   = 5 * time.Millisecond
+	firstReplicationPause = 100 * time.Microsecond
+	maxReplicationPause   = time.Millisecond
 )
 
 // WaitReplicated waits, after a COMMIT of the caller's own, until that

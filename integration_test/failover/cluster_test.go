@@ -217,9 +217,14 @@ func (s *server) open(tb testing.TB) *sql.DB {
 }
 
 // kill kills every process of the server at once (SIGKILL to its
-// process group), as a host's death would, and waits for the postmaster.
-func (s *server) kill() {
+// process group), as a host's death would, runs alongside at that
+// moment (the cut of its links, with what they still held), and waits
+// for the postmaster.
+func (s *server) kill(alongside ...func()) {
 	_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
+	for _, f := range alongside {
+		f()
+	}
 	<-s.done
 }
 

@@ -271,9 +271,7 @@ func failover(t *testing.T, tpl *template, name string, sc scenario) outcome {
 		wg.Go(func() { results[i] = client(ctx, i, ways[i%2]) })
 	}
 	time.Sleep(runFor(t))
-	c.primary.kill()
-	c.link.reset()
-	c.front.reset()
+	c.primary.kill(c.link.reset, c.front.reset)
 	stop()
 	wg.Wait()
 	o := outcome{promote: c.promote(t)}
