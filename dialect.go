@@ -287,7 +287,8 @@ type statements struct {
 	// database cannot tell).
 	size statement
 	// replicated reads, on a pool outside any transaction, the primary's
-	// WAL position (argPosition, or where NULL its insert position now),
+	// WAL position (argPosition, or where NULL the end of what it has
+	// committed now) as the dialect counts it and as a person reads it,
 	// how many physical streaming standbys have flushed WAL up to it, and
 	// whether the role may read their positions: for WaitReplicated.
 	// Empty where the dialect cannot wait for its replicas; then
@@ -338,7 +339,7 @@ const (
 	argQuoted                 // the table's whole name, quoted
 	argIndex                  // the name of the table's expires_at index
 	argIndexName              // the name of an index a migration builds
-	argPosition               // a WAL position read before, as text; NULL: read it now
+	argPosition               // a WAL position replicated read before, as it returned it; NULL: read it now
 )
 
 // values are what the engine binds a statement's arguments to.

@@ -59,13 +59,15 @@ const (
 // WaitReplicated waits, after a COMMIT of the caller's own, until that
 // commit has reached standbys standbys of the PostgreSQL primary behind
 // db, for at most within: so that an answer given after it survives a
-// failover to any of them. It reads the primary's WAL insert position
-// now, which is at or past the end of every transaction committed before
-// the call (the caller's own, and the one a replay was read from), and
-// returns once that many physical streaming standbys report WAL flushed
-// to disk up to it (pg_stat_replication's flush_lsn: a promoted standby
-// replays all it has flushed before it accepts writes, so flushed is
-// enough, and cheaper than replay_lsn, which adds the standby's replay).
+// failover to any of them. It reads the primary's WAL position now (its
+// flush position; under synchronous_commit off, the end of the WAL
+// inserted), which is at or past the end of every transaction committed
+// before the call (the caller's own, and the one a replay was read
+// from), and returns once that many physical streaming standbys report
+// WAL flushed to disk up to it (pg_stat_replication's flush_lsn: a
+// promoted standby replays all it has flushed before it accepts writes,
+// so flushed is enough, and cheaper than replay_lsn, which adds the
+// standby's replay). docs/replication.md says why these positions.
 //
 // Past within it returns a *[NotReplicatedError] ([ErrNotReplicated]):
 // the commit stands on the primary, but the answer must be "outcome
@@ -112,17 +114,17 @@ func (s *Store) WaitReplicatedOn(ctx context.Context, c Conn, standbys int, with
 	pause := firstReplicationPause
 	for {
 		var (
-			position string
-			reached  int64
-			readable bool
+			at, position string
+			reached      int64
+			readable     bool
 		)
-		if err := sc.queryRow(ctx, s.st.query(s.st.replicated, v), &position, &reached, &readable); err != nil {
+		if err := sc.queryRow(ctx, s.st.query(s.st.replicated, v), &at, &position, &reached, &readable); err != nil {
 			if ctx.Err() != nil {
 				return &NotReplicatedError{Position: position, Want: standbys, Waited: time.Since(start), Err: ctx.Err()}
 			}
 			return &Error{Op: "wait for the standbys", Err: err, Hint: s.advice(err, "the outcome is unknown: answer so, and let the client retry with the same key")}
 		}
-		v.position = position
+		v.position = at
 		if reached >= int64(standbys) {
 			return nil
 		}

@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -104,30 +106,59 @@ func (o *pgOwner) mkdir(tb testing.TB, dir string) {
 	}
 }
 
-// template is an initdb'd data directory, made once per test and copied
-// for each primary: initdb is most of a cluster's start-up.
+// template is an initdb'd data directory, made once per test binary and
+// copied for each primary: initdb is most of a cluster's start-up.
 type template struct {
 	owner *pgOwner
-	base  string // a directory o owns, removed when the test ends
+	base  string // a directory owner owns, removed when the tests end (TestMain)
 	data  string
 }
 
+// templates is the test binary's template, made by the first test that
+// needs one.
+var templates struct {
+	once sync.Once
+	tpl  *template
+	err  error
+}
+
+// newTemplate returns the test binary's template, making it the first
+// time: it skips or fails tb, as needServer says, when there are no
+// binaries to make it with.
 func newTemplate(tb testing.TB) *template {
 	tb.Helper()
 	o := needServer(tb)
-	base, err := os.MkdirTemp("", "idem-failover-")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { _ = os.RemoveAll(base) })
-	if o != nil {
-		if err := os.Chown(base, int(o.uid), int(o.gid)); err != nil {
-			tb.Fatal(err)
+	templates.once.Do(func() {
+		base, err := os.MkdirTemp("", "idem-failover-")
+		if err != nil {
+			templates.err = err
+			return
 		}
+		tpl := &template{owner: o, base: base, data: filepath.Join(base, "template")}
+		templates.tpl = tpl
+		if o != nil {
+			if err := os.Chown(base, int(o.uid), int(o.gid)); err != nil {
+				templates.err = err
+				return
+			}
+		}
+		cmd := o.command("initdb", "-D", tpl.data, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--locale=C", "--no-sync")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			templates.err = fmt.Errorf("initdb: %v\n%s", err, out)
+		}
+	})
+	if templates.err != nil {
+		tb.Fatal(templates.err)
 	}
-	tpl := &template{owner: o, base: base, data: filepath.Join(base, "template")}
-	o.run(tb, "initdb", "-D", tpl.data, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--locale=C", "--no-sync")
-	return tpl
+	return templates.tpl
+}
+
+// removeTemplate removes the template's directory and every server's
+// data under it, once the tests have ended.
+func removeTemplate() {
+	if templates.tpl != nil {
+		_ = os.RemoveAll(templates.tpl.base)
+	}
 }
 
 // server is one postgres server of the test's.
@@ -255,6 +286,21 @@ func (s *server) stop() {
 	}
 }
 
+// clusters numbers the clusters, whose directories are named after it.
+var clusters atomic.Int64
+
+// startPrimary starts a primary, with settings, on a copy of the
+// template named after name.
+func (tpl *template) startPrimary(tb testing.TB, name string, settings ...string) *server {
+	tb.Helper()
+	dir := filepath.Join(tpl.base, fmt.Sprintf("%s-%d-primary", name, clusters.Add(1)))
+	tb.Cleanup(func() { _ = os.RemoveAll(dir) }) // after the server's stop
+	if out, err := exec.Command("cp", "-a", tpl.data, dir).CombinedOutput(); err != nil {
+		tb.Fatalf("cp: %v\n%s", err, out)
+	}
+	return tpl.start(tb, dir, settings...)
+}
+
 // cluster is a primary with a streaming standby behind the link proxy,
 // and the front proxy the clients go through.
 type cluster struct {
@@ -267,11 +313,9 @@ type cluster struct {
 // delay, one way; it waits until the standby streams.
 func (tpl *template) startCluster(tb testing.TB, name string, delay time.Duration, schema func(db *sql.DB) error, settings ...string) *cluster {
 	tb.Helper()
-	pdir, sdir := filepath.Join(tpl.base, name+"-primary"), filepath.Join(tpl.base, name+"-standby")
-	if out, err := exec.Command("cp", "-a", tpl.data, pdir).CombinedOutput(); err != nil {
-		tb.Fatalf("cp: %v\n%s", err, out)
-	}
-	c := &cluster{primary: tpl.start(tb, pdir, settings...)}
+	c := &cluster{primary: tpl.startPrimary(tb, name, settings...)}
+	sdir := strings.TrimSuffix(c.primary.dir, "-primary") + "-standby"
+	tb.Cleanup(func() { _ = os.RemoveAll(sdir) })
 	if err := schema(c.primary.open(tb)); err != nil {
 		tb.Fatalf("schema: %v", err)
 	}

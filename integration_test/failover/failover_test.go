@@ -23,11 +23,14 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemhttp"
-	"github.com/idemkit/idem/idemtest/testdb"
 )
 
-// TestMain stops any database container the tests started.
-func TestMain(m *testing.M) { testdb.Main(m) }
+// TestMain removes the servers' data directories once the tests ended.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	removeTemplate()
+	os.Exit(code)
+}
 
 // How the scenarios run: clients pay for runFor (IDEM_FAILOVER_SOAK, a
 // duration, for a longer soak), then the primary dies; the standby's link
