@@ -287,14 +287,17 @@ type statements struct {
 	// database cannot tell).
 	size statement
 	// replicated reads, on a pool outside any transaction, the primary's
-	// WAL position (argPosition, or where NULL the end of what it has
-	// committed now) as the dialect counts it and as a person reads it,
-	// how many physical streaming standbys have flushed WAL up to it, and
-	// whether the role may read their positions: for WaitReplicated.
-	// Empty where the dialect cannot wait for its replicas; then
-	// noReplicationWait says what the database offers instead.
-	replicated        statement
-	noReplicationWait string
+	// WAL position now (the end of what it has committed), in bytes as a
+	// decimal and as a person reads it, how many physical streaming
+	// standbys have flushed WAL up to it, and whether the role may read
+	// their positions: WaitReplicated's first read. flushed reads the
+	// position, in bytes as a decimal, that each physical streaming
+	// standby has flushed, one a row: the reads while it waits, which
+	// every wait on a handle shares. Both empty where the dialect cannot
+	// wait for its replicas; then noReplicationWait says what the
+	// database offers instead.
+	replicated, flushed statement
+	noReplicationWait   string
 	// table is the table they are for.
 	table table
 }
@@ -339,7 +342,6 @@ const (
 	argQuoted                 // the table's whole name, quoted
 	argIndex                  // the name of the table's expires_at index
 	argIndexName              // the name of an index a migration builds
-	argPosition               // a WAL position replicated read before, as it returned it; NULL: read it now
 )
 
 // values are what the engine binds a statement's arguments to.
@@ -354,7 +356,6 @@ type values struct {
 	spared                                     string
 	sealedKey                                  any
 	indexName                                  string
-	position                                   string // "": none yet
 }
 
 // query binds st's arguments to v, for the Store's table.
@@ -413,10 +414,6 @@ func (s *statements) query(st statement, v *values) Query {
 			args[i] = s.table.base() + "_expires_at_idx"
 		case argIndexName:
 			args[i] = v.indexName
-		case argPosition:
-			if v.position != "" {
-				args[i] = v.position
-			}
 		}
 	}
 	return Query{SQL: st.sql, Args: args}

@@ -5,6 +5,9 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"reflect"
+	"strconv"
+	"sync"
 	"time"
 )
 
@@ -48,9 +51,10 @@ func (e *NotReplicatedError) Is(target error) bool { return target == ErrNotRepl
 // the wait ended with its context's deadline.
 func (e *NotReplicatedError) Unwrap() error { return e.Err }
 
-// The pauses between two reads of the standbys' positions: the first
-// after the first read that finds them behind, doubled after each read up
-// to the longest.
+// The pauses between two reads of the standbys' positions while answers
+// wait: the first after the first read that finds them behind, doubled
+// after each read up to the longest, and back to the first when another
+// answer starts waiting.
 const (
 	firstReplicationPause = 100 * time.Microsecond
 	maxReplicationPause   = time.Millisecond
@@ -109,41 +113,165 @@ func (s *Store) WaitReplicatedOn(ctx context.Context, c Conn, standbys int, with
 		return fmt.Errorf("idem: WaitReplicated needs a positive bound, got %v", within)
 	}
 	start := time.Now()
-	sc := s.conn(c)
-	v := &values{}
-	pause := firstReplicationPause
-	for {
-		var (
-			at, position string
-			reached      int64
-			readable     bool
-		)
-		if err := sc.queryRow(ctx, s.st.query(s.st.replicated, v), &at, &position, &reached, &readable); err != nil {
-			if ctx.Err() != nil {
-				return &NotReplicatedError{Position: position, Want: standbys, Waited: time.Since(start), Err: ctx.Err()}
-			}
-			return &Error{Op: "wait for the standbys", Err: err, Hint: s.advice(err, "the outcome is unknown: answer so, and let the client retry with the same key")}
+	var (
+		at, position string
+		reached      int64
+		readable     bool
+	)
+	if err := s.conn(c).queryRow(ctx, s.st.query(s.st.replicated, &values{}), &at, &position, &reached, &readable); err != nil {
+		if ctx.Err() != nil {
+			return &NotReplicatedError{Want: standbys, Waited: time.Since(start), Err: ctx.Err()}
 		}
-		v.position = at
-		if reached >= int64(standbys) {
+		return &Error{Op: "wait for the standbys", Err: err, Hint: s.advice(err, hintUnknownOutcome)}
+	}
+	if reached >= int64(standbys) {
+		return nil
+	}
+	if !readable {
+		return &Error{Op: "wait for the standbys", Err: errors.New("the role cannot read the standbys' positions in pg_stat_replication"),
+			Hint: "grant it pg_monitor (GRANT pg_monitor TO the role), or connect as a role that has it"}
+	}
+	target, err := strconv.ParseUint(at, 10, 64)
+	if err != nil {
+		return &Error{Op: "wait for the standbys", Err: fmt.Errorf("a WAL position that is not a number of bytes: %q", at), Hint: hintUnknownOutcome}
+	}
+	w := &standbyWaiter{at: target, want: standbys, reached: int(reached), done: make(chan error, 1)}
+	s.watches.add(s, c, w)
+	t := time.NewTimer(within - time.Since(start))
+	defer t.Stop()
+	select {
+	case err := <-w.done:
+		if err != nil {
+			return &Error{Op: "wait for the standbys", Err: err, Hint: s.advice(err, hintUnknownOutcome)}
+		}
+		return nil
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	reached = int64(s.watches.remove(w))
+	select {
+	case err := <-w.done: // the read that ended the wait came first
+		if err == nil {
 			return nil
 		}
-		if !readable {
-			return &Error{Op: "wait for the standbys", Err: errors.New("the role cannot read the standbys' positions in pg_stat_replication"),
-				Hint: "grant it pg_monitor (GRANT pg_monitor TO the role), or connect as a role that has it"}
+	default:
+	}
+	return &NotReplicatedError{Position: position, Reached: int(reached), Want: standbys, Waited: time.Since(start), Err: ctx.Err()}
+}
+
+// hintUnknownOutcome is the Hint of a wait for the standbys that failed.
+const hintUnknownOutcome = "the commit stands on the primary but may not survive a failover: answer that the outcome is unknown, and let the client retry with the same key"
+
+// standbyWaiter is one WaitReplicatedOn waiting: for want standbys to
+// have flushed WAL up to at (bytes). done receives nil when they have,
+// or the error of a read of their positions.
+type standbyWaiter struct {
+	at      uint64
+	want    int
+	reached int // how many had, at the last read (under standbyWatches.mu)
+	done    chan error
+}
+
+// standbyWatches are a Store's reads of the standbys' positions, one
+// loop per handle that answers are waiting on: each read serves every
+// wait on the handle at once, so that a primary is read once a pause
+// however many answers wait on it.
+type standbyWatches struct {
+	mu sync.Mutex
+	// on holds each handle's waits, while it has any: by the handle,
+	// where it is comparable, else by the wait's own key.
+	on map[any]*standbyWatch
+}
+
+// standbyWatch is the waits on one handle, and the wake of its loop.
+type standbyWatch struct {
+	waiters map[*standbyWaiter]struct{}
+	wake    chan struct{} // buffered 1: a wait was added
+}
+
+// add adds w to the waits on c, starting their loop when it is the
+// first.
+func (ws *standbyWatches) add(s *Store, c Conn, w *standbyWaiter) {
+	var key any = w
+	if reflect.ValueOf(c).Comparable() {
+		key = c
+	}
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	if ws.on == nil {
+		ws.on = map[any]*standbyWatch{}
+	}
+	if watch, ok := ws.on[key]; ok {
+		watch.waiters[w] = struct{}{}
+		select {
+		case watch.wake <- struct{}{}:
+		default:
 		}
-		waited := time.Since(start)
-		if waited >= within {
-			return &NotReplicatedError{Position: position, Reached: int(reached), Want: standbys, Waited: waited}
+		return
+	}
+	watch := &standbyWatch{waiters: map[*standbyWaiter]struct{}{w: {}}, wake: make(chan struct{}, 1)}
+	ws.on[key] = watch
+	go ws.loop(s, s.conn(c), key, watch)
+}
+
+// remove gives up w, and returns how many standbys had reached its
+// position at the last read.
+func (ws *standbyWatches) remove(w *standbyWaiter) int {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	for _, watch := range ws.on {
+		delete(watch.waiters, w)
+	}
+	return w.reached
+}
+
+// loop reads the standbys' positions on c until no wait is left on it,
+// and ends each wait that they have reached, or that a read failed.
+func (ws *standbyWatches) loop(s *Store, c conn, key any, watch *standbyWatch) {
+	pause := firstReplicationPause
+	for {
+		var flushed []uint64
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err := c.queryRows(ctx, s.st.query(s.st.flushed, &values{}), func(scan func(dest ...any) error) error {
+			var b string
+			if err := scan(&b); err != nil {
+				return err
+			}
+			n, err := strconv.ParseUint(b, 10, 64)
+			if err != nil {
+				return fmt.Errorf("a WAL position that is not a number of bytes: %q", b)
+			}
+			flushed = append(flushed, n)
+			return nil
+		})
+		cancel()
+		ws.mu.Lock()
+		for w := range watch.waiters {
+			w.reached = 0
+			for _, f := range flushed {
+				if f >= w.at {
+					w.reached++
+				}
+			}
+			if err != nil || w.reached >= w.want {
+				w.done <- err
+				delete(watch.waiters, w)
+			}
 		}
-		t := time.NewTimer(min(pause, within-waited))
+		if len(watch.waiters) == 0 {
+			delete(ws.on, key)
+			ws.mu.Unlock()
+			return
+		}
+		ws.mu.Unlock()
+		t := time.NewTimer(pause)
 		select {
 		case <-t.C:
-		case <-ctx.Done():
+			pause = min(2*pause, maxReplicationPause)
+		case <-watch.wake:
 			t.Stop()
-			return &NotReplicatedError{Position: position, Reached: int(reached), Want: standbys, Waited: time.Since(start), Err: ctx.Err()}
+			pause = firstReplicationPause
 		}
-		pause = min(2*pause, maxReplicationPause)
 	}
 }
 
