@@ -890,7 +890,8 @@ func TestRetriedAttemptReadsFirst(t *testing.T) {
 // With Standbys, a call whose commit has not reached the standbys in
 // StandbyWait (none stream from the test's server, and it asks for 50)
 // is UNAVAILABLE with RetryInfo, reason IDEMPOTENCY_NOT_REPLICATED, and
-// so is its replay; the handler ran once and its row stands. MariaDB
+// so is its replay, in both modes; the handler ran once and its row
+// stands. MariaDB
 // refuses the option, naming semi-synchronous replication.
 func TestNotReplicated(t *testing.T) {
 	forEachDB(t, func(t *testing.T, e *env) {
@@ -902,18 +903,22 @@ func TestNotReplicated(t *testing.T) {
 			}
 			return
 		}
-		a := e.api()
-		srv, _ := e.serveIdem(cfg, a)
-		cc := dialBare(t, srv.addr)
-		for attempt := range 2 {
-			r := call(withKey(t.Context(), "unreplicated-1"), cc, methodCharge, 1)
-			checkStatus(t, r, codes.Unavailable, idemgrpc.ReasonNotReplicated)
-			if d := retryInfo(t, r); d != 2*time.Second {
-				t.Errorf("attempt %d: RetryInfo %v, want 2s", attempt, d)
+		for _, mode := range []idemserve.Mode{idemserve.ModeTransaction, idemserve.ModeClaim} {
+			a := e.api()
+			a.provider = &provider{}
+			cfg.Mode = mode
+			srv, _ := e.serveIdem(cfg, a)
+			cc := dialBare(t, srv.addr)
+			for attempt := range 2 {
+				r := call(withKey(t.Context(), "unreplicated-1"), cc, methodCharge, 1)
+				checkStatus(t, r, codes.Unavailable, idemgrpc.ReasonNotReplicated)
+				if d := retryInfo(t, r); d != 2*time.Second {
+					t.Errorf("%s, attempt %d: RetryInfo %v, want 2s", modeName(mode), attempt, d)
+				}
 			}
-		}
-		if got := e.rows(a.biz, "unreplicated-1"); got != 1 || a.calls.Load() != 1 {
-			t.Fatalf("%d rows and %d runs, want 1 and 1: the answer is withheld, not the commit", got, a.calls.Load())
+			if got := e.rows(a.biz, "unreplicated-1"); got != 1 || a.calls.Load() != 1 {
+				t.Fatalf("%s: %d rows and %d runs, want 1 and 1: the answer is withheld, not the commit", modeName(mode), got, a.calls.Load())
+			}
 		}
 	})
 }
