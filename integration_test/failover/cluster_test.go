@@ -31,12 +31,24 @@ import (
 // endpoint would be.
 
 // pgBin is where PostgreSQL's server binaries are: IDEM_TEST_PG_BIN, else
-// Debian's PostgreSQL 15.
+// Debian's PostgreSQL 15, else the newest other major version Debian's
+// packages installed (12 or later: pg_promote).
 func pgBin() string {
 	if d := os.Getenv("IDEM_TEST_PG_BIN"); d != "" {
 		return d
 	}
-	return "/usr/lib/postgresql/15/bin"
+	const debian = "/usr/lib/postgresql/15/bin"
+	if _, err := os.Stat(debian); err == nil {
+		return debian
+	}
+	newest, major := debian, 11
+	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
+	for _, d := range dirs {
+		if v, err := strconv.Atoi(filepath.Base(filepath.Dir(d))); err == nil && v > major {
+			newest, major = d, v
+		}
+	}
+	return newest
 }
 
 // pgOwner is whom the servers run as: the postgres OS user when this
