@@ -110,6 +110,8 @@ func (s *Store) WaitReplicatedOn(ctx context.Context, c Conn, standbys int, with
 	switch {
 	case c == nil:
 		return errors.New("idem: WaitReplicatedOn needs a handle of the primary, got nil")
+	case isTx(c):
+		return errors.New("idem: WaitReplicatedOn needs a pool of the primary, got a transaction: call it after the COMMIT, on the pool (a Runner, idempgx.Conn(pool))")
 	case standbys < 1:
 		return fmt.Errorf("idem: WaitReplicated needs at least 1 standby to wait for, got %d", standbys)
 	case within <= 0:
@@ -160,6 +162,13 @@ func (s *Store) WaitReplicatedOn(ctx context.Context, c Conn, standbys int, with
 	default:
 	}
 	return &NotReplicatedError{Position: position, Reached: int(reached), Want: standbys, Waited: time.Since(start), Err: ctx.Err()}
+}
+
+// isTx reports whether c is a transaction, whose statements the wait's
+// reads, on a goroutine of their own, must not share.
+func isTx(c Conn) bool {
+	_, ok := c.(Tx)
+	return ok
 }
 
 // hintUnknownOutcome is the Hint of a wait for the standbys that failed.

@@ -59,6 +59,28 @@ func TestWaitReplicatedRefused(t *testing.T) {
 	}
 }
 
+// WaitReplicatedOn refuses a transaction: what it waits for is what
+// committed before it, and its reads run on a goroutine of their own.
+func TestWaitReplicatedRefusesTx(t *testing.T) {
+	s, err := idem.New(idem.Postgres)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := sql.Open("sqlite", ":memory:")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	tx, err := idem.NewSQLRunner(db, nil).BeginTx(context.Background(), sql.LevelDefault)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.Background())
+	if err := s.WaitReplicatedOn(context.Background(), tx, 1, time.Second); err == nil || !strings.Contains(err.Error(), "got a transaction") {
+		t.Errorf("WaitReplicatedOn(a Tx) = %v, want a refusal", err)
+	}
+}
+
 // A NotReplicatedError is ErrNotReplicated, says where the wait stood,
 // and unwraps to its context's error.
 func TestNotReplicatedError(t *testing.T) {
