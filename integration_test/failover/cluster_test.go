@@ -334,7 +334,7 @@ func (tpl *template) startCluster(tb testing.TB, name string, delay time.Duratio
 	c.link = startProxy(tb, c.primary.addr(), delay)
 	port := strconv.Itoa(c.link.port())
 	tpl.owner.run(tb, "pg_basebackup", "-h", "127.0.0.1", "-p", port, "-U", "postgres", "-D", sdir, "-R", "-X", "stream", "-c", "fast", "--no-sync")
-	c.standby = tpl.start(tb, sdir, "hot_standby=on", "wal_receiver_status_interval=1s")
+	c.standby = tpl.start(tb, sdir, "hot_standby=on", "wal_receiver_status_interval=1s", "wal_retrieve_retry_interval=100ms")
 	pdb := c.primary.open(tb)
 	for deadline := time.Now().Add(30 * time.Second); ; {
 		var n int
