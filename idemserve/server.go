@@ -79,10 +79,12 @@ type Config struct {
 	Logger *slog.Logger
 	// Standbys, when positive, acknowledges only what survives a
 	// failover: every answer read from or written to the Store's table
-	// (a fresh result, a replay, a mismatch, an expired key) waits until
-	// the primary's WAL at the moment of answering has reached this many
-	// standbys ([idem.Store.WaitReplicated]), for a replay's record may
-	// have been committed a moment ago and be as losable as a fresh one.
+	// (a fresh result, a replay, a mismatch, an expired key), and the
+	// answer of a call without a key once its transaction committed,
+	// waits until the primary's WAL at the moment of answering has
+	// reached this many standbys ([idem.Store.WaitReplicated]), for a
+	// replay's record may have been committed a moment ago and be as
+	// losable as a fresh one.
 	// Past StandbyWait the answer is [NotReplicated]: outcome unknown,
 	// retry with the same key. PostgreSQL only: New refuses it on
 	// another dialect, naming what that database offers instead.
