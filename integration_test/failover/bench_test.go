@@ -17,7 +17,8 @@ import (
 // until the commit has reached the standby (Store.WaitReplicated). The
 // standby streams over the loopback or through the test's proxy, which
 // delays each chunk 5 ms one way (a 10 ms round trip); "serial" is one
-// client, "parallel" GOMAXPROCS×4 clients at once.
+// client, "parallel" GOMAXPROCS×4 clients at once, and "http" one client
+// through the idemhttp middleware with Config.Standbys.
 //
 //	cd integration_test && GOWORK=off go test -run '^$' -bench StandbyWait -benchtime 400x -count 5 ./failover
 func BenchmarkStandbyWait(b *testing.B) {
@@ -61,6 +62,17 @@ func BenchmarkStandbyWait(b *testing.B) {
 			b.Run(fmt.Sprintf("%s/serial/standbys-%d", link.name, standbys), func(b *testing.B) {
 				for b.Loop() {
 					if err := pay(standbys); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+		for _, standbys := range []int{0, 1} {
+			pay := (&bank{store: store, db: db, calls: map[string]int{}}).viaHTTP(b, standbys)
+			b.Run(fmt.Sprintf("%s/http/standbys-%d", link.name, standbys), func(b *testing.B) {
+				for b.Loop() {
+					key := fmt.Sprintf("h%d", seq.Add(1))
+					if _, _, err := pay(context.Background(), key); err != nil {
 						b.Fatal(err)
 					}
 				}

@@ -163,7 +163,7 @@ func (b *bank) viaDo(standbys int) payer {
 }
 
 // viaHTTP pays through the idemhttp middleware, with Standbys set.
-func (b *bank) viaHTTP(t *testing.T, standbys int) payer {
+func (b *bank) viaHTTP(t testing.TB, standbys int) payer {
 	cfg := idemhttp.Config{Store: b.store, DB: b.db, Scope: idemhttp.SingleTenant, Operation: func(*http.Request) string { return "pay" },
 		Logger: slog.New(slog.DiscardHandler)} // the failover's errors are expected
 	if standbys > 0 {
