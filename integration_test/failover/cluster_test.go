@@ -1,3 +1,5 @@
+//go:build linux
+
 package failover_test
 
 import (
@@ -86,11 +88,14 @@ func needServer(tb testing.TB) *pgOwner {
 }
 
 // command is a PostgreSQL binary run as o, in a process group of its own
-// (so that every process of a server can be killed at once).
+// (so that every process of a server can be killed at once). The test
+// is Linux's: Pdeathsig, and the System V call of stop.
 func (o *pgOwner) command(name string, args ...string) *exec.Cmd {
 	cmd := exec.Command(filepath.Join(pgBin(), name), args...)
 	cmd.Env = append(os.Environ(), "LC_ALL=C", "PGTZ=UTC")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// Pdeathsig: a postmaster outlives no test binary that a timeout
+	// killed, and its backends follow it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if o != nil {
 		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: o.uid, Gid: o.gid}
 	}

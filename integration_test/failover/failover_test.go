@@ -1,11 +1,13 @@
+//go:build linux
+
 // Package failover_test fails a PostgreSQL primary over to its streaming
 // standby under payments, and counts the acknowledged payments that the
 // promoted standby lost and that ran a second time when resent: with
 // synchronous replication, with asynchronous replication, and with
 // asynchronous replication and the serving layers' Standbys option
 // (idem.Store.WaitReplicated), which acknowledges only what has reached
-// the standby. It starts servers of its own (cluster_test.go); see
-// docs/replication.md.
+// the standby. It starts servers of its own (cluster_test.go), on Linux;
+// see docs/replication.md.
 package failover_test
 
 import (
