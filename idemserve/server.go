@@ -189,7 +189,10 @@ type Call struct {
 // answer Run returned, committed) or replayed (Run did not run), or an
 // error: Run's own, one whose [Server.Outcome] says what to tell the
 // client, or ctx's error when the client went while its call waited for
-// another with its key.
+// another with its key. With [Config.Standbys], a result, a mismatch and
+// an expired key come back only once the standbys have the commit they
+// rest on, and an error of kind [NotReplicated] in their place past
+// [Config.StandbyWait].
 func (s *Server) Serve(ctx context.Context, c Call) (idem.Result, error) {
 	if c.Request != nil {
 		ctx = context.WithValue(ctx, requestKey{}, *c.Request)
