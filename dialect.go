@@ -296,6 +296,18 @@ type statements struct {
 	// size reads the bytes of the table and of its indexes (NULL where the
 	// database cannot tell).
 	size statement
+	// replicated reads, on a pool outside any transaction, the primary's
+	// WAL position now (the end of what it has committed), in bytes as a
+	// decimal and as a person reads it, how many physical streaming
+	// standbys have flushed WAL up to it, and whether the role may read
+	// their positions: WaitReplicated's first read. flushed reads the
+	// position, in bytes as a decimal, that each physical streaming
+	// standby has flushed, one a row: the reads while it waits, which
+	// every wait on a handle shares. Both empty where the dialect cannot
+	// wait for its replicas; then noReplicationWait says what the
+	// database offers instead.
+	replicated, flushed statement
+	noReplicationWait   string
 	// table is the table they are for.
 	table table
 }

@@ -75,17 +75,26 @@ func myStatements(parts []string, ddl []schema.Migration, insert string, insertR
 		// no newer record lies between, so each would wait for the batch
 		// to commit; READ COMMITTED takes no gap locks. The batch still
 		// waits for a row past its window that a transaction holds.
-		purgeIsolation: sql.LevelReadCommitted,
-		resealRead:     statement{myResealRead, args(argFrom, argSealedKey, argLimit)},
-		resealWrite:    statement{myResealWrite, args(argBody, argSealedKey, argScope, argKey, argToken)},
-		resealLeft:     statement{myResealLeft, args(argSealedKey)},
-		inspect:        statement{myInspect, append(append(expiry, argRetention), argScope, argKey)},
-		inspectKey:     statement{myInspectKey, append(append(expiry, argRetention), argKey, argLimit)},
-		columns:        columnsProbe,
-		stats:          statement{myStats, args(argRetention)},
-		size:           statement{mySize, args(argSchema, argBase)},
+		purgeIsolation:    sql.LevelReadCommitted,
+		resealRead:        statement{myResealRead, args(argFrom, argSealedKey, argLimit)},
+		resealWrite:       statement{myResealWrite, args(argBody, argSealedKey, argScope, argKey, argToken)},
+		resealLeft:        statement{myResealLeft, args(argSealedKey)},
+		inspect:           statement{myInspect, append(append(expiry, argRetention), argScope, argKey)},
+		inspectKey:        statement{myInspectKey, append(append(expiry, argRetention), argKey, argLimit)},
+		columns:           columnsProbe,
+		stats:             statement{myStats, args(argRetention)},
+		size:              statement{mySize, args(argSchema, argBase)},
+		noReplicationWait: myNoReplicationWait,
 	}).rendered(table{parts: parts, quoted: quoted}, ddl)
 }
+
+// myNoReplicationWait is what MySQL and MariaDB offer in place of
+// WaitReplicated: the server itself holds each COMMIT until a replica
+// has the transaction.
+const myNoReplicationWait = "on MySQL and MariaDB use semi-synchronous replication instead: rpl_semi_sync_master_enabled=ON " +
+	"(rpl_semi_sync_source_enabled on MySQL 8.0.26+) with rpl_semi_sync_master_wait_point=AFTER_SYNC, so that no other session " +
+	"reads a commit before a replica has it, and a rpl_semi_sync_master_timeout longer than your answers' deadline, " +
+	"past which the primary falls back to asynchronous replication silently; see docs/replication.md"
 
 const myVersion = `SELECT COUNT(*) > 0, COALESCE(MAX(table_comment), '') FROM information_schema.TABLES
 WHERE table_schema = COALESCE(?, DATABASE()) AND table_name = ?`

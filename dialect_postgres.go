@@ -74,6 +74,8 @@ func (postgresDialect) statements(parts []string) *statements {
 		columns:        columnsProbe,
 		stats:          statement{pgStats, args(argRetention)},
 		size:           statement{pgSize, args(argQuoted)},
+		replicated:     statement{sql: pgReplicated},
+		flushed:        statement{sql: pgFlushed},
 	}).rendered(table{parts: parts, quoted: quoted}, schema.Postgres)
 	if len(parts) == 2 {
 		// An index is dropped by its name in its table's schema, which is
@@ -90,6 +92,45 @@ func (postgresDialect) statements(parts []string) *statements {
 // pgVersion finds the table as a quoted, possibly qualified name would, on
 // the search_path.
 const pgVersion = `SELECT to_regclass($1) IS NOT NULL, COALESCE(obj_description(to_regclass($1), 'pg_class'), '')`
+
+// pgReplicated is the statements' replicated, in bytes of WAL (an LSN
+// minus '0/0') so that it runs on PostgreSQL 12 and 13, which cannot
+// subtract a number from a pg_lsn; it returns the position, the same as
+// a pg_lsn for messages, the count and the privilege. pgFlushed is
+// flushed.
+//
+// The position is the primary's flush position (pg_current_wal_flush_lsn)
+// when the session's synchronous_commit is not off: a COMMIT under it
+// returns once its record is flushed, and a transaction becomes visible
+// (to a replay's read) only after that, so the flush position is at or
+// past every commit answered or read; and a standby can reach it at once,
+// since a walsender sends flushed WAL only. The insert position
+// (pg_current_wal_insert_lsn) would also hold the WAL of transactions
+// still open, which no one flushes until something commits or a page
+// fills: an idle primary would hold a wait for ever. Under
+// synchronous_commit off a COMMIT returns before its flush, so the
+// position is the end of what was inserted: the insert position, less
+// the header of the page it stands at the start of (24 bytes, 40 at a
+// segment's start), where nothing was written yet. A transaction that
+// sets synchronous_commit off for itself alone (SET LOCAL) is not
+// durable on the primary either, and is not covered.
+//
+// The standbys are the walsenders of physical replication: a logical
+// one (a decoding client's, a subscription's) has a database, and is no
+// standby that a failover could promote. flush_lsn is NULL, and the
+// count 0, for a role that may not read it: pg_has_role says so.
+const pgReplicated = `SELECT p.pos::text, p.lsn::text,
+  (SELECT count(*) FROM pg_stat_replication r JOIN pg_stat_activity a ON a.pid = r.pid
+    WHERE a.datid IS NULL AND r.flush_lsn - '0/0' >= p.pos),
+  pg_has_role('pg_read_all_stats', 'USAGE')
+FROM (SELECT w.pos, (to_hex(floor(w.pos / 4294967296)::bigint) || '/' || to_hex((w.pos % 4294967296)::bigint))::pg_lsn AS lsn
+  FROM (SELECT CASE WHEN current_setting('synchronous_commit') <> 'off' THEN pg_current_wal_flush_lsn() - '0/0'
+    ELSE (SELECT i.b - CASE WHEN i.b % pg_size_bytes(current_setting('wal_segment_size')) = 40 THEN 40
+                            WHEN i.b % current_setting('wal_block_size')::numeric = 24 THEN 24 ELSE 0 END
+          FROM (SELECT pg_current_wal_insert_lsn() - '0/0' AS b) i) END AS pos) w) p`
+
+const pgFlushed = `SELECT (r.flush_lsn - '0/0')::text FROM pg_stat_replication r JOIN pg_stat_activity a ON a.pid = r.pid
+WHERE a.datid IS NULL AND r.flush_lsn IS NOT NULL`
 
 // pgBuilt reads an index of the table by its name in the table's
 // schema; pg_stat_progress_create_index has a row for each build running,

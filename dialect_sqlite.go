@@ -69,15 +69,16 @@ func (sqliteDialect) statements(parts []string) *statements {
 		legacyWindow:    statement{sqLegacyWindow, args(argFrom, argRetention, argKeyMemory, argRetention, argLimit)},
 		legacyPurge:     statement{sqLegacyPurge, args(argFrom, argRetention, argKeyMemory, argRetention, argLimit)},
 		// The default: every SQLite transaction is SERIALIZABLE.
-		purgeIsolation: sql.LevelDefault,
-		resealRead:     statement{sqResealRead, args(argFrom, argSealedKey, argLimit)},
-		resealWrite:    statement{sqResealWrite, args(argBody, argSealedKey, argScope, argKey, argToken)},
-		resealLeft:     statement{sqResealLeft, args(argSealedKey)},
-		inspect:        statement{sqInspect, append(append(expiry, argRetention), argScope, argKey)},
-		inspectKey:     statement{sqInspectKey, append(append(expiry, argRetention), argKey, argLimit)},
-		columns:        columnsProbe,
-		stats:          statement{sqStats, args(argRetention)},
-		size:           statement{sqSize, args(argSchema, argBase, argSchema, argIndex)},
+		purgeIsolation:    sql.LevelDefault,
+		resealRead:        statement{sqResealRead, args(argFrom, argSealedKey, argLimit)},
+		resealWrite:       statement{sqResealWrite, args(argBody, argSealedKey, argScope, argKey, argToken)},
+		resealLeft:        statement{sqResealLeft, args(argSealedKey)},
+		inspect:           statement{sqInspect, append(append(expiry, argRetention), argScope, argKey)},
+		inspectKey:        statement{sqInspectKey, append(append(expiry, argRetention), argKey, argLimit)},
+		columns:           columnsProbe,
+		stats:             statement{sqStats, args(argRetention)},
+		size:              statement{sqSize, args(argSchema, argBase, argSchema, argIndex)},
+		noReplicationWait: "SQLite has no standbys; a replicated SQLite (Litestream, LiteFS) is outside what idem can wait for",
 	}).rendered(table{parts: parts, quoted: quoted, schemaName: "main"}, schema.SQLite)
 	if len(parts) == 2 {
 		// SQLite qualifies an index's name with the schema (the attached

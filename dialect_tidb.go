@@ -62,6 +62,7 @@ func (tidbDialect) statements(parts []string) *statements {
 	// FOR UPDATE is a current read in a pessimistic transaction: it sees
 	// the latest committed row whatever the transaction's snapshot.
 	st := myStatements(parts, schema.TiDB, myInsert, returning{}, myForUpdate)
+	st.noReplicationWait = "TiDB commits through Raft to a majority of each region's TiKV replicas, so an acknowledged commit already survives the loss of a minority of them: there is nothing to wait for"
 	// The purge's windows are read ahead over a span, and its batches
 	// stop at their window's end (see purgeStart).
 	legacy := args(argFrom, argRetention, argKeyMemory, argRetention)

@@ -268,3 +268,44 @@ func ExampleStore_Begin() {
 	}
 	fmt.Printf("%d %s\n", resp.StatusCode, resp.Body)
 }
+
+// A caller that commits its own transaction around Do holds its answer
+// until the commit, or the record a replay was read from, has reached a
+// standby, so that a failover cannot lose an answered payment. Past the
+// bound the outcome is unknown: the client is told to retry with the
+// same key. It needs a PostgreSQL primary with a streaming standby, so
+// it is compiled but not run.
+func ExampleStore_WaitReplicated() {
+	ctx := context.Background()
+	db, err := sql.Open("postgres", "postgres://primary/shop?sslmode=disable")
+	if err != nil {
+		log.Fatal(err)
+	}
+	store, err := idem.New(idem.Postgres)
+	if err != nil {
+		log.Fatal(err)
+	}
+	req := idem.Request{Scope: "customer-42", Key: "9d1c0f6e-charge", Operation: "POST /v1/charges",
+		Fingerprint: idem.Fingerprint([]byte(`{"amount":1999,"currency":"EUR"}`))}
+	var res idem.Result
+	err = idem.RunTx(ctx, db, nil, func(tx *sql.Tx) error {
+		res, err = store.Do(ctx, tx, req, func(ctx context.Context) (idem.Response, error) {
+			if _, err := tx.ExecContext(ctx, `INSERT INTO charges (customer, amount) VALUES ($1, $2)`, "customer-42", 1999); err != nil {
+				return idem.Response{}, err
+			}
+			return idem.Response{StatusCode: 201}, nil
+		})
+		return err
+	})
+	if err == nil {
+		err = store.WaitReplicated(ctx, db, 1, 2*time.Second)
+	}
+	switch {
+	case errors.Is(err, idem.ErrNotReplicated):
+		fmt.Println("503: outcome unknown, retry with the same key")
+	case err != nil:
+		log.Fatal(err)
+	default:
+		fmt.Println(res.StatusCode, "replayed:", res.Replayed)
+	}
+}

@@ -72,6 +72,9 @@ type Store struct {
 	// hasLockWait and hasSealer report that WithLockTimeout and
 	// WithSealer were given.
 	hasLockWait, hasSealer bool
+	// watches are the reads of the standbys' positions that the waits of
+	// WaitReplicatedOn share (replication.go).
+	watches *standbyWatches
 }
 
 // New returns a [Store] for the dialect, or an error that names the bad
@@ -80,7 +83,7 @@ type Store struct {
 // [Store] that New returns is usable: no later call reports its
 // configuration.
 func New(d Dialect, opts ...Option) (*Store, error) {
-	s := &Store{dialect: d, table: DefaultTable, lease: DefaultLease, retention: DefaultRetention, completed: new(completed)}
+	s := &Store{dialect: d, table: DefaultTable, lease: DefaultLease, retention: DefaultRetention, completed: new(completed), watches: new(standbyWatches)}
 	for _, o := range opts {
 		o(s)
 	}

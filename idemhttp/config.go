@@ -116,6 +116,16 @@ type Config struct {
 	// response that cannot be opened (501 [TypeUnopenable]). Default
 	// [slog.Default].
 	Logger *slog.Logger
+	// Standbys, when positive, answers only what survives a failover of
+	// a PostgreSQL primary: each answer (fresh or replayed, and a 422 or
+	// 410 read from a record) waits until the commit it rests on has
+	// reached this many standbys, as idemserve.Config.Standbys says.
+	// Past StandbyWait the answer is a 503 of type [TypeNotReplicated]
+	// with Retry-After: outcome unknown, retry with the same key. New
+	// refuses it on another dialect.
+	Standbys int
+	// StandbyWait bounds that wait. Default [idemserve.DefaultStandbyWait].
+	StandbyWait time.Duration
 }
 
 // SingleTenant is the [Config.Scope] of a service with a single caller:
@@ -146,7 +156,7 @@ func New(cfg Config) (*Middleware, error) {
 		cfg.Operation = defaultOperation
 	}
 	core, err := idemserve.New(idemserve.Config{Layer: "idemhttp", Store: cfg.Store, DB: cfg.DB, TxOptions: cfg.TxOptions, Runner: cfg.Runner, Mode: cfg.Mode,
-		Timeout: cfg.Timeout, RetryAfter: cfg.RetryAfter, Logger: cfg.Logger})
+		Timeout: cfg.Timeout, RetryAfter: cfg.RetryAfter, Logger: cfg.Logger, Standbys: cfg.Standbys, StandbyWait: cfg.StandbyWait})
 	if err != nil {
 		return nil, err
 	}

@@ -61,6 +61,13 @@ const (
 	// with serialization failures or deadlocks. Nothing was stored; retry
 	// with the same key.
 	TypeContention = "https://github.com/idemkit/idem/blob/main/docs/http.md#contention"
+	// TypeNotReplicated (503, with Retry-After): with [Config.Standbys],
+	// the request's answer was decided and committed on the primary but
+	// had not reached the standbys within [Config.StandbyWait], so a
+	// failover could still lose it. Its outcome is unknown: retry with
+	// the same key and body, which replays the answer if it survived and
+	// runs the request again if it did not.
+	TypeNotReplicated = "https://github.com/idemkit/idem/blob/main/docs/http.md#not-replicated"
 	// TypeStreaming (500): the handler called Flush or Hijack, which the
 	// middleware refuses ([ErrStreaming]). A bug in the server's wiring.
 	TypeStreaming = "https://github.com/idemkit/idem/blob/main/docs/http.md#streaming-not-supported"
@@ -153,6 +160,10 @@ func (m *Middleware) answerError(w http.ResponseWriter, r *http.Request, err err
 	case idemserve.Contention:
 		p = problem(http.StatusServiceUnavailable, TypeContention, "Database contention",
 			"the transaction kept failing with serialization failures or deadlocks and was rolled back; nothing was stored; retry with the same %s", HeaderIdempotencyKey)
+		p.RetryAfter = o.RetryAfter
+	case idemserve.NotReplicated:
+		p = problem(http.StatusServiceUnavailable, TypeNotReplicated, "Outcome unknown",
+			"the request's answer is stored on the primary database but has not yet reached its standbys, so a failover could still lose it; its outcome is unknown: retry after %s with the same %s and the same request, which returns that answer if it survived, or runs the request again if it did not", inSeconds(o.RetryAfter), HeaderIdempotencyKey)
 		p.RetryAfter = o.RetryAfter
 	default:
 		m.fail(w, r, "transaction", err)

@@ -39,7 +39,9 @@ var (
 
 // Conn is db as an [idem.Conn], for the calls that run on any handle:
 // [idem.Claim.ExtendOn], [idem.Claim.ReleaseOn], [idem.Store.MigrateOn],
-// InspectOn, InspectKeyOn and StatsOn. db may be a pool.
+// InspectOn, InspectKeyOn, StatsOn, and [idem.Store.WaitReplicatedOn]
+// after the COMMIT of a transaction of the caller's (RunTx's). db may be
+// a pool.
 func Conn(db DBTX) idem.Conn {
 	if isNil(db) {
 		return nil

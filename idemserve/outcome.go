@@ -11,8 +11,8 @@ import (
 // a layer to map to its status or code.
 type Outcome struct {
 	Kind Kind
-	// RetryAfter is when to retry, for InFlight, TakenOver and
-	// Contention.
+	// RetryAfter is when to retry, for InFlight, TakenOver, Contention
+	// and NotReplicated.
 	RetryAfter time.Duration
 	// KeyID names the key the record is sealed with, for Unopenable.
 	KeyID string
@@ -62,6 +62,13 @@ const (
 	// consumer acks a redelivery, which was applied). The Server logs it
 	// once per key ID, with the fix.
 	Unopenable
+	// NotReplicated: with [Config.Standbys], the answer was decided and
+	// committed, but its commit had not reached the standbys within
+	// [Config.StandbyWait] ([idem.ErrNotReplicated]), so a failover could
+	// still lose it. The outcome is unknown: retry after RetryAfter with
+	// the same key and request, which replays the answer if it survived
+	// and runs the call again if it did not.
+	NotReplicated
 )
 
 // Outcome says what err, an error of Serve that is not the handler's
@@ -72,6 +79,8 @@ func (s *Server) Outcome(err error) Outcome {
 	switch {
 	case errors.Is(err, idem.ErrFingerprintChanged):
 		return Outcome{Kind: FingerprintChanged}
+	case errors.Is(err, idem.ErrNotReplicated):
+		return Outcome{Kind: NotReplicated, RetryAfter: s.cfg.RetryAfter}
 	case errors.Is(err, idem.ErrMismatch):
 		return Outcome{Kind: Mismatch}
 	case errors.Is(err, idem.ErrExpired):

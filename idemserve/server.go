@@ -19,6 +19,8 @@ const (
 	DefaultTimeout = 30 * time.Second
 	// DefaultRetryAfter is the default of [Config.RetryAfter]: 1 s.
 	DefaultRetryAfter = time.Second
+	// DefaultStandbyWait is the default of [Config.StandbyWait]: 5 s.
+	DefaultStandbyWait = 5 * time.Second
 )
 
 // Mode says how a layer runs a handler.
@@ -76,6 +78,20 @@ type Config struct {
 	// Logger receives what goes wrong after the answer is decided (a
 	// claim that could not be released). Default [slog.Default].
 	Logger *slog.Logger
+	// Standbys, when positive, acknowledges only what survives a
+	// failover: every answer read from or written to the Store's table
+	// (a fresh result, a replay, a mismatch, an expired key), and the
+	// answer of a call without a key once its transaction committed,
+	// waits until the primary's WAL at the moment of answering has
+	// reached this many standbys ([idem.Store.WaitReplicated]), for a
+	// replay's record may have been committed a moment ago and be as
+	// losable as a fresh one.
+	// Past StandbyWait the answer is [NotReplicated]: outcome unknown,
+	// retry with the same key. PostgreSQL only: New refuses it on
+	// another dialect, naming what that database offers instead.
+	Standbys int
+	// StandbyWait bounds that wait. Default [DefaultStandbyWait].
+	StandbyWait time.Duration
 }
 
 // Server serves calls under their idempotency keys, as [Config] says; it
@@ -106,6 +122,18 @@ func New(cfg Config) (*Server, error) {
 		return fail("unknown Mode %d", cfg.Mode)
 	case cfg.Timeout < 0 || cfg.RetryAfter < 0:
 		return fail("Timeout and RetryAfter must not be negative, got %v and %v", cfg.Timeout, cfg.RetryAfter)
+	case cfg.Standbys < 0 || cfg.StandbyWait < 0:
+		return fail("Standbys and StandbyWait must not be negative, got %d and %v", cfg.Standbys, cfg.StandbyWait)
+	case cfg.Standbys == 0 && cfg.StandbyWait != 0:
+		return fail("StandbyWait %v is set but Standbys is 0: set Standbys, how many standbys an answer waits for", cfg.StandbyWait)
+	}
+	if cfg.Standbys > 0 {
+		if err := cfg.Store.CheckWaitReplicated(); err != nil {
+			return fail("Standbys: %w", err)
+		}
+		if cfg.StandbyWait == 0 {
+			cfg.StandbyWait = DefaultStandbyWait
+		}
 	}
 	if cfg.DB != nil {
 		cfg.Runner = idem.NewSQLRunner(cfg.DB, cfg.TxOptions)
@@ -165,7 +193,10 @@ type Call struct {
 // answer Run returned, committed) or replayed (Run did not run), or an
 // error: Run's own, one whose [Server.Outcome] says what to tell the
 // client, or ctx's error when the client went while its call waited for
-// another with its key.
+// another with its key. With [Config.Standbys], a result, a mismatch and
+// an expired key come back only once the standbys have the commit they
+// rest on, and an error of kind [NotReplicated] in their place past
+// [Config.StandbyWait].
 func (s *Server) Serve(ctx context.Context, c Call) (idem.Result, error) {
 	if c.Request != nil {
 		ctx = context.WithValue(ctx, requestKey{}, *c.Request)
@@ -188,10 +219,36 @@ func (s *Server) Serve(ctx context.Context, c Call) (idem.Result, error) {
 			ctx = idem.WithRetryHint(ctx)
 		}
 	}
+	var res idem.Result
+	var err error
 	if s.cfg.Mode == ModeClaim {
-		return s.serveClaim(ctx, c)
+		res, err = s.serveClaim(ctx, c)
+	} else {
+		res, err = s.serveTx(ctx, c)
 	}
-	return s.serveTx(ctx, c)
+	if s.cfg.Standbys > 0 && decided(err) {
+		werr := s.cfg.Store.WaitReplicatedOn(context.WithoutCancel(ctx), s.cfg.Runner, s.cfg.Standbys, s.cfg.StandbyWait)
+		switch {
+		case werr == nil:
+		case errors.Is(werr, idem.ErrNotReplicated):
+			return idem.Result{}, fmt.Errorf("%s: %w", s.cfg.Layer, werr)
+		default:
+			// The wait itself failed (the primary went, the role may not
+			// read the standbys' positions): the answer stands on the
+			// primary but its fate is as unknown as past the bound.
+			s.cfg.Logger.ErrorContext(ctx, s.cfg.Layer+": wait for the standbys", "err", werr)
+			return idem.Result{}, fmt.Errorf("%s: %w: %w", s.cfg.Layer, idem.ErrNotReplicated, werr)
+		}
+	}
+	return res, err
+}
+
+// decided reports whether err, Serve's, is an answer that a committed
+// record decided: none (the call's own result, or a replay), a mismatch
+// with the record, or an expired key. With Config.Standbys such an
+// answer waits until that record has reached the standbys.
+func decided(err error) bool {
+	return err == nil || errors.Is(err, idem.ErrMismatch) || errors.Is(err, idem.ErrExpired)
 }
 
 // serveTx runs the handler inside Store.DoOn (Store.ApplyOn when the

@@ -64,3 +64,37 @@ func TestNewDefaults(t *testing.T) {
 		}
 	}
 }
+
+// Standbys is refused where the Store's dialect cannot wait for standbys,
+// naming what it offers, and out of range; StandbyWait defaults to
+// DefaultStandbyWait.
+func TestNewStandbys(t *testing.T) {
+	db := &sql.DB{}
+	pg, err := idem.New(idem.Postgres)
+	if err != nil {
+		t.Fatal(err)
+	}
+	maria, err := idem.New(idem.MariaDB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for want, cfg := range map[string]Config{
+		"not supported on mariadb: on MySQL and MariaDB use semi-synchronous replication": {Layer: "x", Store: maria, DB: db, Standbys: 1},
+		"must not be negative, got -1 and 0s":                                             {Layer: "x", Store: pg, DB: db, Standbys: -1},
+		"StandbyWait 1s is set but Standbys is 0":                                         {Layer: "x", Store: pg, DB: db, StandbyWait: time.Second},
+	} {
+		if s, err := New(cfg); s != nil || err == nil || !strings.HasPrefix(err.Error(), "x: ") || !strings.Contains(err.Error(), want) {
+			t.Errorf("%+v: %v; want an error of layer x saying %q", cfg, err, want)
+		}
+	}
+	s, err := New(Config{Layer: "x", Store: pg, DB: db, Standbys: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.cfg.StandbyWait != DefaultStandbyWait {
+		t.Errorf("StandbyWait %v, want %v", s.cfg.StandbyWait, DefaultStandbyWait)
+	}
+	if o := s.Outcome(&idem.NotReplicatedError{Want: 2}); o.Kind != NotReplicated || o.RetryAfter != DefaultRetryAfter {
+		t.Errorf("Outcome of a NotReplicatedError: %+v", o)
+	}
+}

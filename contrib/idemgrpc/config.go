@@ -115,6 +115,16 @@ type Config struct {
 	// does not show them to the client, and a claim that could not be
 	// released. Default [slog.Default].
 	Logger *slog.Logger
+	// Standbys, when positive, answers only what survives a failover of
+	// a PostgreSQL primary: each answer (a fresh or replayed one, and a
+	// reused or expired key) waits until the commit it rests on has
+	// reached this many standbys, as idemserve.Config.Standbys says. Past
+	// StandbyWait the answer is UNAVAILABLE with RetryInfo
+	// ([ReasonNotReplicated]): outcome unknown, retry with the same key.
+	// New refuses it on another dialect.
+	Standbys int
+	// StandbyWait bounds that wait. Default [idemserve.DefaultStandbyWait].
+	StandbyWait time.Duration
 }
 
 // SingleTenant is the [Config.Scope] of a service with a single caller:
@@ -136,7 +146,7 @@ func New(cfg Config) (*Interceptor, error) {
 		return nil, fmt.Errorf("idemgrpc: KeyField %q is not a protobuf field name (letters, digits and underscores, e.g. request_id)", cfg.KeyField)
 	}
 	core, err := idemserve.New(idemserve.Config{Layer: "idemgrpc", Store: cfg.Store, DB: cfg.DB, TxOptions: cfg.TxOptions, Runner: cfg.Runner, Mode: cfg.Mode,
-		Timeout: cfg.Timeout, RetryAfter: cfg.RetryAfter, Logger: cfg.Logger})
+		Timeout: cfg.Timeout, RetryAfter: cfg.RetryAfter, Logger: cfg.Logger, Standbys: cfg.Standbys, StandbyWait: cfg.StandbyWait})
 	if err != nil {
 		return nil, err
 	}

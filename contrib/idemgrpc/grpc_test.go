@@ -924,3 +924,39 @@ func TestUnopenableAnswer(t *testing.T) {
 		}
 	})
 }
+
+// With Standbys, a call whose commit has not reached the standbys in
+// StandbyWait (none stream from the test's server, and it asks for 50)
+// is UNAVAILABLE with RetryInfo, reason IDEMPOTENCY_NOT_REPLICATED, and
+// so is its replay, in both modes; the handler ran once and its row
+// stands. MariaDB
+// refuses the option, naming semi-synchronous replication.
+func TestNotReplicated(t *testing.T) {
+	forEachDB(t, func(t *testing.T, e *env) {
+		cfg := idemgrpc.Config{Standbys: 50, StandbyWait: 50 * time.Millisecond, RetryAfter: 2 * time.Second}
+		if e.dialect != idem.Postgres {
+			cfg.Store, cfg.Runner, cfg.Scope = e.store(), e.proc.runner(nil), byCaller
+			if _, err := idemgrpc.New(cfg); err == nil || !strings.Contains(err.Error(), "rpl_semi_sync_master_enabled") {
+				t.Fatalf("%s: %v, want a refusal naming semi-synchronous replication", e.name, err)
+			}
+			return
+		}
+		for _, mode := range []idemserve.Mode{idemserve.ModeTransaction, idemserve.ModeClaim} {
+			a := e.api()
+			a.provider = &provider{}
+			cfg.Mode = mode
+			srv, _ := e.serveIdem(cfg, a)
+			cc := dialBare(t, srv.addr)
+			for attempt := range 2 {
+				r := call(withKey(t.Context(), "unreplicated-1"), cc, methodCharge, 1)
+				checkStatus(t, r, codes.Unavailable, idemgrpc.ReasonNotReplicated)
+				if d := retryInfo(t, r); d != 2*time.Second {
+					t.Errorf("%s, attempt %d: RetryInfo %v, want 2s", modeName(mode), attempt, d)
+				}
+			}
+			if got := e.rows(a.biz, "unreplicated-1"); got != 1 || a.calls.Load() != 1 {
+				t.Fatalf("%s: %d rows and %d runs, want 1 and 1: the answer is withheld, not the commit", modeName(mode), got, a.calls.Load())
+			}
+		}
+	})
+}

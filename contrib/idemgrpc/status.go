@@ -68,6 +68,13 @@ const (
 	// until the server is fixed: INTERNAL, which gRPC's retry policies do
 	// not retry unless told to, and a message that says not to.
 	ReasonUnopenable = "IDEMPOTENCY_RECORD_UNOPENABLE"
+	// ReasonNotReplicated (UNAVAILABLE, with RetryInfo): with
+	// [Config.Standbys], the call's answer was committed on the primary
+	// but had not reached the standbys within [Config.StandbyWait], so a
+	// failover could still lose it. The outcome is unknown: retry with
+	// the same key and request, which replays the answer if it survived
+	// and runs the call again if it did not.
+	ReasonNotReplicated = "IDEMPOTENCY_NOT_REPLICATED"
 	// ReasonInternal (INTERNAL): the server failed; the error is logged to
 	// [Config.Logger], not shown. Nothing was stored; retry with the same
 	// key.
@@ -134,6 +141,9 @@ func (i *Interceptor) answerError(ctx context.Context, method, key string, err e
 	case idemserve.Contention:
 		return retryLater(ctx, o.RetryAfter, ReasonContention,
 			fmt.Sprintf("the transaction of %s kept failing with serialization failures or deadlocks and was rolled back; nothing was stored; retry it", callWith(key)))
+	case idemserve.NotReplicated:
+		return retryLater(ctx, o.RetryAfter, ReasonNotReplicated,
+			fmt.Sprintf("the answer of %s is stored on the primary database but has not yet reached its standbys, so a failover could still lose it; its outcome is unknown: retry with the same key and request, which returns that answer if it survived, or runs the call again if it did not", callWith(key)))
 	}
 	return i.fail(ctx, "transaction", method, key, err)
 }

@@ -117,6 +117,16 @@ type Config struct {
 	// decided (a claim that could not be released). Default
 	// [slog.Default].
 	Logger *slog.Logger
+	// Standbys, when positive, acks only what survives a failover of a
+	// PostgreSQL primary: a message is acked once the commit that
+	// applied it (or, for a redelivery, the record that says it was
+	// applied) has reached this many standbys, as
+	// idemserve.Config.Standbys says. Past StandbyWait the message is
+	// nacked (after RetryAfter), for its redelivery to replay or apply
+	// it. Middleware refuses it on another dialect.
+	Standbys int
+	// StandbyWait bounds that wait. Default [idemserve.DefaultStandbyWait].
+	StandbyWait time.Duration
 }
 
 // DefaultTimeout is the default of [Config].Timeout: 20 s, below the

@@ -32,7 +32,7 @@ func Middleware(cfg Config) (message.HandlerMiddleware, error) {
 		}
 	}
 	core, err := idemserve.New(idemserve.Config{Layer: "idemwatermill", Store: cfg.Store, DB: cfg.DB, TxOptions: cfg.TxOptions, Runner: cfg.Runner,
-		Mode: cfg.Mode, Timeout: cfg.Timeout, RetryAfter: cfg.RetryAfter, Logger: cfg.Logger})
+		Mode: cfg.Mode, Timeout: cfg.Timeout, RetryAfter: cfg.RetryAfter, Logger: cfg.Logger, Standbys: cfg.Standbys, StandbyWait: cfg.StandbyWait})
 	if err != nil {
 		return nil, err
 	}
@@ -171,7 +171,8 @@ func (c *consumer) run(ctx context.Context, msg *message.Message, h message.Hand
 
 // refuse returns err, an error of Serve's that is not the handler's, for
 // the router to nack msg with. When it tells to retry later (the key is
-// held by another delivery, was taken over, or is contended), it waits
+// held by another delivery, was taken over, or is contended, or the
+// commit has not reached the standbys), it waits
 // the Outcome's RetryAfter first, or until msg's context ends, so that
 // the redelivery comes then and not at once.
 func (c *consumer) refuse(ctx context.Context, msg *message.Message, err error) error {
@@ -179,7 +180,7 @@ func (c *consumer) refuse(ctx context.Context, msg *message.Message, err error) 
 		return err // the subscriber gave up the message while it waited for another delivery with its key
 	}
 	switch o := c.core.Outcome(err); o.Kind {
-	case idemserve.InFlight, idemserve.TakenOver, idemserve.Contention:
+	case idemserve.InFlight, idemserve.TakenOver, idemserve.Contention, idemserve.NotReplicated:
 		t := time.NewTimer(o.RetryAfter)
 		defer t.Stop()
 		select {

@@ -713,3 +713,48 @@ func TestRedeliveryOfAnUnopenableRecord(t *testing.T) {
 		}
 	})
 }
+
+// With Standbys, a message whose commit has not reached the standbys in
+// StandbyWait (none stream from the test's server, and it asks for 50)
+// is nacked with idem.ErrNotReplicated after RetryAfter, and so is its
+// redelivery, which finds the record; the handler ran once and its row
+// stands. MariaDB refuses the option, naming semi-synchronous
+// replication.
+func TestNotReplicatedNacks(t *testing.T) {
+	forEachDB(t, func(t *testing.T, e *env) {
+		store := e.store()
+		if e.tg.dialect != idem.Postgres {
+			p, err := openPool(e.tg, e.dsn, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer p.close()
+			cfg := p.config(store, idemserve.ModeTransaction)
+			cfg.Standbys = 1
+			if _, err := idemwatermill.Middleware(cfg); err == nil || !strings.Contains(err.Error(), "rpl_semi_sync_master_enabled") {
+				t.Fatalf("%v, want a refusal naming semi-synchronous replication", err)
+			}
+			return
+		}
+		biz := e.business()
+		const retryAfter = 100 * time.Millisecond
+		mw := e.middleware(store, idemserve.ModeTransaction, func(cfg *idemwatermill.Config) {
+			cfg.Scope, cfg.Standbys, cfg.StandbyWait, cfg.RetryAfter = "direct", 50, 50*time.Millisecond, retryAfter
+		})
+		var runs atomic.Int64
+		h := mw(func(msg *message.Message) ([]*message.Message, error) {
+			runs.Add(1)
+			return nil, e.tg.exec(msg.Context(), "INSERT INTO "+biz+" (id, handler) VALUES ($1, $2)", msg.UUID, "h")
+		})
+		m := newMessage("unreplicated-1")
+		for attempt := range 2 {
+			start := time.Now()
+			if _, err := h(m); !errors.Is(err, idem.ErrNotReplicated) || time.Since(start) < retryAfter {
+				t.Fatalf("delivery %d: %v after %v, want ErrNotReplicated after %v", attempt, err, time.Since(start), retryAfter)
+			}
+		}
+		if n := e.applied(biz)["unreplicated-1"]; n != 1 || runs.Load() != 1 {
+			t.Fatalf("%d rows and %d runs, want 1 and 1: the ack is withheld, not the commit", n, runs.Load())
+		}
+	})
+}
