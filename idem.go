@@ -69,6 +69,8 @@ type Store struct {
 	expirySweep, legacySweep sweep
 	// sealer seals the stored responses (WithSealer); nil: in the clear.
 	sealer Sealer
+	// cache is the replay cache (WithReplayCache, cache.go); nil: none.
+	cache *replayCache
 	// hasLockWait and hasSealer report that WithLockTimeout and
 	// WithSealer were given.
 	hasLockWait, hasSealer bool
@@ -115,6 +117,9 @@ func (s *Store) configure() error {
 	}
 	if s.hasSealer && s.sealer == nil {
 		return errors.New("idem: WithSealer needs a Sealer, got nil")
+	}
+	if err := s.configureCache(); err != nil {
+		return err
 	}
 	parts, err := parseTable(s.table)
 	if err != nil {
@@ -286,6 +291,10 @@ func (s *Store) ApplyOn(ctx context.Context, tx Tx, req Request, resp Response, 
 // stored completed with done, for Apply), fn, and the completion with
 // fn's response where the claim did not store it already.
 func (s *Store) run(ctx context.Context, c conn, req Request, done *stored, fn func(ctx context.Context) (Response, error)) (Result, error) {
+	if replay, hit, err := s.fromCache(ctx, req, true); hit {
+		return resultOf(replay), err
+	}
+	sent := time.Now() // before the claim, which sets the record's expiry
 	replay, cl, err := s.acquire(ctx, c, req, forDo, done)
 	if err != nil {
 		return Result{}, err
@@ -302,6 +311,7 @@ func (s *Store) run(ctx context.Context, c conn, req Request, done *stored, fn f
 	}
 	if cl.done {
 		s.completed.add(req)
+		s.cacheCompleted(c, req, *done, sent)
 		return Result{Response: resp}, nil
 	}
 	out := stored{}
@@ -313,6 +323,7 @@ func (s *Store) run(ctx context.Context, c conn, req Request, done *stored, fn f
 	if err := s.store(ctx, c, req, cl.token, out); err != nil {
 		return Result{}, err
 	}
+	s.cacheCompleted(c, req, out, sent)
 	return Result{Response: resp}, nil
 }
 

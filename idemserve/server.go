@@ -164,6 +164,9 @@ type Call struct {
 // another with its key.
 func (s *Server) Serve(ctx context.Context, c Call) (idem.Result, error) {
 	if c.Request != nil {
+		if res, ok, err := s.cfg.Store.Cached(ctx, *c.Request); ok {
+			return res, err // the replay cache answered: no wait, no transaction
+		}
 		ctx = context.WithValue(ctx, requestKey{}, *c.Request)
 		if s.cfg.Mode == ModeTransaction {
 			leave, err := s.gate.wait(ctx, s.cfg.Store, *c.Request, s.cfg.Timeout, s.cfg.RetryAfter)
@@ -274,12 +277,17 @@ func (s *Server) complete(ctx context.Context, h *holder, claim *idem.Claim, res
 	if err != nil {
 		return fmt.Errorf("%s: begin the handler's transaction: %w", s.cfg.Layer, err)
 	}
-	if claim != nil {
-		if err := claim.CompleteOn(ctx, tx, resp); err != nil {
-			return err
-		}
+	if claim == nil {
+		return tx.Commit(ctx)
 	}
-	return tx.Commit(ctx)
+	end := idem.TrackCommitOn(tx) // the completion enters the replay cache once committed
+	if err := claim.CompleteOn(ctx, tx, resp); err != nil {
+		end(err)
+		return err
+	}
+	err = tx.Commit(ctx)
+	end(err)
+	return err
 }
 
 // abandon rolls back the handler's transaction, if it began, and releases
