@@ -34,7 +34,7 @@ type ReplayCache struct {
 // CacheEntryOverhead is what MaxBytes counts of a cache entry beside its
 // strings, header and body: the entry, its place in the map and in the
 // recency list, measured (internal/bench, TestCacheMemory).
-const CacheEntryOverhead = 320
+const CacheEntryOverhead = 512
 
 // WithReplayCache answers replays of completed records from this
 // process's memory, without a round trip to the database: the cache holds
