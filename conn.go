@@ -174,7 +174,10 @@ type ender interface {
 // commit fails, and when fn panics or its goroutine exits (a test's
 // t.Fatal), whose panic goes on.
 func attempt[T ender](ctx context.Context, tx T, fn func(tx T) error) error {
-	t := track(tx) // for the replay caches: nil when no Store has one
+	var t *tracked // for the replay caches, once a Store has one
+	if cachesOn.Load() {
+		t = track(tx)
+	}
 	committed := false
 	defer func() {
 		if !committed {
