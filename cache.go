@@ -25,7 +25,9 @@ type ReplayCache struct {
 	// KeepOpened holds the responses of a Store [WithSealer] opened in
 	// memory, so that a hit does not open them again. Off by default: the
 	// cache then holds them sealed, as the table does, and a hit opens its
-	// copy (no round trip, but the sealer's cost). The cache is the
+	// copy (no round trip, but the sealer's cost); one the sealer can no
+	// longer open (its key retired after [Store.Reseal]) is dropped, and
+	// the request goes to the database. The cache is the
 	// process's memory: a heap dump or a core file holds what it holds,
 	// and with KeepOpened that is the responses in the clear.
 	KeepOpened bool
@@ -169,6 +171,15 @@ func (c *replayCache) put(e *cacheEntry) (evicted int64) {
 	return evicted
 }
 
+// drop removes id's entry, if any.
+func (c *replayCache) drop(id string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e := c.entries[id]; e != nil {
+		c.remove(e)
+	}
+}
+
 // len returns how many entries and bytes the cache holds.
 func (c *replayCache) len() (entries int, bytes int64) {
 	c.mu.Lock()
@@ -223,7 +234,25 @@ func (s *Store) fromCache(ctx context.Context, req Request, countMiss bool) (res
 	if s.cache == nil {
 		return nil, false, nil
 	}
-	e, ok := s.cache.get(cacheID(req), time.Now())
+	id := cacheID(req)
+	e, ok := s.cache.get(id, time.Now())
+	var resp Response
+	switch {
+	case !ok:
+	case e.operation != req.Operation || e.fingerprint != req.Fingerprint:
+		s.observe(ctx, Event{Kind: EventCacheHit, Scope: req.Scope, Key: req.Key, Operation: req.Operation})
+		return nil, true, mismatch(req, record{operation: e.operation, fingerprint: e.fingerprint})
+	case e.sealed != nil:
+		var err error
+		if resp, err = s.response(req, *e.sealed); err != nil {
+			// Sealed with a key the sealer no longer has (Reseal, then
+			// the old key retired): the database holds it resealed.
+			s.cache.drop(id)
+			ok = false
+		}
+	default:
+		resp = cloneResponse(e.resp)
+	}
 	if !ok {
 		if countMiss {
 			s.observe(ctx, Event{Kind: EventCacheMiss, Scope: req.Scope, Key: req.Key, Operation: req.Operation})
@@ -231,17 +260,7 @@ func (s *Store) fromCache(ctx context.Context, req Request, countMiss bool) (res
 		return nil, false, nil
 	}
 	s.observe(ctx, Event{Kind: EventCacheHit, Scope: req.Scope, Key: req.Key, Operation: req.Operation})
-	if e.operation != req.Operation || e.fingerprint != req.Fingerprint {
-		return nil, true, mismatch(req, record{operation: e.operation, fingerprint: e.fingerprint})
-	}
-	if e.sealed != nil {
-		resp, err := s.response(req, *e.sealed)
-		if err != nil {
-			return nil, true, err
-		}
-		return &Result{Response: resp, Replayed: true}, true, nil
-	}
-	return &Result{Response: cloneResponse(e.resp), Replayed: true}, true, nil
+	return &Result{Response: resp, Replayed: true}, true, nil
 }
 
 // resultOf is the Result of a cache hit: the replay, or none beside an

@@ -271,3 +271,46 @@ func TestReplayCacheSealed(t *testing.T) {
 		}
 	}
 }
+
+// refusing is a Sealer that refuses to open while refuse is set, as one
+// whose key was retired after a Reseal refuses what that key sealed.
+type refusing struct {
+	idem.Sealer
+	refuse atomic.Bool
+}
+
+func (r *refusing) Open(ciphertext, additional []byte) ([]byte, error) {
+	if r.refuse.Load() {
+		return nil, errors.New("the key is retired")
+	}
+	return r.Sealer.Open(ciphertext, additional)
+}
+
+// A sealed entry the sealer can no longer open is dropped, and the
+// request goes to the database, which decides.
+func TestReplayCacheSealedUnopenable(t *testing.T) {
+	aes, err := idem.NewAESGCMSealer("k1", map[string][]byte{"k1": make([]byte, 32)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sealer := &refusing{Sealer: aes}
+	e := newCacheEnv(t, idem.WithSealer(sealer), idem.WithReplayCache(idem.ReplayCache{MaxEntries: 4}))
+	req := cacheReq("retired", "a")
+	if _, err := e.do(req); err != nil {
+		t.Fatal(err)
+	}
+	sealer.refuse.Store(true)
+	if _, ok, err := e.store.Cached(t.Context(), req); ok || err != nil {
+		t.Fatalf("Cached of an entry the sealer cannot open: %v, %v; want a miss", ok, err)
+	}
+	if _, err := e.do(req); err == nil {
+		t.Fatal("Do read a record the sealer cannot open, and did not fail")
+	}
+	sealer.refuse.Store(false)
+	if _, ok, _ := e.store.Cached(t.Context(), req); ok {
+		t.Fatal("the entry the sealer could not open is still cached")
+	}
+	if res, err := e.do(req); err != nil || !res.Replayed || e.ran.Load() != 1 {
+		t.Fatalf("replay from the database: %+v, %v, fn ran %d times", res, err, e.ran.Load())
+	}
+}
