@@ -378,7 +378,8 @@ func txID(tx any) (id any, ok bool) {
 }
 
 // track starts tracking tx's commit, when a Store of the process has a
-// cache; nil otherwise. Its end must be called once tx has ended.
+// cache and tx is not tracked already; nil otherwise. Its end must be
+// called once tx has ended.
 func track(tx any) *tracked {
 	if !cachesOn.Load() {
 		return nil
@@ -388,7 +389,9 @@ func track(tx any) *tracked {
 		return nil
 	}
 	t := &tracked{id: id, tc: new(txCommit)}
-	commits.Store(id, t.tc)
+	if _, already := commits.LoadOrStore(id, t.tc); already {
+		return nil // tracked already (TrackCommit inside RunTx): its tracker ends it
+	}
 	return t
 }
 
@@ -440,8 +443,9 @@ func committing(c Conn) *txCommit {
 // once tx has ended, committed or not; until then tx is held in a table
 // of the process. Without it, a Do in a caller's transaction only reads
 // the cache. The transactions that idem runs ([RunTx], [InTx], the
-// serving layers) need none. When no [Store] of the process has a cache,
-// it does nothing.
+// serving layers) need none, and there it does nothing: their own
+// tracking ends with their commit. When no [Store] of the process has a
+// cache, it does nothing.
 //
 //	tx, err := db.BeginTx(ctx, nil)
 //	...

@@ -314,3 +314,30 @@ func TestReplayCacheSealedUnopenable(t *testing.T) {
 		t.Fatalf("replay from the database: %+v, %v, fn ran %d times", res, err, e.ran.Load())
 	}
 }
+
+// TrackCommit inside a transaction idem runs changes nothing: an end
+// called before the commit does not put the completion in the cache
+// early, and RunTx's rollback keeps it out.
+func TestTrackCommitInsideRunTx(t *testing.T) {
+	e := newCacheEnv(t, idem.WithReplayCache(idem.ReplayCache{MaxEntries: 4}))
+	ctx := t.Context()
+	req := cacheReq("nested", "a")
+	rollback := errors.New("roll back")
+	err := idem.RunTx(ctx, e.db, nil, func(tx *sql.Tx) error {
+		end := idem.TrackCommit(tx)
+		if _, err := e.store.Do(ctx, tx, req, e.fn(req.Key)); err != nil {
+			return err
+		}
+		end(nil)
+		if _, ok, _ := e.store.Cached(ctx, req); ok {
+			t.Error("cached before the commit")
+		}
+		return rollback
+	})
+	if !errors.Is(err, rollback) {
+		t.Fatal(err)
+	}
+	if _, ok, _ := e.store.Cached(ctx, req); ok {
+		t.Fatal("a rolled back completion is cached")
+	}
+}
