@@ -402,8 +402,8 @@ func (s *Store) read(ctx context.Context, c conn, req Request) (rec record, foun
 // within its expiry, with what its replay needs; found is false for any
 // other record, and when there is none.
 func (s *Store) readCompleted(ctx context.Context, c conn, req Request) (rec record, found bool, err error) {
-	var left int64 // µs until its expiry
-	sent := time.Now()
+	var left int64      // µs until its expiry
+	sent := monotonic() // the replay cache's deadline counts from before the read
 	err = c.queryRow(ctx, s.st.query(s.st.readCompleted, &values{req: req, retention: micros(s.retention)}),
 		&rec.operation, &rec.fingerprint, &rec.code, &rec.header, &rec.body, &rec.sealedKey, &left)
 	if errors.Is(err, sql.ErrNoRows) {

@@ -235,7 +235,7 @@ func (s *Store) fromCache(ctx context.Context, req Request, countMiss bool) (res
 		return nil, false, nil
 	}
 	id := cacheID(req)
-	e, ok := s.cache.get(id, time.Now())
+	e, ok := s.cache.get(id, monotonic())
 	var resp Response
 	switch {
 	case !ok:
@@ -271,6 +271,15 @@ func resultOf(r *Result) Result {
 	}
 	return *r
 }
+
+// monotonic is the application's clock, read for the replay cache alone:
+// an entry's deadline is a moment before the statement that gave its
+// record's expiry plus a duration the database gave (the time left, or
+// the retention), and is only compared with another reading of this
+// clock, never with a database time, so that only the monotonic clock's
+// rate matters (life's margin covers it). See docs/semantics.md, The
+// replay cache.
+func monotonic() time.Time { return time.Now() }
 
 // cloneResponse is a copy of r that shares no memory with it: the
 // cache's entries are never handed out, so that a caller that changes a

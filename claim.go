@@ -155,7 +155,7 @@ func (c *Claim) CompleteOn(ctx context.Context, tx Tx, resp Response) (err error
 		return err
 	}
 	q := c.s.completion(c.s.st.complete, c.req, c.token, out, forBegin)
-	sc, sent := c.s.conn(tx), time.Now()
+	sc, sent := c.s.conn(tx), monotonic()
 	if err := c.fenced(ctx, sc, q, "complete", "roll back this transaction"); err != nil {
 		return err
 	}

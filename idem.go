@@ -294,7 +294,7 @@ func (s *Store) run(ctx context.Context, c conn, req Request, done *stored, fn f
 	if replay, hit, err := s.fromCache(ctx, req, true); hit {
 		return resultOf(replay), err
 	}
-	sent := time.Now() // before the claim, which sets the record's expiry
+	sent := monotonic() // for the replay cache: before the claim, which sets the record's expiry
 	replay, cl, err := s.acquire(ctx, c, req, forDo, done)
 	if err != nil {
 		return Result{}, err
