@@ -27,6 +27,9 @@ type record struct {
 	header      []byte        // the stored header (NULL when sealed)
 	body        []byte        // the stored body, or header and body sealed
 	sealedKey   sql.NullString
+	// until is how long the replay cache may hold the record, as read by
+	// readCompleted; zero for any other read.
+	until time.Time
 }
 
 // matches reports whether rec was made by a request like req: the same
@@ -123,7 +126,11 @@ func (s *Store) take(ctx context.Context, c conn, req Request, by caller, done *
 			return nil, claimed{}, err
 		}
 		if found {
-			return s.replayed(req, rec)
+			replay, cl, err := s.replayed(req, rec)
+			if err == nil {
+				s.cacheRead(c, req, rec, replay.Response)
+			}
+			return replay, cl, err
 		}
 	}
 	for range maxContention {
@@ -395,8 +402,10 @@ func (s *Store) read(ctx context.Context, c conn, req Request) (rec record, foun
 // within its expiry, with what its replay needs; found is false for any
 // other record, and when there is none.
 func (s *Store) readCompleted(ctx context.Context, c conn, req Request) (rec record, found bool, err error) {
+	var left int64      // µs until its expiry
+	sent := monotonic() // the replay cache's deadline counts from before the read
 	err = c.queryRow(ctx, s.st.query(s.st.readCompleted, &values{req: req, retention: micros(s.retention)}),
-		&rec.operation, &rec.fingerprint, &rec.code, &rec.header, &rec.body, &rec.sealedKey)
+		&rec.operation, &rec.fingerprint, &rec.code, &rec.header, &rec.body, &rec.sealedKey, &left)
 	if errors.Is(err, sql.ErrNoRows) {
 		return record{}, false, nil
 	}
@@ -404,6 +413,11 @@ func (s *Store) readCompleted(ctx context.Context, c conn, req Request) (rec rec
 		return record{}, false, s.stmtErr("read the record", req, err)
 	}
 	rec.status = StatusCompleted
+	if c.commit != nil {
+		if d := life(time.Duration(left) * time.Microsecond); d > 0 {
+			rec.until = sent.Add(d)
+		}
+	}
 	return rec, true, nil
 }
 

@@ -55,6 +55,9 @@ func (s *Store) BeginOn(ctx context.Context, r Runner, req Request) (claim *Clai
 	if err := req.validate(); err != nil {
 		return nil, nil, err
 	}
+	if replay, hit, err := s.fromCache(ctx, req, true); hit {
+		return nil, replay, err
+	}
 	var token int64
 	err = InTx(ctx, r, sql.LevelDefault, func(tx Tx) error {
 		var err error
@@ -152,10 +155,12 @@ func (c *Claim) CompleteOn(ctx context.Context, tx Tx, resp Response) (err error
 		return err
 	}
 	q := c.s.completion(c.s.st.complete, c.req, c.token, out, forBegin)
-	if err := c.fenced(ctx, c.s.conn(tx), q, "complete", "roll back this transaction"); err != nil {
+	sc, sent := c.s.conn(tx), monotonic()
+	if err := c.fenced(ctx, sc, q, "complete", "roll back this transaction"); err != nil {
 		return err
 	}
 	c.s.completed.add(c.req)
+	c.s.cacheCompleted(sc, c.req, out, sent)
 	return nil
 }
 

@@ -174,10 +174,15 @@ type ender interface {
 // commit fails, and when fn panics or its goroutine exits (a test's
 // t.Fatal), whose panic goes on.
 func attempt[T ender](ctx context.Context, tx T, fn func(tx T) error) error {
+	var t *tracked // for the replay caches, once a Store has one
+	if cachesOn.Load() {
+		t = track(tx)
+	}
 	committed := false
 	defer func() {
 		if !committed {
 			_ = tx.Rollback(context.WithoutCancel(ctx))
+			t.end(ctx, false)
 		}
 	}()
 	if err := fn(tx); err != nil {
@@ -187,6 +192,7 @@ func attempt[T ender](ctx context.Context, tx T, fn func(tx T) error) error {
 		return err
 	}
 	committed = true
+	t.end(ctx, true)
 	return nil
 }
 
@@ -199,6 +205,9 @@ type conn struct {
 	// p is c as a Pipeline, where c is one and the dialect has the
 	// statements a pipelined Do sends (pipelinedDialect); else nil.
 	p Pipeline
+	// commit is c's tracked commit, for the replay cache (cache.go); nil
+	// when c is not tracked or the Store has no cache.
+	commit *txCommit
 }
 
 // conn is c as s's dialect sends statements through it.
@@ -206,6 +215,9 @@ func (s *Store) conn(c Conn) conn {
 	sc := conn{c: c, lit: s.dialect.literals(c)}
 	if _, ok := s.dialect.(pipelinedDialect); ok {
 		sc.p, _ = c.(Pipeline)
+	}
+	if s.cache != nil {
+		sc.commit = committing(c)
 	}
 	return sc
 }

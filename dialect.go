@@ -195,8 +195,10 @@ type statements struct {
 	readAfterClaim statement
 	// readCompleted is read of a record that is completed and within its
 	// expiry, and of what its replay needs: operation, fingerprint,
-	// response status, header, body and sealed_key. Any other record is
-	// no row. It sees and locks what read does.
+	// response status, header, body and sealed_key, then the time left
+	// until its expiry by the database clock, in µs (for the replay
+	// cache's deadline). Any other record is no row. It sees and locks
+	// what read does.
 	readCompleted statement
 	// state reads a record's status and token as last committed, to
 	// explain why a fenced statement changed nothing.

@@ -58,7 +58,7 @@ func myStatements(parts []string, ddl []schema.Migration, insert string, insertR
 		insertReturns: insertReturns,
 		claimed:       statement{myClaimed, args(argScope, argKey)},
 		read:          statement{myRead + lock, append(expiry, argScope, argKey)},
-		readCompleted: statement{myReadCompleted + lock, args(argScope, argKey, argRetention)},
+		readCompleted: statement{myReadCompleted + lock, args(argRetention, argScope, argKey, argRetention)},
 		state:         statement{myState + lock, args(argScope, argKey)},
 		complete:      statement{myComplete, args(argStatus, argHeader, argBody, argSealedKey, argKeep, argKeep, argScope, argKey, argToken)},
 		extend:        statement{myExtend, args(argLease, argScope, argKey, argToken)},
@@ -161,7 +161,8 @@ const (
   TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), lease_until),
   response_status, response_headers, response_body, sealed_key
 FROM idempotency_keys WHERE scope = ? AND idem_key = ?`
-	myReadCompleted = `SELECT operation, fingerprint, response_status, response_headers, response_body, sealed_key
+	myReadCompleted = `SELECT operation, fingerprint, response_status, response_headers, response_body, sealed_key,
+  TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), COALESCE(expires_at, completed_at + INTERVAL ? MICROSECOND))
 FROM idempotency_keys WHERE scope = ? AND idem_key = ?
   AND status = 'completed' AND COALESCE(expires_at, completed_at + INTERVAL ? MICROSECOND) > UTC_TIMESTAMP(6)`
 	myState = `SELECT status, token FROM idempotency_keys WHERE scope = ? AND idem_key = ?`

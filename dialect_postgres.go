@@ -234,7 +234,8 @@ FROM idempotency_keys WHERE scope = $3 AND idem_key = $4`
 const pgReadAfterClaim = pgRead + `
   AND current_setting('transaction_isolation') IN ('read committed', 'read uncommitted')`
 
-const pgReadCompleted = `SELECT operation, fingerprint, response_status, response_headers, response_body, sealed_key
+const pgReadCompleted = `SELECT operation, fingerprint, response_status, response_headers, response_body, sealed_key,
+  (extract(epoch FROM COALESCE(expires_at, completed_at + $3::bigint * interval '1 microsecond') - statement_timestamp()) * 1000000)::bigint
 FROM idempotency_keys WHERE scope = $1 AND idem_key = $2
   AND status = 'completed' AND COALESCE(expires_at, completed_at + $3::bigint * interval '1 microsecond') > statement_timestamp()`
 

@@ -57,7 +57,7 @@ func (sqliteDialect) statements(parts []string) *statements {
 		insertReturns:   returning{token: true, lag: true},
 		takeoverReturns: returning{token: true, lag: true},
 		read:            statement{sqRead, append(expiry, argScope, argKey)},
-		readCompleted:   statement{sqReadCompleted, args(argScope, argKey, argRetention)},
+		readCompleted:   statement{sqReadCompleted, args(argRetention, argScope, argKey, argRetention)},
 		state:           statement{sqState, args(argScope, argKey)},
 		complete:        statement{sqComplete, args(argStatus, argHeader, argBody, argSealedKey, argKeep, argKeep, argScope, argKey, argToken)},
 		extend:          statement{sqExtend, args(argLease, argScope, argKey, argToken)},
@@ -165,7 +165,8 @@ const sqRead = `SELECT operation, fingerprint, status, token, ` + sqForgotten + 
   response_status, response_headers, response_body, sealed_key
 FROM idempotency_keys WHERE scope = ? AND idem_key = ?`
 
-const sqReadCompleted = `SELECT operation, fingerprint, response_status, response_headers, response_body, sealed_key
+const sqReadCompleted = `SELECT operation, fingerprint, response_status, response_headers, response_body, sealed_key,
+  COALESCE(expires_at, completed_at + ?) - ` + sqNow + `
 FROM idempotency_keys WHERE scope = ? AND idem_key = ?
   AND status = 'completed' AND COALESCE(expires_at, completed_at + ?) > ` + sqNow
 

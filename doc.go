@@ -43,7 +43,16 @@
 // the consumer middleware take a Runner, so that each works on every
 // driver. docs/architecture.md draws the layers.
 //
-// All times (leases, retention) come from the database clock. Keys and
+// # Replays from memory
+//
+// [WithReplayCache] keeps completed records in the process's memory, so
+// that a replay costs no round trip: a record enters once the transaction
+// that completed or read it is known committed ([RunTx], the serving
+// layers, or [TrackCommit]), and leaves before its expiry; [Store.Cached]
+// answers before a transaction is opened.
+//
+// All times (leases, retention) come from the database clock (the replay
+// cache counts the durations the database gives on the monotonic clock). Keys and
 // scopes compare byte for byte. Nothing is truncated: input over a limit is
 // an error that names the field. An error of a statement is an [*Error],
 // whose Hint says what to do about it; on a table of an earlier schema

@@ -69,6 +69,8 @@ type Store struct {
 	expirySweep, legacySweep sweep
 	// sealer seals the stored responses (WithSealer); nil: in the clear.
 	sealer Sealer
+	// cache is the replay cache (WithReplayCache, cache.go); nil: none.
+	cache *replayCache
 	// hasLockWait and hasSealer report that WithLockTimeout and
 	// WithSealer were given.
 	hasLockWait, hasSealer bool
@@ -118,6 +120,9 @@ func (s *Store) configure() error {
 	}
 	if s.hasSealer && s.sealer == nil {
 		return errors.New("idem: WithSealer needs a Sealer, got nil")
+	}
+	if err := s.configureCache(); err != nil {
+		return err
 	}
 	parts, err := parseTable(s.table)
 	if err != nil {
@@ -289,6 +294,10 @@ func (s *Store) ApplyOn(ctx context.Context, tx Tx, req Request, resp Response, 
 // stored completed with done, for Apply), fn, and the completion with
 // fn's response where the claim did not store it already.
 func (s *Store) run(ctx context.Context, c conn, req Request, done *stored, fn func(ctx context.Context) (Response, error)) (Result, error) {
+	if replay, hit, err := s.fromCache(ctx, req, true); hit {
+		return resultOf(replay), err
+	}
+	sent := monotonic() // for the replay cache: before the claim, which sets the record's expiry
 	replay, cl, err := s.acquire(ctx, c, req, forDo, done)
 	if err != nil {
 		return Result{}, err
@@ -305,6 +314,7 @@ func (s *Store) run(ctx context.Context, c conn, req Request, done *stored, fn f
 	}
 	if cl.done {
 		s.completed.add(req)
+		s.cacheCompleted(c, req, *done, sent)
 		return Result{Response: resp}, nil
 	}
 	out := stored{}
@@ -316,6 +326,7 @@ func (s *Store) run(ctx context.Context, c conn, req Request, done *stored, fn f
 	if err := s.store(ctx, c, req, cl.token, out); err != nil {
 		return Result{}, err
 	}
+	s.cacheCompleted(c, req, out, sent)
 	return Result{Response: resp}, nil
 }
 

@@ -52,20 +52,34 @@ const (
 	// refused it ([Store.Report]; idemhttp does for a missing key or a
 	// body it cannot take). Err says why.
 	EventInvalid
+	// EventCacheHit: the replay cache ([WithReplayCache]) answered a
+	// request without the database; the outcome (EventReplayed, or
+	// EventMismatch) follows.
+	EventCacheHit
+	// EventCacheMiss: the replay cache held no record of a request's key,
+	// which went on to the database.
+	EventCacheMiss
+	// EventCacheEvicted: the replay cache evicted Rows entries, the least
+	// recently used, to keep its bound. Scope, Key and Operation are
+	// empty.
+	EventCacheEvicted
 )
 
 var eventNames = [...]string{
-	EventExecuted:   "executed",
-	EventReplayed:   "replayed",
-	EventInFlight:   "in_flight",
-	EventMismatch:   "mismatch",
-	EventTakeover:   "takeover",
-	EventLeaseLost:  "lease_lost",
-	EventFailed:     "failed",
-	EventPurgeBatch: "purge_batch",
-	EventClaimed:    "claimed",
-	EventReleased:   "released",
-	EventInvalid:    "invalid",
+	EventExecuted:     "executed",
+	EventReplayed:     "replayed",
+	EventInFlight:     "in_flight",
+	EventMismatch:     "mismatch",
+	EventTakeover:     "takeover",
+	EventLeaseLost:    "lease_lost",
+	EventFailed:       "failed",
+	EventPurgeBatch:   "purge_batch",
+	EventClaimed:      "claimed",
+	EventReleased:     "released",
+	EventInvalid:      "invalid",
+	EventCacheHit:     "cache_hit",
+	EventCacheMiss:    "cache_miss",
+	EventCacheEvicted: "cache_evicted",
 }
 
 // String is the kind's name in snake case, e.g. "in_flight".

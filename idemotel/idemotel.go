@@ -31,6 +31,12 @@ const (
 	DurationMetric = "idem.duration"
 	// PurgedMetric counts the records purge batches deleted (unit {row}).
 	PurgedMetric = "idem.purge.rows"
+	// CacheMetric counts the replay cache's hits, misses and evictions
+	// (idem.WithReplayCache; unit {entry}), by [OutcomeKey]: "cache_hit",
+	// "cache_miss", "cache_evicted" (which adds the entries evicted).
+	// They are not outcomes: a hit is followed by its call's outcome,
+	// which [OutcomesMetric] counts.
+	CacheMetric = "idem.replay_cache"
 )
 
 // The attribute keys an [Observer] sets. db.system.name, db.collection.name
@@ -80,6 +86,7 @@ type Observer struct {
 	outcomes     metric.Int64Counter
 	duration     metric.Float64Histogram
 	purged       metric.Int64Counter
+	cache        metric.Int64Counter
 	scopeAndKey  bool
 	measurements sync.Map // setKey -> metric.MeasurementOption
 }
@@ -146,13 +153,19 @@ func NewObserver(opts ...Option) (*Observer, error) {
 		metric.WithDescription("Records deleted by idem's purge batches.")); err != nil {
 		return nil, fmt.Errorf("idemotel: counter %s: %w", PurgedMetric, err)
 	}
+	if o.cache, err = m.Int64Counter(CacheMetric, metric.WithUnit("{entry}"),
+		metric.WithDescription("The replay cache's hits, misses and evicted entries, by idem.outcome.")); err != nil {
+		return nil, fmt.Errorf("idemotel: counter %s: %w", CacheMetric, err)
+	}
 	return o, nil
 }
 
 // Observe records ev: it adds 1 to [OutcomesMetric], records ev.Duration
 // to [DurationMetric] (except for a takeover), adds a purge batch's rows
 // to [PurgedMetric], and adds the event "idem." plus the outcome (e.g.
-// "idem.executed") to the span of ctx when that span is recording.
+// "idem.executed") to the span of ctx when that span is recording. The
+// replay cache's events (idem.EventCacheHit, EventCacheMiss,
+// EventCacheEvicted) go to [CacheMetric] alone.
 //
 // The metric attributes are [OutcomeKey], [DBSystemKey], [DBCollectionKey]
 // and, for a failed or invalid call and a failed purge batch,
@@ -178,6 +191,14 @@ func (o *Observer) Observe(ctx context.Context, ev idem.Event) {
 		errType = errorType(ev.Err)
 	}
 	m := o.measurement(ev, errType)
+	switch ev.Kind {
+	case idem.EventCacheHit, idem.EventCacheMiss:
+		o.cache.Add(ctx, 1, m)
+		return
+	case idem.EventCacheEvicted:
+		o.cache.Add(ctx, ev.Rows, m)
+		return
+	}
 	o.outcomes.Add(ctx, 1, m)
 	if ev.Kind != idem.EventTakeover {
 		o.duration.Record(ctx, ev.Duration.Seconds(), m)

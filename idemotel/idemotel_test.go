@@ -469,3 +469,26 @@ func TestConcurrent(t *testing.T) {
 	}
 	sameCounts(t, "replays per table", per, map[string]int64{"t0": 400, "t1": 400})
 }
+
+// The replay cache's hits, misses and evictions are counted in
+// CacheMetric, and not as outcomes: a hit's outcome (replayed) is.
+func TestReplayCacheCounts(t *testing.T) {
+	r := newRig(t)
+	db := openDB(t)
+	s, err := idem.New(idem.SQLite, idem.WithObserver(r.obs), idem.WithReplayCache(idem.ReplayCache{MaxEntries: 1}))
+	must(t, err)
+	ctx := context.Background()
+	req := func(key string) idem.Request {
+		return idem.Request{Scope: secretScope, Key: secretKey + "-" + key, Operation: "POST /v1/charges", Fingerprint: secretPrint}
+	}
+	ok := func() (idem.Response, error) { return idem.Response{StatusCode: 201, Body: []byte(secretBody)}, nil }
+	for _, key := range []string{"a", "a", "a", "b"} { // miss (executed), hit, hit, miss (executed) evicting a
+		must(t, idem.RunTx(ctx, db, nil, func(tx *sql.Tx) error {
+			_, err := s.Do(ctx, tx, req(key), func(context.Context) (idem.Response, error) { return ok() })
+			return err
+		}))
+	}
+	data := r.collect(t)
+	sameCounts(t, idemotel.CacheMetric, sums(t, data[idemotel.CacheMetric]), map[string]int64{"cache_hit": 2, "cache_miss": 2, "cache_evicted": 1})
+	sameCounts(t, idemotel.OutcomesMetric, sums(t, data[idemotel.OutcomesMetric]), map[string]int64{"executed": 2, "replayed": 2})
+}

@@ -197,8 +197,18 @@ type Call struct {
 // an expired key come back only once the standbys have the commit they
 // rest on, and an error of kind [NotReplicated] in their place past
 // [Config.StandbyWait].
+// With a Store that has a replay cache ([idem.WithReplayCache]), a call
+// the cache answers ([idem.Store.Cached]) is answered without a wait at
+// the key gate, a transaction or a claim (with Config.Standbys, only once
+// the standbys have the primary's commits).
 func (s *Server) Serve(ctx context.Context, c Call) (idem.Result, error) {
 	if c.Request != nil {
+		if res, ok, err := s.cfg.Store.Cached(ctx, *c.Request); ok {
+			// The replay cache answered: no wait, no transaction. Its
+			// record committed, but an earlier answer of it may have been
+			// refused as not replicated: it waits for the standbys too.
+			return s.replicated(ctx, res, err)
+		}
 		ctx = context.WithValue(ctx, requestKey{}, *c.Request)
 		if s.cfg.Mode == ModeTransaction {
 			leave, err := s.gate.wait(ctx, s.cfg.Store, *c.Request, s.cfg.Timeout, s.cfg.RetryAfter)
@@ -226,21 +236,30 @@ func (s *Server) Serve(ctx context.Context, c Call) (idem.Result, error) {
 	} else {
 		res, err = s.serveTx(ctx, c)
 	}
-	if s.cfg.Standbys > 0 && decided(err) {
-		werr := s.cfg.Store.WaitReplicatedOn(context.WithoutCancel(ctx), s.cfg.Runner, s.cfg.Standbys, s.cfg.StandbyWait)
-		switch {
-		case werr == nil:
-		case errors.Is(werr, idem.ErrNotReplicated):
-			return idem.Result{}, fmt.Errorf("%s: %w", s.cfg.Layer, werr)
-		default:
-			// The wait itself failed (the primary went, the role may not
-			// read the standbys' positions): the answer stands on the
-			// primary but its fate is as unknown as past the bound.
-			s.cfg.Logger.ErrorContext(ctx, s.cfg.Layer+": wait for the standbys", "err", werr)
-			return idem.Result{}, fmt.Errorf("%s: %w: %w", s.cfg.Layer, idem.ErrNotReplicated, werr)
-		}
+	return s.replicated(ctx, res, err)
+}
+
+// replicated returns Serve's answer res, err once, with
+// [Config.Standbys], the standbys have the commit it rests on, or an
+// error of kind [NotReplicated] past [Config.StandbyWait]. An answer that
+// no committed record decided returns at once.
+func (s *Server) replicated(ctx context.Context, res idem.Result, err error) (idem.Result, error) {
+	if s.cfg.Standbys == 0 || !decided(err) {
+		return res, err
 	}
-	return res, err
+	werr := s.cfg.Store.WaitReplicatedOn(context.WithoutCancel(ctx), s.cfg.Runner, s.cfg.Standbys, s.cfg.StandbyWait)
+	switch {
+	case werr == nil:
+		return res, err
+	case errors.Is(werr, idem.ErrNotReplicated):
+		return idem.Result{}, fmt.Errorf("%s: %w", s.cfg.Layer, werr)
+	default:
+		// The wait itself failed (the primary went, the role may not
+		// read the standbys' positions): the answer stands on the
+		// primary but its fate is as unknown as past the bound.
+		s.cfg.Logger.ErrorContext(ctx, s.cfg.Layer+": wait for the standbys", "err", werr)
+		return idem.Result{}, fmt.Errorf("%s: %w: %w", s.cfg.Layer, idem.ErrNotReplicated, werr)
+	}
 }
 
 // decided reports whether err, Serve's, is an answer that a committed
@@ -335,12 +354,17 @@ func (s *Server) complete(ctx context.Context, h *holder, claim *idem.Claim, res
 	if err != nil {
 		return fmt.Errorf("%s: begin the handler's transaction: %w", s.cfg.Layer, err)
 	}
-	if claim != nil {
-		if err := claim.CompleteOn(ctx, tx, resp); err != nil {
-			return err
-		}
+	if claim == nil {
+		return tx.Commit(ctx)
 	}
-	return tx.Commit(ctx)
+	end := idem.TrackCommitOn(tx) // the completion enters the replay cache once committed
+	if err := claim.CompleteOn(ctx, tx, resp); err != nil {
+		end(err)
+		return err
+	}
+	err = tx.Commit(ctx)
+	end(err)
+	return err
 }
 
 // abandon rolls back the handler's transaction, if it began, and releases

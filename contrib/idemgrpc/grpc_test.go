@@ -941,21 +941,28 @@ func TestNotReplicated(t *testing.T) {
 			}
 			return
 		}
-		for _, mode := range []idemserve.Mode{idemserve.ModeTransaction, idemserve.ModeClaim} {
-			a := e.api()
-			a.provider = &provider{}
-			cfg.Mode = mode
-			srv, _ := e.serveIdem(cfg, a)
-			cc := dialBare(t, srv.addr)
-			for attempt := range 2 {
-				r := call(withKey(t.Context(), "unreplicated-1"), cc, methodCharge, 1)
-				checkStatus(t, r, codes.Unavailable, idemgrpc.ReasonNotReplicated)
-				if d := retryInfo(t, r); d != 2*time.Second {
-					t.Errorf("%s, attempt %d: RetryInfo %v, want 2s", modeName(mode), attempt, d)
+		// With a replay cache too: the committed answer enters the cache,
+		// and its replay from there must wait for the standbys as well.
+		for _, cached := range []bool{false, true} {
+			for _, mode := range []idemserve.Mode{idemserve.ModeTransaction, idemserve.ModeClaim} {
+				a := e.api()
+				a.provider = &provider{}
+				cfg.Mode, cfg.Store = mode, nil
+				if cached {
+					cfg.Store = e.store(idem.WithReplayCache(idem.ReplayCache{MaxEntries: 16}))
 				}
-			}
-			if got := e.rows(a.biz, "unreplicated-1"); got != 1 || a.calls.Load() != 1 {
-				t.Fatalf("%s: %d rows and %d runs, want 1 and 1: the answer is withheld, not the commit", modeName(mode), got, a.calls.Load())
+				srv, _ := e.serveIdem(cfg, a)
+				cc := dialBare(t, srv.addr)
+				for attempt := range 2 {
+					r := call(withKey(t.Context(), "unreplicated-1"), cc, methodCharge, 1)
+					checkStatus(t, r, codes.Unavailable, idemgrpc.ReasonNotReplicated)
+					if d := retryInfo(t, r); d != 2*time.Second {
+						t.Errorf("%s (cached %v), attempt %d: RetryInfo %v, want 2s", modeName(mode), cached, attempt, d)
+					}
+				}
+				if got := e.rows(a.biz, "unreplicated-1"); got != 1 || a.calls.Load() != 1 {
+					t.Fatalf("%s (cached %v): %d rows and %d runs, want 1 and 1: the answer is withheld, not the commit", modeName(mode), cached, got, a.calls.Load())
+				}
 			}
 		}
 	})
