@@ -35,5 +35,7 @@
 // pgx prepares each statement once per connection and reuses it (its
 // default statement cache), so idem's statements are parsed and planned
 // once per connection, not on every call. Package idem itself does not
-// import pgx, and this package links neither idemhttp nor any other layer.
+// import pgx. This package imports idem and, for [TxFrom], the serving
+// core idemserve (which imports only idem), and no serving layer: a
+// program on pgx without HTTP links neither idemhttp nor contrib's.
 package idempgx
