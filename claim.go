@@ -194,7 +194,10 @@ func (c *Claim) check(db Conn, method string) error {
 }
 
 // fenced runs a statement fenced on the claim's token. When it changes
-// nothing, fenced reads the record to say why.
+// nothing, fenced reads the record to say why. Both see every commit the
+// database acknowledged before they began (on a Galera cluster, the
+// dialect's causal reads: see galera), so a record the read does not find
+// is gone, not yet to be applied.
 func (c *Claim) fenced(ctx context.Context, sc conn, q Query, what, advice string) error {
 	fail := func(err error, detail, hint string) error {
 		return &Error{Op: what, Scope: c.req.Scope, Key: c.req.Key, Token: c.token, Err: err, Detail: detail, Hint: hint}
@@ -216,7 +219,12 @@ func (c *Claim) fenced(ctx context.Context, sc conn, q Query, what, advice strin
 	case errors.Is(err, sql.ErrNoRows):
 		why = "no longer exists (purged)"
 	case err != nil:
-		return fail(fmt.Errorf("%w: %w", ErrLeaseLost, err), "lease lost: it changed nothing, and reading the key failed: "+err.Error(), advice)
+		// The fenced statement changed nothing, so the claim is not
+		// current: that is the error. The failed read is only why it
+		// cannot say more; wrapped, its deadlock or lock wait timeout
+		// would make the lease lost look retryable, and a retry of the
+		// caller's transaction cannot get the claim back.
+		return fail(ErrLeaseLost, "lease lost: it changed nothing, and reading the key to say why failed: "+err.Error(), advice)
 	case token != c.token:
 		why = fmt.Sprintf("was taken over by another request, whose token is %d", token)
 	case status == StatusCompleted:

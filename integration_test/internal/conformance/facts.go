@@ -8,6 +8,7 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"github.com/idemkit/idem/idemtest"
+	"github.com/idemkit/idem/idemtest/testdb"
 	"github.com/idemkit/idem/schema"
 )
 
@@ -326,3 +327,15 @@ var sqliteFacts = facts{
 	oneWriter: true,
 	inProcess: true,
 }
+
+// galeraFacts are MySQL's on a MariaDB Galera cluster of three nodes,
+// whose pool spreads its connections over the nodes (targets.go), but for
+// what is said here.
+var galeraFacts = func() facts {
+	f := mysqlFacts
+	// A fault test's proxy sits in front of the first node: a DSN of one
+	// node.
+	f.parseAddr = func(dsn string) (string, string, error) { return mysqlAddr(testdb.Nodes(dsn)[0]) }
+	f.redirectDSN = func(dsn, addr string) (string, error) { return mysqlRedirect(testdb.Nodes(dsn)[0], addr) }
+	return f
+}()
