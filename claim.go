@@ -194,10 +194,10 @@ func (c *Claim) check(db Conn, method string) error {
 }
 
 // fenced runs a statement fenced on the claim's token. When it changes
-// nothing, fenced reads the record to say why. Both see every commit the
-// database acknowledged before they began (on a Galera cluster, the
-// dialect's causal reads: see galera), so a record the read does not find
-// is gone, not yet to be applied.
+// nothing, fenced reads the record to say why, once the dialect has said
+// that the session's reads see every commit acknowledged before its
+// transaction began (causalReads: a Galera node's may not), so that a
+// record the read does not find is gone, not yet to be applied there.
 func (c *Claim) fenced(ctx context.Context, sc conn, q Query, what, advice string) error {
 	fail := func(err error, detail, hint string) error {
 		return &Error{Op: what, Scope: c.req.Scope, Key: c.req.Key, Token: c.token, Err: err, Detail: detail, Hint: hint}
@@ -208,6 +208,9 @@ func (c *Claim) fenced(ctx context.Context, sc conn, q Query, what, advice strin
 	}
 	if n == 1 {
 		return nil
+	}
+	if err := c.s.dialect.causalReads(ctx, sc); err != nil {
+		return err
 	}
 	var (
 		status Status

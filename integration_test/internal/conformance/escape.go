@@ -28,8 +28,7 @@ func (e *env) lockRows(n int) string {
 // waitingQuery counts them (on MySQL: is running, its lock views being a
 // slow cache).
 func (e *env) waitingOn(table string) (bool, error) {
-	var n int
-	err := e.db.QueryRowContext(ctx, e.rebind(e.waitingQuery), "%"+table+"%").Scan(&n)
+	n, err := e.sumNodes(e.waitingQuery, "%"+table+"%")
 	return n > 0, err
 }
 

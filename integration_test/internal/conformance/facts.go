@@ -3,6 +3,7 @@ package conformance
 import (
 	"database/sql"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jmoiron/sqlx"
@@ -45,6 +46,15 @@ type facts struct {
 	// nothing shows, and waitSettle alone stands for the wait.
 	waitingQuery string
 	waitSettle   time.Duration
+	// withoutCausalReads is a DSN of the server whose sessions' reads
+	// may miss what other nodes acknowledged (a Galera node's with
+	// wsrep_sync_wait = 0, the servers' default), which idem refuses; nil
+	// where every session sees what was acknowledged.
+	withoutCausalReads func(dsn string) string
+	// shortLockWait bounds the session's lock waits to about a second;
+	// "" where a session cannot bound them (SQLite's busy timeout is the
+	// connection's, set in the DSN).
+	shortLockWait string
 	// timeoutQueries, run in order in a transaction, end the last of
 	// them with a statement timeout after 20 ms; nil where the database
 	// has none the fault history can use.
@@ -187,15 +197,16 @@ type lockView struct {
 }
 
 var postgresFacts = facts{
-	now:          "statement_timestamp()",
-	plusMicros:   func(expr string) string { return expr + " + ? * interval '1 microsecond'" },
-	bindvar:      sqlx.DOLLAR,
-	autoID:       "BIGSERIAL PRIMARY KEY",
-	sessionProbe: "SELECT current_setting('transaction_isolation') || '|' || current_setting('lock_timeout') || '|' || current_setting('statement_timeout') || '|' || current_setting('TimeZone')",
-	sessionQuery: "SELECT pg_backend_pid()",
-	killQuery:    func(id int64) string { return fmt.Sprintf("SELECT pg_terminate_backend(%d)", id) },
-	aliveQuery:   "SELECT COUNT(*) FROM pg_stat_activity WHERE pid = ?",
-	waitingQuery: "SELECT COUNT(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE ?",
+	now:           "statement_timestamp()",
+	plusMicros:    func(expr string) string { return expr + " + ? * interval '1 microsecond'" },
+	bindvar:       sqlx.DOLLAR,
+	autoID:        "BIGSERIAL PRIMARY KEY",
+	sessionProbe:  "SELECT current_setting('transaction_isolation') || '|' || current_setting('lock_timeout') || '|' || current_setting('statement_timeout') || '|' || current_setting('TimeZone')",
+	sessionQuery:  "SELECT pg_backend_pid()",
+	killQuery:     func(id int64) string { return fmt.Sprintf("SELECT pg_terminate_backend(%d)", id) },
+	aliveQuery:    "SELECT COUNT(*) FROM pg_stat_activity WHERE pid = ?",
+	waitingQuery:  "SELECT COUNT(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE ?",
+	shortLockWait: "SET lock_timeout = '1s'",
 	// statement_timeout for the rest of the transaction only.
 	timeoutQueries: []string{"SET LOCAL statement_timeout = '20ms'", "SELECT pg_sleep(1)"},
 	deadlockSetup:  "SET LOCAL deadlock_timeout = '50ms'",
@@ -234,16 +245,17 @@ var pgbouncerFacts = func() facts {
 }()
 
 var mysqlFacts = facts{
-	now:          "UTC_TIMESTAMP(6)",
-	plusMicros:   func(expr string) string { return expr + " + INTERVAL ? MICROSECOND" },
-	bindvar:      sqlx.QUESTION,
-	autoID:       "BIGINT AUTO_INCREMENT PRIMARY KEY",
-	sessionProbe: "SELECT CONCAT_WS('|', LAST_INSERT_ID(), @@session.tx_isolation, @@session.time_zone, @@session.sql_mode, @@session.innodb_lock_wait_timeout, @@session.autocommit)",
-	sessionQuery: "SELECT CONNECTION_ID()",
-	killQuery:    func(id int64) string { return fmt.Sprintf("KILL %d", id) },
-	aliveQuery:   "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = ?",
-	waitingQuery: "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID <> CONNECTION_ID() AND INFO LIKE ?",
-	waitSettle:   200 * time.Millisecond,
+	now:           "UTC_TIMESTAMP(6)",
+	plusMicros:    func(expr string) string { return expr + " + INTERVAL ? MICROSECOND" },
+	bindvar:       sqlx.QUESTION,
+	autoID:        "BIGINT AUTO_INCREMENT PRIMARY KEY",
+	sessionProbe:  "SELECT CONCAT_WS('|', LAST_INSERT_ID(), @@session.tx_isolation, @@session.time_zone, @@session.sql_mode, @@session.innodb_lock_wait_timeout, @@session.autocommit)",
+	sessionQuery:  "SELECT CONNECTION_ID()",
+	killQuery:     func(id int64) string { return fmt.Sprintf("KILL %d", id) },
+	aliveQuery:    "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = ?",
+	waitingQuery:  "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID <> CONNECTION_ID() AND INFO LIKE ?",
+	waitSettle:    200 * time.Millisecond,
+	shortLockWait: "SET SESSION innodb_lock_wait_timeout = 1",
 	// MariaDB's max_statement_time, for one statement.
 	timeoutQueries:        []string{"SET STATEMENT max_statement_time = 0.02 FOR SELECT SLEEP(1)"},
 	qualifiedTable:        mysqlQualifiedTable,
@@ -337,5 +349,6 @@ var galeraFacts = func() facts {
 	// node.
 	f.parseAddr = func(dsn string) (string, string, error) { return mysqlAddr(testdb.Nodes(dsn)[0]) }
 	f.redirectDSN = func(dsn, addr string) (string, error) { return mysqlRedirect(testdb.Nodes(dsn)[0], addr) }
+	f.withoutCausalReads = func(dsn string) string { return strings.ReplaceAll(dsn, galeraParams, "wsrep_sync_wait=0") }
 	return f
 }()

@@ -249,7 +249,7 @@ func TestPurgeBatchesRunTogether(t *testing.T) {
 			// The first batch's DELETE itself, not any statement on the
 			// table: its window read must be over before the second batch
 			// starts.
-			for deadline := time.Now().Add(10 * time.Second); e.int64(e.waitingQuery, "DELETE%"+s.Table()+"%") == 0; time.Sleep(5 * time.Millisecond) {
+			for deadline := time.Now().Add(10 * time.Second); e.onEveryNode(e.waitingQuery, "DELETE%"+s.Table()+"%") == 0; time.Sleep(5 * time.Millisecond) {
 				if time.Now().After(deadline) {
 					t.Fatalf("the first batch's DELETE did not start within 10s")
 				}

@@ -114,9 +114,10 @@ var targets = []target{
 	{name: "tidb", dialect: idem.TiDB, driver: "mysql", server: testdb.TiDB, measure: true, facts: &tidbFacts},
 	// A Galera cluster's pool opens each connection on the next node
 	// (spread), so a test's transactions, and the duplicates of a storm,
-	// run on all three nodes at once.
-	{name: "galera", dialect: idem.MariaDB, driver: "mysql", server: testdb.Galera, facts: &galeraFacts},
-	{name: "galera-mysql", dialect: idem.MySQL, driver: "mysql", server: testdb.Galera, facts: &galeraFacts},
+	// run on all three nodes at once; each session with the causal reads
+	// idem requires there (docs/replication.md).
+	{name: "galera", dialect: idem.MariaDB, driver: "mysql", server: testdb.Galera, params: galeraParams, facts: &galeraFacts},
+	{name: "galera-mysql", dialect: idem.MySQL, driver: "mysql", server: testdb.Galera, params: galeraParams, facts: &galeraFacts},
 	{name: "sqlite", dialect: idem.SQLite, driver: "sqlite", measure: true, facts: &sqliteFacts},
 	// Behind PgBouncer in transaction mode (scripts/pgbouncer.sh), in the
 	// settings docs/operations.md gives for PgBouncer 1.18, which tracks
@@ -132,6 +133,10 @@ var targets = []target{
 	{name: "pgbouncer-pgx", dialect: idem.Postgres, driver: "pgx", server: testdb.PgBouncer, params: "default_query_exec_mode=exec", cachesStatements: true, facts: &pgbouncerFacts},
 	{name: "pgbouncer-pgxnative", dialect: idem.Postgres, native: true, server: testdb.PgBouncer, params: "default_query_exec_mode=exec", cachesStatements: true, facts: &pgbouncerFacts},
 }
+
+// galeraParams give each session on a Galera node causal reads at the
+// start of its transactions, which idem requires there.
+const galeraParams = "wsrep_sync_wait=1"
 
 // sqliteParams are the DSN parameters the SQLite dialect documents: write
 // lock at BEGIN, wait for it, readers beside the writer. The busy timeout
@@ -161,7 +166,8 @@ func (tg target) dsn(t *testing.T) string {
 }
 
 // withParams is dsn with the settings params (k=v, &-separated) added: to
-// a URL's query, or as k=v words to key=value settings.
+// a URL's query or go-sql-driver/mysql's, or as k=v words to key=value
+// settings.
 func withParams(dsn, params string) string {
 	switch {
 	case params == "":
@@ -169,6 +175,10 @@ func withParams(dsn, params string) string {
 	case strings.Contains(dsn, "://") && strings.Contains(dsn, "?"):
 		return dsn + "&" + params
 	case strings.Contains(dsn, "://"):
+		return dsn + "?" + params
+	case strings.Contains(dsn, ")/") && strings.Contains(dsn, "?"): // go-sql-driver/mysql's
+		return dsn + "&" + params
+	case strings.Contains(dsn, ")/"):
 		return dsn + "?" + params
 	}
 	return dsn + " " + strings.ReplaceAll(params, "&", " ")
