@@ -40,6 +40,24 @@ func (e *env) nodesOn(dsn string, conns int) []pool {
 	return ps
 }
 
+// onOneNode is e with its pool, and its DSN, on the first node of the
+// server alone, for a test whose transactions must meet on a row lock or
+// a session of one node: where locks and sessions are each node's
+// (locksPerNode: Galera), a lock taken on one node does not hold up a
+// statement on another, which certification decides at COMMIT instead,
+// and a session's id names a session on its own node only. Elsewhere it
+// is e.
+func (e *env) onOneNode() *env {
+	e.t.Helper()
+	if e.locksPerNode == "" {
+		return e
+	}
+	c := *e
+	c.dsn = testdb.Nodes(e.dsn)[0]
+	c.db = e.openOn(c.dsn, 40)
+	return &c
+}
+
 // nodePools are the pools of one connection on each node of a cluster
 // target, shared by the tests that look at every node (onEveryNode),
 // opened once per suite run.

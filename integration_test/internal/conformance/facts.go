@@ -46,6 +46,12 @@ type facts struct {
 	// nothing shows, and waitSettle alone stands for the wait.
 	waitingQuery string
 	waitSettle   time.Duration
+	// locksPerNode says why a row lock, and a session, is one node's (a
+	// Galera cluster: a lock is not replicated, and certification decides
+	// between transactions of different nodes at COMMIT); "" where the
+	// server is one. The tests that hold a lock for another transaction
+	// to meet, or kill a session, run on one node there (onOneNode).
+	locksPerNode string
 	// withoutCausalReads is a DSN of the server whose sessions' reads
 	// may miss what other nodes acknowledged (a Galera node's with
 	// wsrep_sync_wait = 0, the servers' default), which idem refuses; nil
@@ -349,6 +355,7 @@ var galeraFacts = func() facts {
 	// node.
 	f.parseAddr = func(dsn string) (string, string, error) { return mysqlAddr(testdb.Nodes(dsn)[0]) }
 	f.redirectDSN = func(dsn, addr string) (string, error) { return mysqlRedirect(testdb.Nodes(dsn)[0], addr) }
+	f.locksPerNode = "Galera replicates no lock: a transaction holding a row lock on one node holds up no statement on another, and certification picks the winner at COMMIT; a session id names a session on its own node"
 	f.withoutCausalReads = func(dsn string) string { return strings.ReplaceAll(dsn, galeraParams, "wsrep_sync_wait=0") }
 	return f
 }()
