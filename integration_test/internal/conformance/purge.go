@@ -224,6 +224,7 @@ func (e *env) countLeft(s *store, keys []string) int {
 // second batch started meanwhile deletes the next window at once.
 func TestPurgeBatchesRunTogether(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
+		e = e.onOneNode()
 		if e.oneWriter {
 			t.Skipf("%s has one writer: batches run one after another, by design", e.name)
 		}
@@ -304,6 +305,7 @@ func TestPurgeBatchDoesNotBlockClaims(t *testing.T) {
 		wait   = 5 * time.Second
 	)
 	forEach(t, func(t *testing.T, e *env) {
+		e = e.onOneNode()
 		if e.oneWriter {
 			t.Skipf("%s has one writer: a purge batch holds up every claim for its duration, by design", e.name)
 		}
