@@ -36,7 +36,10 @@ type Claim struct {
 //
 // A claim whose lease ran out, or that was released, is taken over by the
 // next Begin or Do, with a larger token. Begin retries its own transaction
-// on the errors [IsRetryable] reports, as [RunTx] does. See docs/claims.md.
+// on the errors [IsRetryable] reports, as [RunTx] does. On a Galera node
+// it refuses a session without causal reads (wsrep_sync_wait=1 in the
+// DSN), where a Complete on another node could miss the claim: see
+// docs/replication.md. See docs/claims.md.
 func (s *Store) Begin(ctx context.Context, db *sql.DB, req Request) (claim *Claim, replay *Result, err error) {
 	if db == nil {
 		return nil, nil, errors.New("idem: Begin needs a *sql.DB, got nil")
