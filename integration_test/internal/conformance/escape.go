@@ -205,6 +205,7 @@ func TestDeadlockInFn(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			forEach(t, func(t *testing.T, e *env) {
 				e.needServer("deadlock between sessions")
+				e = e.onOneNode()
 				s, o := e.store(), e.op()
 				locks := e.lockRows(20)
 				req := charge("deadlocked-"+name, "100")
