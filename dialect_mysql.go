@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"reflect"
 	"strconv"
 	"strings"
@@ -29,8 +30,7 @@ type mysqlDialect struct{}
 func (mysqlDialect) Name() string { return "mysql" }
 
 func (mysqlDialect) statements(parts []string) *statements {
-	return galera(myStatements(parts, schema.MySQL, myInsert, returning{}, myShareLock),
-		myOnMariaDB(galeraCausal), myOnMariaDB(galeraClaim))
+	return galera(myStatements(parts, schema.MySQL, myInsert, returning{}, myShareLock), myOnMariaDB(galeraCausal))
 }
 
 // myOnMariaDB is prefix in MariaDB's executable comment: MariaDB runs
@@ -341,8 +341,11 @@ func (mysqlDialect) inserted(_ int64, err error) (bool, error) {
 	if err == nil {
 		return true, nil
 	}
-	if n, ok := mysqlErrno(err); ok && n == erDupEntry {
+	switch n, _ := mysqlErrno(err); n {
+	case erDupEntry:
 		return false, nil
+	case erSubqueryRows: // galeraGuard
+		return false, fmt.Errorf("%w (%w)", errGaleraTxMode, err)
 	}
 	return false, err
 }
@@ -351,6 +354,9 @@ func (mysqlDialect) inserted(_ int64, err error) (bool, error) {
 // (1047); for the other errors it knows nothing better than the
 // messages' own advice.
 func (mysqlDialect) fix(err error) string {
+	if errors.Is(err, errGaleraTxMode) {
+		return galeraTxModeFix
+	}
 	if n, _ := mysqlErrno(err); n == wsrepNotReady {
 		return galeraFix
 	}

@@ -185,7 +185,7 @@ func TestDuplicatesAcrossNodesRunOnce(t *testing.T) {
 
 // A request on one node right after the same key committed on another
 // replays it, without running fn, even in sessions without causal reads
-// (Do does not need them: its claim is certified before fn). With
+// (Do does not need them: its streamed claim is certified before fn). With
 // Galera's default wsrep_sync_wait = 0 and nothing of idem's own, the
 // second node had not always applied the commit yet: fn ran (then lost
 // at certification and replayed) 11 to 13 times in 150 (issue 40).
@@ -345,6 +345,43 @@ func TestSessionWithoutCausalReads(t *testing.T) {
 		if err == nil || errors.Is(err, idem.ErrLeaseLost) || !strings.Contains(err.Error(), "wsrep_sync_wait") {
 			t.Fatalf("Complete of a claim taken over, without causal reads: %v, want a refusal naming wsrep_sync_wait, not ErrLeaseLost", err)
 		}
+	})
+}
+
+// On a node of a multi-primary cluster whose sessions do not stream
+// their statements (a Galera node with wsrep_trx_fragment_size = 0, the
+// servers' default), Do and Apply are refused before fn runs, saying what
+// to do, and nothing is written; Begin, in claim mode, is served. Before,
+// fn ran on each node a duplicate reached (TestDuplicatesAcrossNodesRunOnce).
+func TestTransactionModeRefusedWithoutStreaming(t *testing.T) {
+	forEach(t, func(t *testing.T, e *env) {
+		if e.withoutStreaming == nil {
+			t.Skipf("%s: a duplicate waits for the claim in every session", e.name)
+		}
+		s, o := e.store(), e.op()
+		plain := e.openOn(e.withoutStreaming(e.dsn), 2)
+		req := charge("not-streamed", "100")
+		err := runTx(ctx, plain, nil, func(tx txn) error { _, err := s.Do(ctx, tx, req, o.fn(tx, req.Key)); return err })
+		if err == nil || !strings.Contains(err.Error(), "wsrep_trx_fragment_size") || idem.IsRetryable(err) || o.calls.Load() != 0 {
+			t.Fatalf("Do on a Galera node without streaming: %v after %d runs of fn, want a refusal naming wsrep_trx_fragment_size before fn, not retryable", err, o.calls.Load())
+		}
+		var ie *idem.Error
+		if !errors.As(err, &ie) || !strings.Contains(ie.Hint, "Begin") {
+			t.Errorf("the refusal's hint does not name claim mode: %+v", ie)
+		}
+		err = runTx(ctx, plain, nil, func(tx txn) error {
+			_, err := s.Apply(ctx, tx, req, idem.Response{StatusCode: 202}, func(context.Context) error { return nil })
+			return err
+		})
+		if err == nil || !strings.Contains(err.Error(), "wsrep_trx_fragment_size") {
+			t.Fatalf("Apply on a Galera node without streaming: %v, want the refusal", err)
+		}
+		if n := e.records(s, req.Key); n != 0 {
+			t.Fatalf("the refused requests left %d records", n)
+		}
+		c, _, err := s.Begin(ctx, plain, req)
+		must(t, err)
+		must(t, runTx(ctx, plain, nil, func(tx txn) error { return c.Complete(ctx, tx, idem.Response{StatusCode: 201}) }))
 	})
 }
 

@@ -112,6 +112,7 @@ var suite = []struct {
 	{"TestClaimsAcrossNodesCallOnce", TestClaimsAcrossNodesCallOnce},
 	{"TestLeaseLostIsNotRetryable", TestLeaseLostIsNotRetryable},
 	{"TestSessionWithoutCausalReads", TestSessionWithoutCausalReads},
+	{"TestTransactionModeRefusedWithoutStreaming", TestTransactionModeRefusedWithoutStreaming},
 	{"TestSQLiteBusyIsRetryable", TestSQLiteBusyIsRetryable},
 	{"TestSQLiteSettings", TestSQLiteSettings},
 	{"TestTiDBRefusesUnsafeSessions", TestTiDBRefusesUnsafeSessions},

@@ -114,8 +114,8 @@ var targets = []target{
 	{name: "tidb", dialect: idem.TiDB, driver: "mysql", server: testdb.TiDB, measure: true, facts: &tidbFacts},
 	// A Galera cluster's pool opens each connection on the next node
 	// (spread), so a test's transactions, and the duplicates of a storm,
-	// run on all three nodes at once; each session with the causal reads
-	// idem requires there (docs/replication.md).
+	// run on all three nodes at once; each session with the settings
+	// idem requires there (galeraParams).
 	{name: "galera", dialect: idem.MariaDB, driver: "mysql", server: testdb.Galera, params: galeraParams, facts: &galeraFacts},
 	{name: "galera-mysql", dialect: idem.MySQL, driver: "mysql", server: testdb.Galera, params: galeraParams, facts: &galeraFacts},
 	{name: "sqlite", dialect: idem.SQLite, driver: "sqlite", measure: true, facts: &sqliteFacts},
@@ -135,8 +135,10 @@ var targets = []target{
 }
 
 // galeraParams give each session on a Galera node causal reads at the
-// start of its transactions, which idem requires there.
-const galeraParams = "wsrep_sync_wait=1"
+// start of its transactions, which Begin requires there, and streaming
+// replication of every statement, which Do and Apply require
+// (docs/replication.md).
+const galeraParams = "wsrep_sync_wait=1&wsrep_trx_fragment_size=1"
 
 // sqliteParams are the DSN parameters the SQLite dialect documents: write
 // lock at BEGIN, wait for it, readers beside the writer. The busy timeout
