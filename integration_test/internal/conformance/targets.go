@@ -137,8 +137,9 @@ var targets = []target{
 // galeraParams give each session on a Galera node causal reads at the
 // start of its transactions, which Begin requires there, and streaming
 // replication of every statement, which Do and Apply require
-// (docs/replication.md).
-const galeraParams = "wsrep_sync_wait=1&wsrep_trx_fragment_size=1"
+// (docs/replication.md): a fragment a statement, where the default unit
+// (bytes) would make one of every row of a bulk insert.
+const galeraParams = "wsrep_sync_wait=1&wsrep_trx_fragment_unit=statements&wsrep_trx_fragment_size=1"
 
 // sqliteParams are the DSN parameters the SQLite dialect documents: write
 // lock at BEGIN, wait for it, readers beside the writer. The busy timeout
