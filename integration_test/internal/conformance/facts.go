@@ -382,12 +382,17 @@ var galeraFacts = func() facts {
 	f.withoutStreaming = func(dsn string) string {
 		return strings.ReplaceAll(dsn, "wsrep_trx_fragment_size=1", "wsrep_trx_fragment_size=0")
 	}
-	// No kills and no dropped connections in the fault history: a
-	// session killed (or dropped) with a streamed transaction in flight,
-	// beside duplicates of its key on the other nodes, hung the whole
-	// cluster (MariaDB 10.11.19, galera 26.4.23: the killed session's
-	// rollback waiting for certification, every node's DDL and commits
-	// behind it), twice in two runs. TestKillMidDo still kills one, alone.
-	f.faults = []string{faultDeadlock, faultTimeout}
+	// Statement timeouts only in the fault history. A session killed (or
+	// dropped) with a streamed claim in flight, beside duplicates of its
+	// key on the other nodes, hung the whole cluster (MariaDB 10.11.19,
+	// galera 26.4.23: the killed session's rollback waiting for
+	// certification, every node's commits and DDL behind it), in 2 runs
+	// of 2 with the claim alone streamed and 2 of 5 with every statement
+	// streamed (as here); and a deadlock between streamed transactions of
+	// two nodes is no node's to detect: each waits on the other's applied
+	// fragment until innodb_lock_wait_timeout. TestKillMidDo and
+	// TestDeadlockInFn still kill a session and make a deadlock, on one
+	// node.
+	f.faults = []string{faultTimeout}
 	return f
 }()
