@@ -101,12 +101,15 @@ const galeraCausalOff = `SELECT /*M! @@wsrep_on AND (@@wsrep_sync_wait & 1) = 0 
 // not wait, at their start, for the node to apply what the cluster
 // committed before. A causal wait set for one statement (galeraCausal)
 // holds for a statement outside a transaction, and for the first of
-// one, only: inside a transaction, measured on MariaDB 10.11 and galera
-// 26.4.23, an UPDATE of a row committed on another node a moment before
-// missed it (or was aborted) 64 times in 300 with it, 14 without. So a
-// Claim's Complete, in the caller's transaction on another node than its
-// Begin's, needs the session's own causal reads: its transaction then
-// begins once its node has applied the claim.
+// one, only. Measured on MariaDB 10.11.19 and galera 26.4.23, a read on
+// node B right after a commit on node A, 300 times: outside a
+// transaction it missed the row 14 times without the setting and never
+// with it for the statement; inside a transaction, with it for the
+// statement, a locking read missed it twice and an UPDATE missed it (or
+// was aborted) 64 times; with it set for the session before BEGIN,
+// never. So a Claim's Complete, in the caller's transaction on another
+// node than its Begin's, needs the session's own causal reads: its
+// transaction then begins once its node has applied the claim.
 func (mysqlDialect) causalReads(ctx context.Context, c conn) error {
 	var off bool
 	if err := c.queryRow(ctx, Query{SQL: galeraCausalOff}, &off); err != nil {
