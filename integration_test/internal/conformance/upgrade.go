@@ -216,8 +216,8 @@ func TestUpgradeFromEarlierVersions(t *testing.T) {
 		workers = 4     // the release before's writes during the upgrade
 	)
 	forEach(t, func(t *testing.T, e *env) {
-		if e.slowDDL != "" {
-			t.Skip(e.slowDDL)
+		if e.heavyWrites != "" {
+			t.Skip(e.heavyWrites)
 		}
 		versions := []int{1}
 		if v := len(e.migrations) - 1; v > 1 {
