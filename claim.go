@@ -36,7 +36,10 @@ type Claim struct {
 //
 // A claim whose lease ran out, or that was released, is taken over by the
 // next Begin or Do, with a larger token. Begin retries its own transaction
-// on the errors [IsRetryable] reports, as [RunTx] does. See docs/claims.md.
+// on the errors [IsRetryable] reports, as [RunTx] does. On a Galera node
+// it refuses a session without causal reads (wsrep_sync_wait=1 in the
+// DSN), where a Complete on another node could miss the claim: see
+// docs/replication.md. See docs/claims.md.
 func (s *Store) Begin(ctx context.Context, db *sql.DB, req Request) (claim *Claim, replay *Result, err error) {
 	if db == nil {
 		return nil, nil, errors.New("idem: Begin needs a *sql.DB, got nil")
@@ -199,7 +202,10 @@ func (c *Claim) check(db Conn, method string) error {
 }
 
 // fenced runs a statement fenced on the claim's token. When it changes
-// nothing, fenced reads the record to say why.
+// nothing, fenced reads the record to say why, once the dialect has said
+// that the session's reads see every commit acknowledged before its
+// transaction began (causalReads: a Galera node's may not), so that a
+// record the read does not find is gone, not yet to be applied there.
 func (c *Claim) fenced(ctx context.Context, sc conn, q Query, what, advice string) error {
 	fail := func(err error, detail, hint string) error {
 		return &Error{Op: what, Scope: c.req.Scope, Key: c.req.Key, Token: c.token, Err: err, Detail: detail, Hint: hint}
@@ -211,6 +217,9 @@ func (c *Claim) fenced(ctx context.Context, sc conn, q Query, what, advice strin
 	if n == 1 {
 		return nil
 	}
+	if err := c.s.dialect.causalReads(ctx, sc); err != nil {
+		return err
+	}
 	var (
 		status Status
 		token  int64
@@ -221,7 +230,12 @@ func (c *Claim) fenced(ctx context.Context, sc conn, q Query, what, advice strin
 	case errors.Is(err, sql.ErrNoRows):
 		why = "no longer exists (purged)"
 	case err != nil:
-		return fail(fmt.Errorf("%w: %w", ErrLeaseLost, err), "lease lost: it changed nothing, and reading the key failed: "+err.Error(), advice)
+		// The fenced statement changed nothing, so the claim is not
+		// current: that is the error. The failed read is only why it
+		// cannot say more; wrapped, its deadlock or lock wait timeout
+		// would make the lease lost look retryable, and a retry of the
+		// caller's transaction cannot get the claim back.
+		return fail(ErrLeaseLost, "lease lost: it changed nothing, and reading the key to say why failed: "+err.Error(), advice)
 	case token != c.token:
 		why = fmt.Sprintf("was taken over by another request, whose token is %d", token)
 	case status == StatusCompleted:

@@ -61,6 +61,15 @@ type Dialect interface {
 	// change it. Where no mode is unsafe it runs no statement and returns
 	// nil.
 	checkSession(ctx context.Context, c conn) error
+	// causalReads refuses a session whose transactions may begin before
+	// its node has applied what the database acknowledged elsewhere (a
+	// Galera node without wsrep_sync_wait), where a Claim made on one node
+	// and completed on another would not find itself: Begin asks before
+	// its claim, and a Claim's fenced statement that changed nothing asks
+	// before it says why. It names the setting and how to change it.
+	// Where every read sees what was acknowledged it runs no statement
+	// and returns nil.
+	causalReads(ctx context.Context, c conn) error
 }
 
 // lockWaiter is a Dialect that can bound a lock wait inside a

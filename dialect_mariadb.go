@@ -22,7 +22,7 @@ type mariadbDialect struct{ mysqlDialect }
 func (mariadbDialect) Name() string { return "mariadb" }
 
 func (mariadbDialect) statements(parts []string) *statements {
-	return myStatements(parts, schema.MySQL, mariadbInsert, returning{token: true}, myShareLock)
+	return galera(myStatements(parts, schema.MySQL, mariadbInsert, returning{token: true}, myShareLock), galeraCausal)
 }
 
 // mariadbInsert is MySQL's insert, returning the token.

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"reflect"
 	"strconv"
 	"strings"
@@ -29,8 +30,12 @@ type mysqlDialect struct{}
 func (mysqlDialect) Name() string { return "mysql" }
 
 func (mysqlDialect) statements(parts []string) *statements {
-	return myStatements(parts, schema.MySQL, myInsert, returning{}, myShareLock)
+	return galera(myStatements(parts, schema.MySQL, myInsert, returning{}, myShareLock), myOnMariaDB(galeraCausal))
 }
+
+// myOnMariaDB is prefix in MariaDB's executable comment: MariaDB runs
+// it, MySQL reads a comment (see galera).
+func myOnMariaDB(prefix string) string { return "/*M! " + prefix + "*/ " }
 
 // The locking clauses of the reads that must see the latest committed
 // row whatever the transaction's snapshot: a shared-lock read on MySQL
@@ -351,15 +356,27 @@ func (mysqlDialect) inserted(_ int64, err error) (bool, error) {
 	if err == nil {
 		return true, nil
 	}
-	if n, ok := mysqlErrno(err); ok && n == erDupEntry {
+	switch n, _ := mysqlErrno(err); n {
+	case erDupEntry:
 		return false, nil
+	case erSubqueryRows: // galeraGuard
+		return false, fmt.Errorf("%w (%w)", errGaleraTxMode, err)
 	}
 	return false, err
 }
 
-// schemaFault reads MySQL's error numbers, which MariaDB and TiDB share.
-// fix knows nothing better than the messages' own advice.
-func (mysqlDialect) fix(error) string { return "" }
+// fix names where to run a transaction again that a Galera node refused
+// (1047); for the other errors it knows nothing better than the
+// messages' own advice.
+func (mysqlDialect) fix(err error) string {
+	if errors.Is(err, errGaleraTxMode) {
+		return galeraTxModeFix
+	}
+	if n, _ := mysqlErrno(err); n == wsrepNotReady {
+		return galeraFix
+	}
+	return ""
+}
 
 // applied reads MySQL's error numbers, which MariaDB and TiDB share.
 func (mysqlDialect) applied(err error) bool {
@@ -380,13 +397,16 @@ func (mysqlDialect) schemaFault(err error) schemaFault {
 	return noSchemaFault
 }
 
+// retryable reports, beside InnoDB's, a Galera node that refused the
+// statement (1047): nothing ran, and a new connection may reach another
+// node. Galera's certification failures and brute-force aborts are 1213.
 func (mysqlDialect) retryable(err error) bool {
 	n, ok := mysqlErrno(err)
 	if !ok {
 		return false
 	}
 	switch n {
-	case erLockWaitTimeout, erLockDeadlock, erCheckread, erLockNowait:
+	case erLockWaitTimeout, erLockDeadlock, erCheckread, erLockNowait, wsrepNotReady:
 		return true
 	}
 	return false

@@ -694,3 +694,7 @@ func driverField(c reflect.Value) reflect.Value {
 // checkSession runs nothing: every PostgreSQL transaction makes a
 // duplicate wait for the claim.
 func (postgresDialect) checkSession(context.Context, conn) error { return nil }
+
+// causalReads runs nothing: every read sees what the database
+// acknowledged.
+func (postgresDialect) causalReads(context.Context, conn) error { return nil }

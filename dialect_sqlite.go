@@ -342,3 +342,7 @@ func (sqliteDialect) schemaFault(err error) schemaFault {
 	}
 	return noSchemaFault
 }
+
+// causalReads runs nothing: every read sees what the database
+// acknowledged.
+func (sqliteDialect) causalReads(context.Context, conn) error { return nil }

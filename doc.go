@@ -18,7 +18,9 @@
 // [MariaDB]), TiDB ([TiDB]) and SQLite ([SQLite]). Where an isolation
 // level makes the database abort a duplicate instead of letting it wait,
 // the error satisfies [IsRetryable] and [RunTx] retries the transaction,
-// which then replays.
+// which then replays. On a MariaDB Galera cluster, where a row lock is one
+// node's, Do refuses a session that does not stream its statements, and
+// Begin one without causal reads (docs/replication.md).
 //
 // # Use
 //

@@ -24,6 +24,7 @@ import (
 	"database/sql"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -49,6 +50,10 @@ type Server struct {
 	// skips for want of it, and Start, shorter, for a line that names
 	// every missing server.
 	How, Start string
+	// Cluster reports a server of several nodes: its DSN is the DSN of
+	// each node, comma-separated ([Nodes] splits it), and it answers when
+	// every node does.
+	Cluster bool
 
 	once   sync.Once
 	dsn    string
@@ -85,8 +90,28 @@ var (
 		How:   "run scripts/pgbouncer.sh start (its database test_single has pool_size=1)", Start: "run scripts/pgbouncer.sh start"}
 )
 
+// Galera is a MariaDB Galera cluster of three nodes (multi-primary),
+// which scripts/galera.sh runs on loopback; its DSN lists the nodes'.
+var Galera = &Server{Name: "Galera", Env: "IDEM_TEST_GALERA_DSNS", Driver: "mysql", Cluster: true,
+	Local: "root@tcp(127.0.0.1:3311)/test,root@tcp(127.0.0.1:3312)/test,root@tcp(127.0.0.1:3313)/test",
+	How:   "run scripts/galera.sh start (a three-node MariaDB Galera cluster on 127.0.0.1:3311-3313; apt-get install -y rsync galera-4 first)",
+	Start: "run scripts/galera.sh start"}
+
 // Servers are all the servers above, in the order a summary names them.
-var Servers = []*Server{Postgres, MySQL, MariaDB, TiDB, PgBouncer, PgBouncerSingle}
+var Servers = []*Server{Postgres, MySQL, MariaDB, TiDB, PgBouncer, PgBouncerSingle, Galera}
+
+// Nodes is the DSN of each node of a cluster's DSN (Cluster): the
+// comma-separated DSNs, each trimmed of spaces. A server's DSN that is
+// not a cluster's is its one node.
+func Nodes(dsn string) []string {
+	var nodes []string
+	for _, n := range strings.Split(dsn, ",") {
+		if n = strings.TrimSpace(n); n != "" {
+			nodes = append(nodes, n)
+		}
+	}
+	return nodes
+}
 
 // Required reports IDEM_TEST_REQUIRE=1: a missing server fails the tests
 // that need it instead of skipping them.
@@ -125,7 +150,7 @@ func (s *Server) FindRunning() (dsn, why string) {
 	if dsn := os.Getenv(s.Env); dsn != "" {
 		return dsn, "" // whether it answers is the test's to find out
 	}
-	if err := ping(s.Driver, s.Local); err != nil {
+	if err := s.ping(s.Local); err != nil {
 		return "", fmt.Sprintf("there is no %s: %s is unset and nothing answers at %s (%v); %s, or set %s to its DSN", s.Name, s.Env, s.Local, err, s.How, s.Env)
 	}
 	return s.Local, ""
@@ -145,6 +170,20 @@ func (s *Server) resolve() {
 		}
 		s.dsn = dsn
 	})
+}
+
+// ping reports whether the server answers at dsn: each of its nodes, for
+// a cluster.
+func (s *Server) ping(dsn string) error {
+	if !s.Cluster {
+		return ping(s.Driver, dsn)
+	}
+	for _, n := range Nodes(dsn) {
+		if err := ping(s.Driver, n); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // ping reports whether a server answers at dsn, within a few seconds.

@@ -28,8 +28,7 @@ func (e *env) lockRows(n int) string {
 // waitingQuery counts them (on MySQL: is running, its lock views being a
 // slow cache).
 func (e *env) waitingOn(table string) (bool, error) {
-	var n int
-	err := e.db.QueryRowContext(ctx, e.rebind(e.waitingQuery), "%"+table+"%").Scan(&n)
+	n, err := e.sumNodes(e.waitingQuery, "%"+table+"%")
 	return n > 0, err
 }
 
@@ -206,6 +205,7 @@ func TestDeadlockInFn(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			forEach(t, func(t *testing.T, e *env) {
 				e.needServer("deadlock between sessions")
+				e = e.onOneNode()
 				s, o := e.store(), e.op()
 				locks := e.lockRows(20)
 				req := charge("deadlocked-"+name, "100")

@@ -3,11 +3,13 @@ package conformance
 import (
 	"database/sql"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jmoiron/sqlx"
 
 	"github.com/idemkit/idem/idemtest"
+	"github.com/idemkit/idem/idemtest/testdb"
 	"github.com/idemkit/idem/schema"
 )
 
@@ -44,6 +46,38 @@ type facts struct {
 	// nothing shows, and waitSettle alone stands for the wait.
 	waitingQuery string
 	waitSettle   time.Duration
+	// locksPerNode says why a row lock, and a session, is one node's (a
+	// Galera cluster: a lock is not replicated, and certification decides
+	// between transactions of different nodes at COMMIT); "" where the
+	// server is one. The tests that hold a lock for another transaction
+	// to meet, or kill a session, run on one node there (onOneNode).
+	locksPerNode string
+	// withoutStreaming is a DSN of the server whose sessions do not
+	// stream their statements (a Galera node's with
+	// wsrep_trx_fragment_size = 0, the servers' default), where idem
+	// refuses Do and Apply; nil where no session needs to.
+	withoutStreaming func(dsn string) string
+	// heavyWrites says why the tests that write a table of 100,000
+	// records, or upgrade one online under load, are too slow for the
+	// default suite; "" where they are not.
+	heavyWrites string
+	// rerunsFn says why a transaction in which fn ran may be rolled back
+	// by the database where no duplicate of its key ran (Galera:
+	// certification conflicts and brute-force aborts between concurrent
+	// transactions of different keys), so that RunTx runs fn again, as
+	// after a deadlock on one server; "" where idem's statements make no
+	// such conflict. The tests under load then count business rows
+	// against keys, not against fn's runs.
+	rerunsFn string
+	// withoutCausalReads is a DSN of the server whose sessions' reads
+	// may miss what other nodes acknowledged (a Galera node's with
+	// wsrep_sync_wait = 0, the servers' default), which idem refuses; nil
+	// where every session sees what was acknowledged.
+	withoutCausalReads func(dsn string) string
+	// shortLockWait bounds the session's lock waits to about a second;
+	// "" where a session cannot bound them (SQLite's busy timeout is the
+	// connection's, set in the DSN).
+	shortLockWait string
 	// timeoutQueries, run in order in a transaction, end the last of
 	// them with a statement timeout after 20 ms; nil where the database
 	// has none the fault history can use.
@@ -186,15 +220,16 @@ type lockView struct {
 }
 
 var postgresFacts = facts{
-	now:          "statement_timestamp()",
-	plusMicros:   func(expr string) string { return expr + " + ? * interval '1 microsecond'" },
-	bindvar:      sqlx.DOLLAR,
-	autoID:       "BIGSERIAL PRIMARY KEY",
-	sessionProbe: "SELECT current_setting('transaction_isolation') || '|' || current_setting('lock_timeout') || '|' || current_setting('statement_timeout') || '|' || current_setting('TimeZone')",
-	sessionQuery: "SELECT pg_backend_pid()",
-	killQuery:    func(id int64) string { return fmt.Sprintf("SELECT pg_terminate_backend(%d)", id) },
-	aliveQuery:   "SELECT COUNT(*) FROM pg_stat_activity WHERE pid = ?",
-	waitingQuery: "SELECT COUNT(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE ?",
+	now:           "statement_timestamp()",
+	plusMicros:    func(expr string) string { return expr + " + ? * interval '1 microsecond'" },
+	bindvar:       sqlx.DOLLAR,
+	autoID:        "BIGSERIAL PRIMARY KEY",
+	sessionProbe:  "SELECT current_setting('transaction_isolation') || '|' || current_setting('lock_timeout') || '|' || current_setting('statement_timeout') || '|' || current_setting('TimeZone')",
+	sessionQuery:  "SELECT pg_backend_pid()",
+	killQuery:     func(id int64) string { return fmt.Sprintf("SELECT pg_terminate_backend(%d)", id) },
+	aliveQuery:    "SELECT COUNT(*) FROM pg_stat_activity WHERE pid = ?",
+	waitingQuery:  "SELECT COUNT(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE ?",
+	shortLockWait: "SET lock_timeout = '1s'",
 	// statement_timeout for the rest of the transaction only.
 	timeoutQueries: []string{"SET LOCAL statement_timeout = '20ms'", "SELECT pg_sleep(1)"},
 	deadlockSetup:  "SET LOCAL deadlock_timeout = '50ms'",
@@ -233,16 +268,17 @@ var pgbouncerFacts = func() facts {
 }()
 
 var mysqlFacts = facts{
-	now:          "UTC_TIMESTAMP(6)",
-	plusMicros:   func(expr string) string { return expr + " + INTERVAL ? MICROSECOND" },
-	bindvar:      sqlx.QUESTION,
-	autoID:       "BIGINT AUTO_INCREMENT PRIMARY KEY",
-	sessionProbe: "SELECT CONCAT_WS('|', LAST_INSERT_ID(), @@session.tx_isolation, @@session.time_zone, @@session.sql_mode, @@session.innodb_lock_wait_timeout, @@session.autocommit)",
-	sessionQuery: "SELECT CONNECTION_ID()",
-	killQuery:    func(id int64) string { return fmt.Sprintf("KILL %d", id) },
-	aliveQuery:   "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = ?",
-	waitingQuery: "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID <> CONNECTION_ID() AND INFO LIKE ?",
-	waitSettle:   200 * time.Millisecond,
+	now:           "UTC_TIMESTAMP(6)",
+	plusMicros:    func(expr string) string { return expr + " + INTERVAL ? MICROSECOND" },
+	bindvar:       sqlx.QUESTION,
+	autoID:        "BIGINT AUTO_INCREMENT PRIMARY KEY",
+	sessionProbe:  "SELECT CONCAT_WS('|', LAST_INSERT_ID(), @@session.tx_isolation, @@session.time_zone, @@session.sql_mode, @@session.innodb_lock_wait_timeout, @@session.autocommit)",
+	sessionQuery:  "SELECT CONNECTION_ID()",
+	killQuery:     func(id int64) string { return fmt.Sprintf("KILL %d", id) },
+	aliveQuery:    "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = ?",
+	waitingQuery:  "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID <> CONNECTION_ID() AND INFO LIKE ?",
+	waitSettle:    200 * time.Millisecond,
+	shortLockWait: "SET SESSION innodb_lock_wait_timeout = 1",
 	// MariaDB's max_statement_time, for one statement.
 	timeoutQueries:        []string{"SET STATEMENT max_statement_time = 0.02 FOR SELECT SLEEP(1)"},
 	qualifiedTable:        mysqlQualifiedTable,
@@ -326,3 +362,36 @@ var sqliteFacts = facts{
 	oneWriter: true,
 	inProcess: true,
 }
+
+// galeraFacts are MySQL's on a MariaDB Galera cluster of three nodes,
+// whose pool spreads its connections over the nodes (targets.go), but for
+// what is said here.
+var galeraFacts = func() facts {
+	f := mysqlFacts
+	// A fault test's proxy sits in front of the first node: a DSN of one
+	// node.
+	f.parseAddr = func(dsn string) (string, string, error) { return mysqlAddr(testdb.Nodes(dsn)[0]) }
+	f.redirectDSN = func(dsn, addr string) (string, error) { return mysqlRedirect(testdb.Nodes(dsn)[0], addr) }
+	f.locksPerNode = "Galera replicates no lock: a transaction holding a row lock on one node holds up no statement on another, and certification picks the winner at COMMIT; a session id names a session on its own node"
+	f.heavyWrites = "on Galera, with every statement streamed, TestPurgeBatchDoesNotBlockClaims (100,000 records seeded and purged) took 60 s a target and TestUpgradeFromEarlierVersions 45 s (ALTER TABLE runs in total order, each node copying the table while the writes beside it wait or abort), against seconds on one server; both passed on Galera when run alone, and TestPurgeBatchesRunTogether, TestMigrate and TestMigrateLeavesNewerLayout cover the purge's locks and the migrations there"
+	f.rerunsFn = "Galera rolls back, at certification or by a brute-force abort, some transactions that ran beside others of other keys on other nodes (3 in 152 runs of TestRotationMidTraffic, 6 in 1,107 of TestPurgeUnderLoad), and RunTx runs them, fn included, again"
+	f.withoutCausalReads = func(dsn string) string {
+		return strings.ReplaceAll(dsn, "wsrep_sync_wait=1", "wsrep_sync_wait=0")
+	}
+	f.withoutStreaming = func(dsn string) string {
+		return strings.ReplaceAll(dsn, "wsrep_trx_fragment_size=1", "wsrep_trx_fragment_size=0")
+	}
+	// Statement timeouts only in the fault history. A session killed (or
+	// dropped) with a streamed claim in flight, beside duplicates of its
+	// key on the other nodes, hung the whole cluster (MariaDB 10.11.19,
+	// galera 26.4.23: the killed session's rollback waiting for
+	// certification, every node's commits and DDL behind it), in 2 runs
+	// of 2 with the claim alone streamed and 2 of 5 with every statement
+	// streamed (as here); and a deadlock between streamed transactions of
+	// two nodes is no node's to detect: each waits on the other's applied
+	// fragment until innodb_lock_wait_timeout. TestKillMidDo and
+	// TestDeadlockInFn still kill a session and make a deadlock, on one
+	// node.
+	f.faults = []string{faultTimeout}
+	return f
+}()

@@ -52,6 +52,7 @@ func (e *env) killSession(id int64) error {
 func TestKillMidDo(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
 		e.needServer("server session")
+		e = e.onOneNode()
 		s, o := e.store(), e.op()
 		req := charge("killed", "100")
 		tx := e.begin(nil)
@@ -191,16 +192,36 @@ func TestCrashAfterBegin(t *testing.T) {
 }
 
 // hooked returns tx with before() run once, just before the first
-// statement run through it that starts with prefix, whether it is run as
+// statement run through it that starts with prefix (past a setting for
+// that statement alone: statement), whether it is run as
 // an exec or a query (a takeover that returns the token it wrote is a
 // query).
 func hooked(tx txn, prefix string, before func()) txn {
 	var once sync.Once
 	return tx.watched(func(q string) {
-		if strings.HasPrefix(q, prefix) {
+		if strings.HasPrefix(statement(q), prefix) {
 			once.Do(before)
 		}
 	})
+}
+
+// statement is q from its statement on: past a MariaDB executable
+// comment (/*M! ... */) and a SET STATEMENT ... FOR clause, in which
+// idem's dialects set a variable for one statement (on Galera: causal
+// reads, and the claim replicated on its own).
+func statement(q string) string {
+	q = strings.TrimSpace(q)
+	if strings.HasPrefix(q, "/*M!") {
+		if i := strings.Index(q, "*/"); i >= 0 {
+			q = strings.TrimSpace(q[i+2:])
+		}
+	}
+	if strings.HasPrefix(q, "SET STATEMENT ") {
+		if i := strings.Index(q, " FOR "); i >= 0 {
+			q = strings.TrimSpace(q[i+len(" FOR "):])
+		}
+	}
+	return q
 }
 
 // Fault 4: the old owner completes between the new owner's read of the
@@ -213,6 +234,7 @@ func hooked(tx txn, prefix string, before func()) txn {
 // ErrLeaseLost.
 func TestCompleteBetweenReadAndWrite(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
+		e = e.onOneNode()
 		s, o := e.store(), e.op()
 		req := charge("interleaved", "100")
 		old := mustClaim(t, s, e.db, req)

@@ -163,7 +163,7 @@ func waitBlocked[T any](e *env, table string, done chan T) {
 			e.t.Fatalf("the statement on %s did not wait for the lock: %+v", table, v)
 		default:
 		}
-		if e.int64(e.waitingQuery, "%"+table+"%") > 0 {
+		if e.onEveryNode(e.waitingQuery, "%"+table+"%") > 0 {
 			break
 		}
 		if time.Now().After(deadline) {

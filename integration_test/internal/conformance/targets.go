@@ -10,6 +10,10 @@
 //   - mysql: idem.MySQL on MySQL or MariaDB, through go-sql-driver/mysql;
 //   - mariadb: idem.MariaDB on MariaDB, through go-sql-driver/mysql;
 //   - tidb: TiDB through go-sql-driver/mysql;
+//   - galera, galera-mysql: idem.MariaDB and idem.MySQL on a three-node
+//     MariaDB Galera cluster (multi-primary), through go-sql-driver/mysql,
+//     each pool's connections spread over the nodes in turn, so that
+//     duplicates meet on different nodes;
 //   - sqlite: SQLite through modernc.org/sqlite, in a temporary file;
 //   - pgbouncer-libpq, pgbouncer-pgx, pgbouncer-pgxnative: the three
 //     PostgreSQL targets behind PgBouncer in transaction pooling mode, in
@@ -18,12 +22,13 @@
 // Targets find their servers through package testdb: the DSN in
 // IDEM_TEST_POSTGRES_DSN, IDEM_TEST_MYSQL_DSN, IDEM_TEST_MARIADB_DSN (the
 // same MariaDB server as the one before it, or another),
-// IDEM_TEST_TIDB_DSN or IDEM_TEST_PGBOUNCER_DSN (and
-// IDEM_TEST_PGBOUNCER_SINGLE_DSN, a pool of one server connection); when
+// IDEM_TEST_TIDB_DSN, IDEM_TEST_PGBOUNCER_DSN (and
+// IDEM_TEST_PGBOUNCER_SINGLE_DSN, a pool of one server connection) or
+// IDEM_TEST_GALERA_DSNS (the nodes' DSNs, comma-separated); when
 // that is unset, the server of a development machine at its usual
 // address; when nothing answers there, a container where Docker runs
-// (TiDB and PgBouncer have none: scripts/tidb.sh and scripts/pgbouncer.sh
-// start them). A target whose server is missing is skipped with a message, or
+// (TiDB, PgBouncer and Galera have none: scripts/tidb.sh,
+// scripts/pgbouncer.sh and scripts/galera.sh start them). A target whose server is missing is skipped with a message, or
 // fails under IDEM_TEST_REQUIRE=1; a DSN that is set but does not answer
 // always fails. The SQLite target needs no server and always runs, on a
 // database file in a temporary directory.
@@ -36,11 +41,14 @@ import (
 	"context"
 	"crypto/rand"
 	"database/sql"
+	"database/sql/driver"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -104,6 +112,12 @@ var targets = []target{
 	{name: "mysql", dialect: idem.MySQL, driver: "mysql", server: testdb.MySQL, measure: true, facts: &mysqlFacts},
 	{name: "mariadb", dialect: idem.MariaDB, driver: "mysql", server: testdb.MariaDB, measure: true, facts: &mysqlFacts},
 	{name: "tidb", dialect: idem.TiDB, driver: "mysql", server: testdb.TiDB, measure: true, facts: &tidbFacts},
+	// A Galera cluster's pool opens each connection on the next node
+	// (spread), so a test's transactions, and the duplicates of a storm,
+	// run on all three nodes at once; each session with the settings
+	// idem requires there (galeraParams).
+	{name: "galera", dialect: idem.MariaDB, driver: "mysql", server: testdb.Galera, params: galeraParams, facts: &galeraFacts},
+	{name: "galera-mysql", dialect: idem.MySQL, driver: "mysql", server: testdb.Galera, params: galeraParams, facts: &galeraFacts},
 	{name: "sqlite", dialect: idem.SQLite, driver: "sqlite", measure: true, facts: &sqliteFacts},
 	// Behind PgBouncer in transaction mode (scripts/pgbouncer.sh), in the
 	// settings docs/operations.md gives for PgBouncer 1.18, which tracks
@@ -119,6 +133,13 @@ var targets = []target{
 	{name: "pgbouncer-pgx", dialect: idem.Postgres, driver: "pgx", server: testdb.PgBouncer, params: "default_query_exec_mode=exec", cachesStatements: true, facts: &pgbouncerFacts},
 	{name: "pgbouncer-pgxnative", dialect: idem.Postgres, native: true, server: testdb.PgBouncer, params: "default_query_exec_mode=exec", cachesStatements: true, facts: &pgbouncerFacts},
 }
+
+// galeraParams give each session on a Galera node causal reads at the
+// start of its transactions, which Begin requires there, and streaming
+// replication of every statement, which Do and Apply require
+// (docs/replication.md): a fragment a statement, where the default unit
+// (bytes) would make one of every row of a bulk insert.
+const galeraParams = "wsrep_sync_wait=1&wsrep_trx_fragment_unit=statements&wsrep_trx_fragment_size=1"
 
 // sqliteParams are the DSN parameters the SQLite dialect documents: write
 // lock at BEGIN, wait for it, readers beside the writer. The busy timeout
@@ -136,11 +157,20 @@ func (tg target) dsn(t *testing.T) string {
 	if tg.inProcess {
 		return "file:" + filepath.Join(tempDir, tg.name+".db") + sqliteParams
 	}
-	return withParams(tg.server.DSN(t), tg.params)
+	dsn := tg.server.DSN(t)
+	if !tg.server.Cluster {
+		return withParams(dsn, tg.params)
+	}
+	nodes := testdb.Nodes(dsn)
+	for i, n := range nodes {
+		nodes[i] = withParams(n, tg.params)
+	}
+	return strings.Join(nodes, ",")
 }
 
 // withParams is dsn with the settings params (k=v, &-separated) added: to
-// a URL's query, or as k=v words to key=value settings.
+// a URL's query or go-sql-driver/mysql's, or as k=v words to key=value
+// settings.
 func withParams(dsn, params string) string {
 	switch {
 	case params == "":
@@ -148,6 +178,10 @@ func withParams(dsn, params string) string {
 	case strings.Contains(dsn, "://") && strings.Contains(dsn, "?"):
 		return dsn + "&" + params
 	case strings.Contains(dsn, "://"):
+		return dsn + "?" + params
+	case strings.Contains(dsn, ")/") && strings.Contains(dsn, "?"): // go-sql-driver/mysql's
+		return dsn + "&" + params
+	case strings.Contains(dsn, ")/"):
 		return dsn + "?" + params
 	}
 	return dsn + " " + strings.ReplaceAll(params, "&", " ")
@@ -224,7 +258,7 @@ func (tg target) connect(dsn string, conns int) (pool, error) {
 		}
 		return newPgxPool(db), nil
 	}
-	db, err := sql.Open(tg.driver, dsn)
+	db, err := tg.sqlOpen(dsn)
 	if err != nil {
 		return nil, err
 	}
@@ -236,6 +270,54 @@ func (tg target) connect(dsn string, conns int) (pool, error) {
 	db.SetMaxIdleConns(conns)
 	return newSQLPool(db, tg.driver), nil
 }
+
+// sqlOpen opens a *sql.DB on dsn with the target's driver: for a cluster
+// (testdb.Server.Cluster), on each of its nodes in turn (spread).
+func (tg target) sqlOpen(dsn string) (*sql.DB, error) {
+	if tg.server == nil || !tg.server.Cluster {
+		return sql.Open(tg.driver, dsn)
+	}
+	return spread(tg.driver, testdb.Nodes(dsn))
+}
+
+// spread is a *sql.DB whose every new connection goes to the next of
+// the nodes' DSNs, round-robin, through driver.
+func spread(driverName string, dsns []string) (*sql.DB, error) {
+	probe, err := sql.Open(driverName, "")
+	if err != nil {
+		return nil, err
+	}
+	d, ok := probe.Driver().(driver.DriverContext)
+	_ = probe.Close()
+	if !ok {
+		return nil, fmt.Errorf("driver %s cannot open a connector", driverName)
+	}
+	r := &roundRobin{}
+	for _, dsn := range dsns {
+		c, err := d.OpenConnector(dsn)
+		if err != nil {
+			return nil, err
+		}
+		r.nodes = append(r.nodes, c)
+	}
+	if len(r.nodes) == 0 {
+		return nil, errors.New("a cluster's DSN names no node")
+	}
+	return sql.OpenDB(r), nil
+}
+
+// roundRobin is a driver.Connector that connects to each of its nodes in
+// turn.
+type roundRobin struct {
+	nodes []driver.Connector
+	next  atomic.Uint64
+}
+
+func (r *roundRobin) Connect(ctx context.Context) (driver.Conn, error) {
+	return r.nodes[(r.next.Add(1)-1)%uint64(len(r.nodes))].Connect(ctx)
+}
+
+func (r *roundRobin) Driver() driver.Driver { return r.nodes[0].Driver() }
 
 // embedded reports an in-process database (SQLite): there is no network
 // connection to cut and no server session to kill.

@@ -191,8 +191,13 @@ func (e *env) requestOf(s *store, scope, key string) idem.Request {
 func (e *env) olderWrites(s *store) func(w, i int) error {
 	return func(w, i int) error {
 		q, args := e.seedRecords(idemtest.Records{Scope: fmt.Sprintf("during-%d", w), Status: "completed", From: i, To: i + 1, Ago: 0, Lease: -time.Second}, s.Table())
-		_, err := e.db.Exec(q, args...)
-		return err
+		// Retried as its release's RunTx would: Galera runs ALTER TABLE in
+		// total order, aborting the writes in flight on the table (error
+		// 1213) where InnoDB's online DDL lets them finish.
+		return idem.Retry(ctx, func() error {
+			_, err := e.db.Exec(q, args...)
+			return err
+		})
 	}
 }
 
@@ -211,6 +216,9 @@ func TestUpgradeFromEarlierVersions(t *testing.T) {
 		workers = 4     // the release before's writes during the upgrade
 	)
 	forEach(t, func(t *testing.T, e *env) {
+		if e.heavyWrites != "" {
+			t.Skip(e.heavyWrites)
+		}
 		versions := []int{1}
 		if v := len(e.migrations) - 1; v > 1 {
 			versions = append(versions, v)
