@@ -53,28 +53,29 @@ func myStatements(parts []string, ddl []schema.Migration, insert string, insertR
 		version:       statement{myVersion, args(argSchema, argBase)},
 		insert:        statement{insert, args(argScope, argKey, argOperation, argFingerprint, argLease, argExpiry)},
 		insertOwn:     statement{myInsertOwn, args(argScope, argKey, argOperation, argFingerprint, argToken, argLease, argExpiry)},
-		insertDone:    statement{myInsertDone, args(argScope, argKey, argOperation, argFingerprint, argToken, argLease, argExpiry, argStatus, argHeader, argBody, argSealedKey)},
+		insertDone:    statement{myInsertDone, args(argScope, argKey, argOperation, argFingerprint, argToken, argLease, argExpiry, argExpiry, argMemory, argStatus, argHeader, argBody, argSealedKey)},
 		takeover:      statement{myTakeover, args(argOperation, argFingerprint, argLease, argExpiry, argScope, argKey, argToken, argRetention, argKeyMemory)},
 		insertReturns: insertReturns,
 		claimed:       statement{myClaimed, args(argScope, argKey)},
 		read:          statement{myRead + lock, append(expiry, argScope, argKey)},
 		readCompleted: statement{myReadCompleted + lock, args(argScope, argKey, argRetention)},
 		state:         statement{myState + lock, args(argScope, argKey)},
-		complete:      statement{myComplete, args(argStatus, argHeader, argBody, argSealedKey, argKeep, argKeep, argScope, argKey, argToken)},
+		complete:      statement{myComplete, args(argStatus, argHeader, argBody, argSealedKey, argKeep, argKeep, argMemory, argKeep, argKeep, argScope, argKey, argToken)},
 		extend:        statement{myExtend, args(argLease, argScope, argKey, argToken)},
 		release:       statement{myRelease, args(argScope, argKey, argToken)},
 		remove:        statement{myRemove, args(argScope, argKey, argToken)},
 		purgeWindow:   statement{myPurgeWindow, args(argFrom, argLimit)},
-		purge:         statement{myPurge, args(argFrom, argSpared, argLimit)},
-		strip:         statement{myStrip, args(argKeyMemory, argFrom, argLimit)},
+		purge:         statement{myPurge, args(argFrom, argKeyMemory, argLimit)},
+		strip:         statement{myStrip, args(argFrom, argTo, argKeyMemory, argLimit, argKeyMemory)},
 		legacyWindow:  statement{myLegacyWindow, args(argFrom, argRetention, argKeyMemory, argRetention, argLimit)},
 		legacyPurge:   statement{myLegacyPurge, args(argFrom, argRetention, argKeyMemory, argRetention, argLimit)},
 		// READ COMMITTED: under REPEATABLE READ a batch locks the gap
 		// before the first row past its window (every gap of the index, if
 		// the optimizer runs it as a full scan), where fresh claims go when
 		// no newer record lies between, so each would wait for the batch
-		// to commit; READ COMMITTED takes no gap locks. The batch still
-		// waits for a row past its window that a transaction holds.
+		// to commit; READ COMMITTED takes no gap locks. The batch
+		// reads the rows it changes with SKIP LOCKED, so that it passes
+		// over a row a transaction holds instead of waiting for it.
 		purgeIsolation: sql.LevelReadCommitted,
 		resealRead:     statement{myResealRead, args(argFrom, argSealedKey, argLimit)},
 		resealWrite:    statement{myResealWrite, args(argBody, argSealedKey, argScope, argKey, argToken)},
@@ -101,24 +102,26 @@ const myInsertOwn = `INSERT INTO idempotency_keys (scope, idem_key, operation, f
 VALUES (?, ?, ?, ?, 'processing', ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)`
 
 const myInsertDone = `INSERT INTO idempotency_keys (scope, idem_key, operation, fingerprint, status, token, lease_until, created_at, expires_at,
-  completed_at, response_status, response_headers, response_body, sealed_key)
+  forget_at, completed_at, response_status, response_headers, response_body, sealed_key)
 VALUES (?, ?, ?, ?, 'completed', ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND,
-  UTC_TIMESTAMP(6), ?, ?, ?, ?)`
+  UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND + INTERVAL ? MICROSECOND, UTC_TIMESTAMP(6), ?, ?, ?, ?)`
 
 // MySQL evaluates SET from left to right; token is read before it is
 // assigned and nothing after it reads it. The WHERE reads the row as last
 // committed (an UPDATE's read is a locking one). A record without an
 // expiry (written before schema version 3) expires by the Store's
-// retention; a completed one is kept for the key memory past its expiry.
+// retention; a completed one is kept to its forget time, or where it has
+// none for the Store's key memory past its expiry.
 const myTakeover = `UPDATE idempotency_keys SET operation = ?, fingerprint = ?, status = 'processing',
   token = GREATEST(token + 1, TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))),
   lease_until = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, created_at = UTC_TIMESTAMP(6),
   expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND,
-  completed_at = NULL, response_status = NULL, response_headers = NULL, response_body = NULL, sealed_key = NULL
+  forget_at = NULL, completed_at = NULL, response_status = NULL, response_headers = NULL, response_body = NULL, sealed_key = NULL
 WHERE scope = ? AND idem_key = ? AND token = ?
   AND (status = 'released'
     OR status = 'processing' AND lease_until <= UTC_TIMESTAMP(6)
-    OR status = 'completed' AND COALESCE(expires_at, completed_at + INTERVAL ? MICROSECOND) + INTERVAL ? MICROSECOND <= UTC_TIMESTAMP(6)
+    OR status = 'completed' AND COALESCE(forget_at,
+      COALESCE(expires_at, completed_at + INTERVAL ? MICROSECOND) + INTERVAL ? MICROSECOND) <= UTC_TIMESTAMP(6)
     OR status = 'expired' AND expires_at <= UTC_TIMESTAMP(6))`
 
 // The claim's created_at is its statement's start; claimed runs right
@@ -134,12 +137,14 @@ const myLive = `(status = 'processing' AND lease_until > UTC_TIMESTAMP(6))`
 const myExpiry = `COALESCE(expires_at, (CASE WHEN status = 'completed' THEN completed_at ELSE lease_until END) + INTERVAL ? MICROSECOND)`
 
 // myForgotten and myExpired are whether a record counts as absent (past
-// its expiry; a completed one also past the key memory; never a live
-// claim), and whether its
-// response is gone (past its expiry, or a key kept by the memory): with
-// the retention, the key memory, the retention and the retention.
+// its expiry; a completed one also past its forget time, forget_at, or
+// where it has none, a row of a release before schema version 5, past
+// the Store's key memory after its expiry; a tombstone, whose expires_at
+// is its forget time, past that; never a live claim), and whether its
+// response is gone (past its expiry, or a tombstone): with the retention,
+// the key memory, the retention and the retention.
 const (
-	myForgotten = `((CASE WHEN status = 'completed' THEN ` + myExpiry + ` + INTERVAL ? MICROSECOND
+	myForgotten = `((CASE WHEN status = 'completed' THEN COALESCE(forget_at, ` + myExpiry + ` + INTERVAL ? MICROSECOND)
     WHEN status = 'expired' THEN expires_at ELSE ` + myExpiry + ` END) <= UTC_TIMESTAMP(6) AND NOT ` + myLive + `)`
 	myExpired = `(status = 'expired' OR status = 'completed' AND ` + myExpiry + ` <= UTC_TIMESTAMP(6))`
 )
@@ -161,12 +166,19 @@ FROM idempotency_keys WHERE scope = ? AND idem_key = ?
 // update changes no indexed column. A Claim's moves it to the retention
 // from now only where that is later than the expiry its Begin gave it (the
 // lease's end plus the retention): a completion within the lease leaves
-// it too. On schema version 4, where expires_at leads the primary key,
+// it too. forget_at (unindexed) is that expiry plus the request's key
+// memory: set before expires_at, so that it reads the expiry as the row
+// had it whether SET reads the columns as the assignments before left
+// them (MySQL's way) or as the row had them (MariaDB's
+// SIMULTANEOUS_ASSIGNMENT). On schema version 4, where expires_at
+// leads the primary key,
 // moving it moves the record, and its entry in the unique index, whose
 // duplicate check locks the entry after it: completions of neighbouring
 // keys at once deadlocked when each moved its expiry.
 const myComplete = `UPDATE idempotency_keys SET status = 'completed', completed_at = UTC_TIMESTAMP(6),
   response_status = ?, response_headers = ?, response_body = ?, sealed_key = ?,
+  forget_at = (CASE WHEN expires_at >= UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND THEN expires_at
+    ELSE COALESCE(UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, expires_at) END) + INTERVAL ? MICROSECOND,
   expires_at = CASE WHEN expires_at >= UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND THEN expires_at
     ELSE COALESCE(UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, expires_at) END
 WHERE scope = ? AND idem_key = ? AND token = ? AND status = 'processing'`
@@ -190,13 +202,30 @@ const myPurgeWindow = `SELECT COUNT(*), COALESCE(MAX(expires_us), 0) FROM (
   WHERE ` + myDue + `
   ORDER BY expires_at LIMIT ?) w`
 
-const myPurge = `DELETE FROM idempotency_keys WHERE ` + myDue + ` AND status <> ? AND NOT ` + myLive + `
-ORDER BY expires_at LIMIT ?`
+// myKept is whether a due record keeps its key past its expiry: it is
+// completed and its forget time (its own, or its expiry plus the Store's
+// key memory) is ahead.
+const myKept = `(status = 'completed' AND COALESCE(forget_at, expires_at + INTERVAL ? MICROSECOND) > UTC_TIMESTAMP(6))`
 
-const myStrip = `UPDATE idempotency_keys SET status = 'expired', response_headers = NULL, response_body = NULL, sealed_key = NULL,
-  expires_at = expires_at + INTERVAL ? MICROSECOND
-WHERE ` + myDue + ` AND status = 'completed'
-ORDER BY expires_at LIMIT ?`
+// myPurge and myStrip choose their rows in a derived table that reads
+// them FOR UPDATE SKIP LOCKED (MySQL 8.0, MariaDB 10.6), so that a batch
+// passes over a row a transaction holds where a DELETE or UPDATE of its
+// own would wait for it; the outer statement then finds each chosen row
+// by its primary key (schema version 4's). A record first met after its
+// forget time is deleted whole.
+const myPurge = `DELETE t FROM idempotency_keys t JOIN (
+  SELECT expires_at, scope, idem_key FROM idempotency_keys WHERE ` + myDue + ` AND NOT ` + myKept + ` AND NOT ` + myLive + `
+  ORDER BY expires_at LIMIT ? FOR UPDATE SKIP LOCKED) d ON t.expires_at = d.expires_at AND t.scope = d.scope AND t.idem_key = d.idem_key`
+
+// myStrip makes tombstones of the kept records of the window, up to its
+// last expiry: the scan stops there even where none is kept. A
+// tombstone's expires_at is its forget time.
+const myStrip = `UPDATE idempotency_keys t JOIN (
+  SELECT expires_at, scope, idem_key FROM idempotency_keys WHERE ` + myDue + `
+    AND expires_at <= '1970-01-01 00:00:00' + INTERVAL ? MICROSECOND AND ` + myKept + `
+  ORDER BY expires_at LIMIT ? FOR UPDATE SKIP LOCKED) d ON t.expires_at = d.expires_at AND t.scope = d.scope AND t.idem_key = d.idem_key
+SET t.status = 'expired', t.response_headers = NULL, t.response_body = NULL, t.sealed_key = NULL,
+  t.expires_at = COALESCE(t.forget_at, t.expires_at + INTERVAL ? MICROSECOND)`
 
 // myLegacyWhere picks the records without an expiry that are past the
 // Store's retention (a completed one also past the key memory), created

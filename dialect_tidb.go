@@ -71,8 +71,8 @@ func (tidbDialect) statements(parts []string) *statements {
 	}{
 		{&st.purgeStart, statement{tidbPurgeStart, args(argFrom)}},
 		{&st.purgeWindow, statement{tidbPurgeWindow, args(argFrom, argUpto, argLimit)}},
-		{&st.purge, statement{tidbPurge, args(argFrom, argTo, argSpared)}},
-		{&st.strip, statement{tidbStrip, args(argKeyMemory, argFrom, argTo)}},
+		{&st.purge, statement{tidbPurge, args(argFrom, argTo, argKeyMemory)}},
+		{&st.strip, statement{tidbStrip, args(argKeyMemory, argFrom, argTo, argKeyMemory)}},
 		{&st.legacyStart, statement{tidbLegacyStart, legacy}},
 		{&st.legacyWindow, statement{tidbLegacyWindow, append(legacy, argUpto, argLimit)}},
 		{&st.legacyPurge, statement{tidbLegacyPurge, append(legacy, argTo)}},
@@ -112,11 +112,14 @@ WHERE ` + tidbDue
 	// last expiry.
 	tidbWindow = tidbDue + ` AND expires_at <= '1970-01-01 00:00:00' + INTERVAL ? MICROSECOND`
 
-	tidbPurge = `DELETE FROM idempotency_keys WHERE ` + tidbWindow + ` AND status <> ?`
+	// tidbPurge deletes the window's records but for those kept
+	// (myKept), whole however long ago their forget time passed; tidbStrip
+	// makes tombstones of those, whose expires_at is their forget time.
+	tidbPurge = `DELETE FROM idempotency_keys WHERE ` + tidbWindow + ` AND NOT ` + myKept
 
 	tidbStrip = `UPDATE idempotency_keys SET status = 'expired', response_headers = NULL, response_body = NULL, sealed_key = NULL,
-  expires_at = expires_at + INTERVAL ? MICROSECOND
-WHERE ` + tidbWindow + ` AND status = 'completed'`
+  expires_at = COALESCE(forget_at, expires_at + INTERVAL ? MICROSECOND)
+WHERE ` + tidbWindow + ` AND ` + myKept
 
 	tidbLegacyStart = `SELECT COALESCE(MIN(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', created_at)), 0) FROM idempotency_keys
 WHERE ` + myLegacyWhere
