@@ -210,20 +210,24 @@ const myKept = `(status = 'completed' AND COALESCE(forget_at, expires_at + INTER
 // myPurge and myStrip choose their rows in a derived table that reads
 // them FOR UPDATE SKIP LOCKED (MySQL 8.0, MariaDB 10.6), so that a batch
 // passes over a row a transaction holds where a DELETE or UPDATE of its
-// own would wait for it; the outer statement then finds each chosen row
-// by its primary key (schema version 4's). A record first met after its
-// forget time is deleted whole.
-const myPurge = `DELETE t FROM idempotency_keys t JOIN (
+// own would wait for it; then, by STRAIGHT_JOIN, the outer statement
+// finds each chosen row by its primary key (schema version 4's). Joined
+// the other way round, it scanned the table for the rows to join, and
+// waited for a held one. A record first met after its forget time is
+// deleted whole.
+const myPurge = `DELETE t FROM (
   SELECT expires_at, scope, idem_key FROM idempotency_keys WHERE ` + myDue + ` AND NOT ` + myKept + ` AND NOT ` + myLive + `
-  ORDER BY expires_at LIMIT ? FOR UPDATE SKIP LOCKED) d ON t.expires_at = d.expires_at AND t.scope = d.scope AND t.idem_key = d.idem_key`
+  ORDER BY expires_at LIMIT ? FOR UPDATE SKIP LOCKED) d
+STRAIGHT_JOIN idempotency_keys t ON t.expires_at = d.expires_at AND t.scope = d.scope AND t.idem_key = d.idem_key`
 
 // myStrip makes tombstones of the kept records of the window, up to its
 // last expiry: the scan stops there even where none is kept. A
 // tombstone's expires_at is its forget time.
-const myStrip = `UPDATE idempotency_keys t JOIN (
+const myStrip = `UPDATE (
   SELECT expires_at, scope, idem_key FROM idempotency_keys WHERE ` + myDue + `
     AND expires_at <= '1970-01-01 00:00:00' + INTERVAL ? MICROSECOND AND ` + myKept + `
-  ORDER BY expires_at LIMIT ? FOR UPDATE SKIP LOCKED) d ON t.expires_at = d.expires_at AND t.scope = d.scope AND t.idem_key = d.idem_key
+  ORDER BY expires_at LIMIT ? FOR UPDATE SKIP LOCKED) d
+STRAIGHT_JOIN idempotency_keys t ON t.expires_at = d.expires_at AND t.scope = d.scope AND t.idem_key = d.idem_key
 SET t.status = 'expired', t.response_headers = NULL, t.response_body = NULL, t.sealed_key = NULL,
   t.expires_at = COALESCE(t.forget_at, t.expires_at + INTERVAL ? MICROSECOND)`
 
