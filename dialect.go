@@ -236,13 +236,21 @@ type statements struct {
 	// but for the completed ones whose forget time (forget_at; where it is
 	// NULL, the expiry plus the Store's key memory) is ahead, which strip
 	// keeps, and never a live claim; it passes over rows that another
-	// transaction holds instead of waiting for them (but on TiDB).
+	// transaction holds instead of waiting for them where the dialect
+	// has no purgeHeld (but on TiDB, which waits).
 	purge statement
 	// strip makes tombstones of at most limit of those records, up to the
 	// window's last expiry (argTo), that are completed and whose forget
 	// time is ahead: status 'expired', no response, their expiry moved to
 	// their forget time. It passes over held rows as purge does.
 	strip statement
+	// purgeHeld and stripHeld are purge and strip that pass over the rows
+	// another transaction holds, for a dialect whose purge and strip wait
+	// for them (MySQL's, whose DELETE and UPDATE cannot skip a locked
+	// row, and whose statements that can are slower): a batch runs purge
+	// and strip with lock waits bounded to nothing (lockWaiter), and
+	// these after a wait ran out. Empty elsewhere.
+	purgeHeld, stripHeld statement
 	// purgeStart reads, locking nothing, the expiry (µs) of the first
 	// record purgeWindow would count from the cursor on, 0 when there is
 	// none: where a sweep's first window starts, for a dialect whose
@@ -351,6 +359,9 @@ type values struct {
 	header, body                               []byte
 	sealedKey                                  any
 	indexName                                  string
+	// passed is set by a purge batch that passed over rows another
+	// transaction held.
+	passed bool
 }
 
 // query binds st's arguments to v, for the Store's table.

@@ -62,6 +62,8 @@ func (tidbDialect) statements(parts []string) *statements {
 	// FOR UPDATE is a current read in a pessimistic transaction: it sees
 	// the latest committed row whatever the transaction's snapshot.
 	st := myStatements(parts, schema.TiDB, myInsert, returning{}, myForUpdate)
+	// Its purge and strip wait for a held row: it has no SKIP LOCKED.
+	st.purgeHeld, st.stripHeld = statement{}, statement{}
 	// The purge's windows are read ahead over a span, and its batches
 	// stop at their window's end (see purgeStart).
 	legacy := args(argFrom, argRetention, argKeyMemory, argRetention)

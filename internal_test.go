@@ -188,6 +188,17 @@ func TestStatementsAreWhole(t *testing.T) {
 		if !slices.Contains(st.strip.args, argTo) {
 			t.Errorf("%s: strip does not stop at argTo:\n%s", d.Name(), st.strip.sql)
 		}
+		// purgeHeld and stripHeld come together, where purge and strip
+		// wait for held rows but a bounded wait can end at once.
+		if (st.purgeHeld.sql == "") != (st.stripHeld.sql == "") {
+			t.Errorf("%s: purgeHeld %q and stripHeld %q: want both or neither", d.Name(), st.purgeHeld.sql, st.stripHeld.sql)
+		}
+		if _, ok := d.(lockWaiter); st.purgeHeld.sql != "" && !ok {
+			t.Errorf("%s has purgeHeld but cannot bound a lock wait", d.Name())
+		}
+		if st.stripHeld.sql != "" && !slices.Contains(st.stripHeld.args, argTo) {
+			t.Errorf("%s: stripHeld does not stop at argTo:\n%s", d.Name(), st.stripHeld.sql)
+		}
 		for _, sweep := range []struct {
 			start           statement
 			window, batches []statement
@@ -213,7 +224,7 @@ func TestStatementsAreWhole(t *testing.T) {
 				continue
 			}
 			name, q := v.Type().Field(i).Name, *(*statement)(v.Field(i).Addr().UnsafePointer())
-			if q.sql == "" && (name == "claimed" || name == "built" || name == "readAfterClaim" || name == "completeLast" || name == "purgeStart" || name == "legacyStart") {
+			if q.sql == "" && (name == "claimed" || name == "built" || name == "readAfterClaim" || name == "completeLast" || name == "purgeStart" || name == "legacyStart" || name == "purgeHeld" || name == "stripHeld") {
 				continue // a statement the dialect has no need of
 			}
 			if strings.Contains(q.sql, DefaultTable) || !strings.Contains(q.sql, "keys") && name != "size" && name != "version" && name != "built" {

@@ -157,16 +157,45 @@ func (s *Store) purgeBatch(ctx context.Context, r Runner, limit int) (p Purged, 
 	if err != nil || due.rows == 0 {
 		return p, false, err
 	}
-	q, err := s.purgeIn(ctx, r, due, func(c conn, v *values) (q Purged, err error) {
-		if q.Deleted, err = c.exec(ctx, s.st.query(s.st.purge, v)); err != nil {
-			return q, err
-		}
-		q.Tombstoned, err = c.exec(ctx, s.st.query(s.st.strip, v))
-		return q, err
+	q, err := s.purgeIn(ctx, r, due, func(c conn, v *values) (Purged, error) {
+		return s.purgeDue(ctx, c, v)
 	}, v)
 	p.Deleted += q.Deleted
 	p.Tombstoned += q.Tombstoned
 	return p, err == nil && due.rows == int64(v.limit), err
+}
+
+// purgeDue runs a batch's purge and strip through c. Where the dialect
+// has purgeHeld (MySQL's), whose purge and strip wait for a row another
+// transaction holds, it runs them with every lock wait bounded to
+// nothing (MariaDB; MySQL's bound is at least a second), and after a wait
+// ran out, what was left of them again, as purgeHeld and stripHeld,
+// which pass over held rows; it then sets v.passed, and purgeIn moves
+// the cursor past the window.
+func (s *Store) purgeDue(ctx context.Context, c conn, v *values) (p Purged, err error) {
+	purge, strip := s.st.query(s.st.purge, v), s.st.query(s.st.strip, v)
+	purged := false
+	run := func() (err error) {
+		if !purged {
+			if p.Deleted, err = c.exec(ctx, purge); err != nil {
+				return err
+			}
+			purged = true
+		}
+		p.Tombstoned, err = c.exec(ctx, strip)
+		return err
+	}
+	lw, bounded := s.dialect.(lockWaiter)
+	if s.st.purgeHeld.sql == "" || !bounded {
+		return p, run()
+	}
+	timedOut, err := lw.boundLockWait(ctx, c, 0, run)
+	if !timedOut {
+		return p, err
+	}
+	v.passed = true
+	purge, strip = s.st.query(s.st.purgeHeld, v), s.st.query(s.st.stripHeld, v)
+	return p, run()
 }
 
 // sweep is the purge's walk through the records in one order: the
@@ -191,8 +220,9 @@ type window struct {
 
 // purgeIn runs purge on w in one transaction. When it fails, the cursor
 // goes back so that the next batch takes w again. When it changed fewer
-// records than the window held, it passed some over (rows another
-// transaction held, live claims past their expiry), and the next window
+// records than the window held, or says it passed held rows over
+// (v.passed), it passed some over (rows another transaction held, live
+// claims past their expiry), and the next window
 // would start at them again, the cursor being inclusive: a window of
 // such rows alone would fill every batch, and none would end the sweep.
 // So the cursor moves past the window's last expiry, where the next
@@ -208,7 +238,7 @@ func (s *Store) purgeIn(ctx context.Context, r Runner, w window, purge func(c co
 		w.sweep.cursor.CompareAndSwap(w.to, w.from)
 		return Purged{}, err
 	}
-	if s.st.purgeStart.sql == "" && w.to != 0 && p.Records() < w.rows {
+	if s.st.purgeStart.sql == "" && w.to != 0 && (v.passed || p.Records() < w.rows) {
 		w.sweep.cursor.CompareAndSwap(w.to, w.to+1)
 	}
 	return p, nil
