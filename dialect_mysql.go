@@ -122,8 +122,8 @@ const myTakeover = `UPDATE idempotency_keys SET operation = ?, fingerprint = ?, 
 WHERE scope = ? AND idem_key = ? AND token = ?
   AND (status = 'released'
     OR status = 'processing' AND lease_until <= UTC_TIMESTAMP(6)
-    OR status = 'completed' AND COALESCE(forget_at,
-      COALESCE(expires_at, completed_at + INTERVAL ? MICROSECOND) + INTERVAL ? MICROSECOND) <= UTC_TIMESTAMP(6)
+    OR status = 'completed' AND (CASE WHEN forget_at >= expires_at THEN forget_at
+      ELSE COALESCE(expires_at, completed_at + INTERVAL ? MICROSECOND) + INTERVAL ? MICROSECOND END) <= UTC_TIMESTAMP(6)
     OR status = 'expired' AND expires_at <= UTC_TIMESTAMP(6))`
 
 // The claim's created_at is its statement's start; claimed runs right
@@ -141,12 +141,14 @@ const myExpiry = `COALESCE(expires_at, (CASE WHEN status = 'completed' THEN comp
 // myForgotten and myExpired are whether a record counts as absent (past
 // its expiry; a completed one also past its forget time, forget_at, or
 // where it has none, a row of a release before schema version 5, past
-// the Store's key memory after its expiry; a tombstone, whose expires_at
+// the Store's key memory after its expiry, as where its forget time is
+// earlier than its expiry (not its own: see pgForget); a tombstone, whose
+// expires_at
 // is its forget time, past that; never a live claim), and whether its
 // response is gone (past its expiry, or a tombstone): with the retention,
 // the key memory, the retention and the retention.
 const (
-	myForgotten = `((CASE WHEN status = 'completed' THEN COALESCE(forget_at, ` + myExpiry + ` + INTERVAL ? MICROSECOND)
+	myForgotten = `((CASE WHEN status = 'completed' THEN (CASE WHEN forget_at >= expires_at THEN forget_at ELSE ` + myExpiry + ` + INTERVAL ? MICROSECOND END)
     WHEN status = 'expired' THEN expires_at ELSE ` + myExpiry + ` END) <= UTC_TIMESTAMP(6) AND NOT ` + myLive + `)`
 	myExpired = `(status = 'expired' OR status = 'completed' AND ` + myExpiry + ` <= UTC_TIMESTAMP(6))`
 )
@@ -207,7 +209,11 @@ const myPurgeWindow = `SELECT COUNT(*), COALESCE(MAX(expires_us), 0) FROM (
 // myKept is whether a due record keeps its key past its expiry: it is
 // completed and its forget time (its own, or its expiry plus the Store's
 // key memory) is ahead.
-const myKept = `(status = 'completed' AND COALESCE(forget_at, expires_at + INTERVAL ? MICROSECOND) > UTC_TIMESTAMP(6))`
+const myKept = `(status = 'completed' AND ` + myForgetDue + ` > UTC_TIMESTAMP(6))`
+
+// myForgetDue is a due record's forget time where it is completed: its
+// own (see pgForgetDue), or its expiry plus the Store's key memory.
+const myForgetDue = `(CASE WHEN forget_at >= expires_at THEN forget_at ELSE expires_at + INTERVAL ? MICROSECOND END)`
 
 // myPurge deletes the due records but those kept, oldest first: a range
 // of the primary key (schema version 4's). A record first met after its
@@ -219,7 +225,7 @@ ORDER BY expires_at LIMIT ?`
 // last expiry: the scan stops there even where none is kept. A
 // tombstone's expires_at is its forget time.
 const myStrip = `UPDATE idempotency_keys SET status = 'expired', response_headers = NULL, response_body = NULL, sealed_key = NULL,
-  expires_at = COALESCE(forget_at, expires_at + INTERVAL ? MICROSECOND)
+  expires_at = ` + myForgetDue + `
 WHERE ` + myDue + ` AND expires_at <= '1970-01-01 00:00:00' + INTERVAL ? MICROSECOND AND ` + myKept + `
 ORDER BY expires_at LIMIT ?`
 
@@ -244,7 +250,7 @@ STRAIGHT_JOIN idempotency_keys t ON t.expires_at = d.expires_at AND t.scope = d.
   ORDER BY expires_at LIMIT ? FOR UPDATE SKIP LOCKED) d
 STRAIGHT_JOIN idempotency_keys t ON t.expires_at = d.expires_at AND t.scope = d.scope AND t.idem_key = d.idem_key
 SET t.status = 'expired', t.response_headers = NULL, t.response_body = NULL, t.sealed_key = NULL,
-  t.expires_at = COALESCE(t.forget_at, t.expires_at + INTERVAL ? MICROSECOND)`
+  t.expires_at = CASE WHEN t.forget_at >= t.expires_at THEN t.forget_at ELSE t.expires_at + INTERVAL ? MICROSECOND END`
 )
 
 // myLegacyWhere picks the records without an expiry that are past the

@@ -144,8 +144,8 @@ const pgTakeover = `UPDATE idempotency_keys SET operation = $1, fingerprint = $2
 WHERE scope = $5 AND idem_key = $6 AND token = $7
   AND (status = 'released'
     OR status = 'processing' AND lease_until <= statement_timestamp()
-    OR status = 'completed' AND COALESCE(forget_at,
-      COALESCE(expires_at, completed_at + $8::bigint * interval '1 microsecond') + $9::bigint * interval '1 microsecond') <= statement_timestamp()
+    OR status = 'completed' AND (CASE WHEN forget_at >= expires_at THEN forget_at
+      ELSE COALESCE(expires_at, completed_at + $8::bigint * interval '1 microsecond') + $9::bigint * interval '1 microsecond' END) <= statement_timestamp()
     OR status = 'expired' AND expires_at <= statement_timestamp())
 RETURNING token, ((extract(epoch FROM clock_timestamp()) - extract(epoch FROM created_at)) * 1000000)::bigint`
 
@@ -159,8 +159,10 @@ const pgExpiry = `COALESCE(expires_at, (CASE WHEN status = 'completed' THEN comp
 
 // pgForget is a completed record's forget time: its own, or where it has
 // none (a row of a release before schema version 4) its expiry plus the
-// Store's key memory ($2).
-const pgForget = `COALESCE(forget_at, ` + pgExpiry + ` + $2::bigint * interval '1 microsecond')`
+// Store's key memory ($2). A forget time earlier than the expiry is not
+// the record's: a release before version 4 took the record over (which
+// leaves forget_at as it was, long past) and completed it again.
+const pgForget = `(CASE WHEN forget_at >= expires_at THEN forget_at ELSE ` + pgExpiry + ` + $2::bigint * interval '1 microsecond' END)`
 
 // pgForgotten and pgExpired are whether a record counts as absent (past
 // its expiry; a completed one also past its forget time; a tombstone,
@@ -230,8 +232,9 @@ const pgPurgeWindow = `SELECT count(*), COALESCE(max((extract(epoch FROM expires
   ORDER BY expires_at LIMIT $2) w`
 
 // pgForgetDue is a due record's forget time where it is completed: its
-// own, or its expiry plus the Store's key memory ($3).
-const pgForgetDue = `COALESCE(forget_at, expires_at + $3::bigint * interval '1 microsecond')`
+// own, or its expiry plus the Store's key memory ($3) where it has none,
+// or one earlier than its expiry (see pgForget).
+const pgForgetDue = `(CASE WHEN forget_at >= expires_at THEN forget_at ELSE expires_at + $3::bigint * interval '1 microsecond' END)`
 
 // pgKept is whether a due record keeps its key past its expiry: it is
 // completed and its forget time is ahead.

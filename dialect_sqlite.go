@@ -139,7 +139,7 @@ const sqTakeover = `UPDATE idempotency_keys SET operation = ?, fingerprint = ?, 
 WHERE scope = ? AND idem_key = ? AND token = ?
   AND (status = 'released'
     OR status = 'processing' AND lease_until <= ` + sqNow + `
-    OR status = 'completed' AND COALESCE(forget_at, COALESCE(expires_at, completed_at + ?) + ?) <= ` + sqNow + `
+    OR status = 'completed' AND (CASE WHEN forget_at >= expires_at THEN forget_at ELSE COALESCE(expires_at, completed_at + ?) + ? END) <= ` + sqNow + `
     OR status = 'expired' AND expires_at <= ` + sqNow + `)
 RETURNING token, 0`
 
@@ -153,12 +153,13 @@ const sqExpiry = `COALESCE(expires_at, (CASE WHEN status = 'completed' THEN comp
 
 // sqForgotten and sqExpired are whether a record counts as absent (past
 // its expiry; a completed one also past its forget time, forget_at, or
-// where it has none past the Store's key memory after its expiry; a
-// tombstone, whose expires_at is its forget time, past that; never a live
+// where it has none (or one earlier than its expiry: see pgForget) past
+// the Store's key memory after its expiry; a tombstone, whose expires_at
+// is its forget time, past that; never a live
 // claim), and whether its response is gone: with the retention, the key
 // memory, the retention and the retention.
 const (
-	sqForgotten = `((CASE WHEN status = 'completed' THEN COALESCE(forget_at, ` + sqExpiry + ` + ?)
+	sqForgotten = `((CASE WHEN status = 'completed' THEN (CASE WHEN forget_at >= expires_at THEN forget_at ELSE ` + sqExpiry + ` + ? END)
     WHEN status = 'expired' THEN expires_at ELSE ` + sqExpiry + ` END) <= ` + sqNow + ` AND NOT ` + sqLive + `)`
 	sqExpired = `(status = 'expired' OR status = 'completed' AND ` + sqExpiry + ` <= ` + sqNow + `)`
 )
@@ -202,7 +203,11 @@ const sqPurgeWindow = `SELECT count(*), COALESCE(max(expires_at), 0) FROM (
 // sqKept is whether a due record keeps its key past its expiry: it is
 // completed and its forget time (its own, or its expiry plus the Store's
 // key memory) is ahead.
-const sqKept = `(status = 'completed' AND COALESCE(forget_at, expires_at + ?) > ` + sqNow + `)`
+const sqKept = `(status = 'completed' AND ` + sqForgetDue + ` > ` + sqNow + `)`
+
+// sqForgetDue is a due record's forget time where it is completed: its
+// own (see pgForgetDue), or its expiry plus the Store's key memory.
+const sqForgetDue = `(CASE WHEN forget_at >= expires_at THEN forget_at ELSE expires_at + ? END)`
 
 // A record first met after its forget time is deleted whole.
 const sqPurge = `DELETE FROM idempotency_keys WHERE (scope, idem_key) IN (
@@ -213,7 +218,7 @@ const sqPurge = `DELETE FROM idempotency_keys WHERE (scope, idem_key) IN (
 // last expiry: the scan stops there even where none is kept. A
 // tombstone's expires_at is its forget time.
 const sqStrip = `UPDATE idempotency_keys SET status = 'expired', response_headers = NULL, response_body = NULL, sealed_key = NULL,
-  expires_at = COALESCE(forget_at, expires_at + ?)
+  expires_at = ` + sqForgetDue + `
 WHERE (scope, idem_key) IN (
   SELECT scope, idem_key FROM idempotency_keys WHERE ` + sqDue + ` AND expires_at <= ? AND ` + sqKept + `
   ORDER BY expires_at LIMIT ?)`

@@ -120,7 +120,7 @@ WHERE ` + tidbDue
 	tidbPurge = `DELETE FROM idempotency_keys WHERE ` + tidbWindow + ` AND NOT ` + myKept
 
 	tidbStrip = `UPDATE idempotency_keys SET status = 'expired', response_headers = NULL, response_body = NULL, sealed_key = NULL,
-  expires_at = COALESCE(forget_at, expires_at + INTERVAL ? MICROSECOND)
+  expires_at = ` + myForgetDue + `
 WHERE ` + tidbWindow + ` AND ` + myKept
 
 	tidbLegacyStart = `SELECT COALESCE(MIN(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', created_at)), 0) FROM idempotency_keys

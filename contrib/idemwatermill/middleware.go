@@ -109,6 +109,9 @@ func (c *consumer) request(ctx context.Context, msg *message.Message) (idem.Requ
 	if c.cfg.Retention != nil {
 		req.Retention = c.cfg.Retention(msg)
 	}
+	if c.cfg.KeyMemory != nil {
+		req.KeyMemory = c.cfg.KeyMemory(msg)
+	}
 	parts := make([][]byte, 0, 1+2*len(c.cfg.Fingerprint))
 	parts = append(parts, msg.Payload)
 	for _, f := range c.cfg.Fingerprint {

@@ -130,7 +130,11 @@ func TestPurgeDeletesABacklogPastItsForgetTime(t *testing.T) {
 
 // A record written before the schema version with forget times (its
 // forget_at NULL, as an earlier release wrote it) keeps the key memory of
-// the Store that reads or purges it, as it did.
+// the Store that reads or purges it, as it did. So does one whose forget
+// time is earlier than its expiry, as a release before, running beside,
+// leaves a record it took over and completed: that forget time is the
+// one before the takeover, and the record still replays within its
+// retention.
 func TestKeyMemoryOfEarlierRecords(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
 		const retention = time.Hour
@@ -153,6 +157,17 @@ func TestKeyMemoryOfEarlierRecords(t *testing.T) {
 		e.age(s, "earlier-plain", 2*retention)
 		if res, err := e.do(plain, charge("earlier-plain", "2"), func(handle) func(context.Context) (idem.Response, error) { return ok }); err != nil || res.Replayed {
 			t.Fatalf("through the Store without key memory: %+v, %v; want the key forgotten, as before", res, err)
+		}
+		retaken := charge("retaken", "1")
+		must(t, e.doOK(plain, retaken))
+		e.exec("UPDATE "+s.Table()+" SET forget_at = "+e.plusMicros("expires_at")+" WHERE idem_key = ?", (-2 * retention).Microseconds(), retaken.Key)
+		if res, err := e.do(plain, retaken, func(handle) func(context.Context) (idem.Response, error) { return ok }); err != nil || !res.Replayed {
+			t.Fatalf("within retention, with a forget time before its expiry: %+v, %v; want a replay", res, err)
+		}
+		n, err = plain.Purge(ctx, e.db, 10)
+		must(t, err)
+		if e.records(s, retaken.Key) != 1 {
+			t.Fatalf("the purge deleted a record within its retention, whose forget time was before its expiry (%d purged)", n)
 		}
 	})
 }
