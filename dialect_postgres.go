@@ -112,16 +112,19 @@ func pgBuilds(stmt string) string {
 
 // RETURNING runs once the row is written, after any wait for another
 // transaction that held the key; created_at is the statement's start.
-const pgInsert = `INSERT INTO idempotency_keys (scope, idem_key, operation, fingerprint, status, token, lease_until, created_at, expires_at)
+// forget_at, NULL until the completion, is named so that on a table of a
+// schema version before it the claim fails before fn runs, with the
+// advice to migrate, rather than the completion after it.
+const pgInsert = `INSERT INTO idempotency_keys (scope, idem_key, operation, fingerprint, status, token, lease_until, created_at, expires_at, forget_at)
 VALUES ($1, $2, $3, $4, 'processing', (extract(epoch FROM statement_timestamp()) * 1000000)::bigint,
   statement_timestamp() + $5::bigint * interval '1 microsecond', statement_timestamp(),
-  statement_timestamp() + $6::bigint * interval '1 microsecond')
+  statement_timestamp() + $6::bigint * interval '1 microsecond', NULL)
 ON CONFLICT (scope, idem_key) DO NOTHING
 RETURNING token, ((extract(epoch FROM clock_timestamp()) - extract(epoch FROM created_at)) * 1000000)::bigint`
 
-const pgInsertOwn = `INSERT INTO idempotency_keys (scope, idem_key, operation, fingerprint, status, token, lease_until, created_at, expires_at)
+const pgInsertOwn = `INSERT INTO idempotency_keys (scope, idem_key, operation, fingerprint, status, token, lease_until, created_at, expires_at, forget_at)
 VALUES ($1, $2, $3, $4, 'processing', $5, statement_timestamp() + $6::bigint * interval '1 microsecond', statement_timestamp(),
-  statement_timestamp() + $7::bigint * interval '1 microsecond')
+  statement_timestamp() + $7::bigint * interval '1 microsecond', NULL)
 ON CONFLICT (scope, idem_key) DO NOTHING`
 
 const pgInsertDone = `INSERT INTO idempotency_keys (scope, idem_key, operation, fingerprint, status, token, lease_until, created_at, expires_at,

@@ -113,14 +113,16 @@ const sqNow = "(CAST(ROUND(unixepoch('now', 'subsec') * 1000) AS INTEGER) * 1000
 // A claim statement never waits for another transaction that holds the
 // key: the write lock is taken at BEGIN IMMEDIATE, or when the statement
 // starts, before it reads the clock. So it is granted at its start, and
-// returns 0 for how long it waited.
-const sqInsert = `INSERT INTO idempotency_keys (scope, idem_key, operation, fingerprint, status, token, lease_until, created_at, expires_at)
-VALUES (?, ?, ?, ?, 'processing', ` + sqNow + `, ` + sqNow + ` + ?, ` + sqNow + `, ` + sqNow + ` + ?)
+// returns 0 for how long it waited. forget_at, NULL until the
+// completion, is named so that on a table of a schema version before it
+// the claim fails before fn runs, with the advice to migrate.
+const sqInsert = `INSERT INTO idempotency_keys (scope, idem_key, operation, fingerprint, status, token, lease_until, created_at, expires_at, forget_at)
+VALUES (?, ?, ?, ?, 'processing', ` + sqNow + `, ` + sqNow + ` + ?, ` + sqNow + `, ` + sqNow + ` + ?, NULL)
 ON CONFLICT (scope, idem_key) DO NOTHING
 RETURNING token, 0`
 
-const sqInsertOwn = `INSERT INTO idempotency_keys (scope, idem_key, operation, fingerprint, status, token, lease_until, created_at, expires_at)
-VALUES (?, ?, ?, ?, 'processing', ?, ` + sqNow + ` + ?, ` + sqNow + `, ` + sqNow + ` + ?)
+const sqInsertOwn = `INSERT INTO idempotency_keys (scope, idem_key, operation, fingerprint, status, token, lease_until, created_at, expires_at, forget_at)
+VALUES (?, ?, ?, ?, 'processing', ?, ` + sqNow + ` + ?, ` + sqNow + `, ` + sqNow + ` + ?, NULL)
 ON CONFLICT (scope, idem_key) DO NOTHING`
 
 const sqInsertDone = `INSERT INTO idempotency_keys (scope, idem_key, operation, fingerprint, status, token, lease_until, created_at, expires_at,
