@@ -75,7 +75,7 @@ func (c *consumer) wrap(h message.HandlerFunc) message.HandlerFunc {
 				return nil, err
 			case errors.Is(err, idem.ErrExpired):
 				// Applied by an earlier delivery whose record is past its
-				// retention and kept by the Store's key memory: the
+				// retention and kept by its key memory: the
 				// router acks it, and nothing runs again.
 				c.cfg.Logger.InfoContext(ctx, "idemwatermill: a redelivery of a message applied before, past its record's retention, is acked without running",
 					"message", msg.UUID, "scope", req.Scope)
