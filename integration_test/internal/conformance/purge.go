@@ -220,8 +220,9 @@ func (e *env) countLeft(s *store, keys []string) int {
 // Batches of one Store that run at once delete consecutive windows: a
 // batch does not wait for the rows of the batch that started before it. A
 // transaction holds the oldest record, so the first batch waits for it
-// (MySQL, TiDB) or passes it over (skipsLocked: Postgres's SKIP LOCKED); a
-// second batch started meanwhile deletes the next window at once.
+// (TiDB) or passes it over (skipsLocked: PostgreSQL's and MySQL's SKIP
+// LOCKED); a second batch started meanwhile deletes the next window at
+// once.
 func TestPurgeBatchesRunTogether(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
 		if e.oneWriter {
