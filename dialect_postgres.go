@@ -57,7 +57,7 @@ func (postgresDialect) statements(parts []string) *statements {
 		extend:          statement{pgExtend, args(argLease, argScope, argKey, argToken)},
 		release:         statement{pgRelease, args(argScope, argKey, argToken)},
 		remove:          statement{pgRemove, args(argScope, argKey, argToken)},
-		purgeWindow:     statement{pgPurgeWindow, args(argFrom, argLimit)},
+		purgeWindow:     statement{pgPurgeWindow, args(argFrom, argLimit, argKeyMemory)},
 		purge:           statement{pgPurge, args(argFrom, argLimit, argKeyMemory)},
 		strip:           statement{pgStrip, args(argFrom, argLimit, argKeyMemory, argTo)},
 		legacyWindow:    statement{pgLegacyWindow, args(argFrom, argRetention, argLimit, argKeyMemory)},
@@ -230,8 +230,8 @@ const pgRemove = `DELETE FROM idempotency_keys WHERE scope = $1 AND idem_key = $
 // ($1, µs since the Unix epoch) on, through the expires_at index.
 const pgDue = `expires_at >= 'epoch'::timestamptz + $1::bigint * interval '1 microsecond' AND expires_at <= statement_timestamp()`
 
-const pgPurgeWindow = `SELECT count(*), COALESCE(max((extract(epoch FROM expires_at) * 1000000)::bigint), 0) FROM (
-  SELECT expires_at FROM idempotency_keys WHERE ` + pgDue + `
+const pgPurgeWindow = `SELECT count(*), COALESCE(max((extract(epoch FROM expires_at) * 1000000)::bigint), 0), count(*) FILTER (WHERE kept) FROM (
+  SELECT expires_at, ` + pgKept + ` AS kept FROM idempotency_keys WHERE ` + pgDue + `
   ORDER BY expires_at LIMIT $2) w`
 
 // pgForgetDue is a due record's forget time where it is completed: its

@@ -63,7 +63,7 @@ func (sqliteDialect) statements(parts []string) *statements {
 		extend:          statement{sqExtend, args(argLease, argScope, argKey, argToken)},
 		release:         statement{sqRelease, args(argScope, argKey, argToken)},
 		remove:          statement{sqRemove, args(argScope, argKey, argToken)},
-		purgeWindow:     statement{sqPurgeWindow, args(argFrom, argLimit)},
+		purgeWindow:     statement{sqPurgeWindow, args(argKeyMemory, argFrom, argLimit)},
 		purge:           statement{sqPurge, args(argFrom, argKeyMemory, argLimit)},
 		strip:           statement{sqStrip, args(argKeyMemory, argFrom, argTo, argKeyMemory, argLimit)},
 		legacyWindow:    statement{sqLegacyWindow, args(argFrom, argRetention, argKeyMemory, argRetention, argLimit)},
@@ -197,11 +197,10 @@ const sqRemove = `DELETE FROM idempotency_keys WHERE scope = ? AND idem_key = ? 
 // on, through the expires_at index.
 const sqDue = `expires_at >= ? AND expires_at <= ` + sqNow
 
-const sqPurgeWindow = `SELECT count(*), COALESCE(max(expires_at), 0) FROM (
-  SELECT expires_at FROM idempotency_keys WHERE ` + sqDue + `
+const sqPurgeWindow = `SELECT count(*), COALESCE(max(expires_at), 0), COALESCE(sum(kept), 0) FROM (
+  SELECT expires_at, ` + sqKept + ` AS kept FROM idempotency_keys WHERE ` + sqDue + `
   ORDER BY expires_at LIMIT ?)`
 
-// DELETE ... LIMIT needs a compile-time option; a subquery does not.
 // sqKept is whether a due record keeps its key past its expiry: it is
 // completed and its forget time (its own, or its expiry plus the Store's
 // key memory) is ahead.
@@ -211,7 +210,8 @@ const sqKept = `(status = 'completed' AND ` + sqForgetDue + ` > ` + sqNow + `)`
 // own (see pgForgetDue), or its expiry plus the Store's key memory.
 const sqForgetDue = `(CASE WHEN forget_at >= expires_at THEN forget_at ELSE expires_at + ? END)`
 
-// A record first met after its forget time is deleted whole.
+// A record first met after its forget time is deleted whole. DELETE ...
+// LIMIT needs a compile-time option; a subquery does not.
 const sqPurge = `DELETE FROM idempotency_keys WHERE (scope, idem_key) IN (
   SELECT scope, idem_key FROM idempotency_keys WHERE ` + sqDue + ` AND NOT ` + sqKept + ` AND NOT ` + sqLive + `
   ORDER BY expires_at LIMIT ?)`

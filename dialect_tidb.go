@@ -72,7 +72,7 @@ func (tidbDialect) statements(parts []string) *statements {
 		to statement
 	}{
 		{&st.purgeStart, statement{tidbPurgeStart, args(argFrom)}},
-		{&st.purgeWindow, statement{tidbPurgeWindow, args(argFrom, argUpto, argLimit)}},
+		{&st.purgeWindow, statement{tidbPurgeWindow, args(argKeyMemory, argFrom, argUpto, argLimit)}},
 		{&st.purge, statement{tidbPurge, args(argFrom, argTo, argKeyMemory)}},
 		{&st.strip, statement{tidbStrip, args(argKeyMemory, argFrom, argTo, argKeyMemory)}},
 		{&st.legacyStart, statement{tidbLegacyStart, legacy}},
@@ -105,8 +105,8 @@ const (
 	tidbPurgeStart = `SELECT COALESCE(MIN(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', expires_at)), 0) FROM idempotency_keys
 WHERE ` + tidbDue
 
-	tidbPurgeWindow = `SELECT COUNT(*), COALESCE(MAX(expires_us), 0), TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) FROM (
-  SELECT TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', expires_at) AS expires_us FROM idempotency_keys
+	tidbPurgeWindow = `SELECT COUNT(*), COALESCE(MAX(expires_us), 0), COALESCE(SUM(kept), 0), TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) FROM (
+  SELECT TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', expires_at) AS expires_us, ` + myKept + ` AS kept FROM idempotency_keys
   WHERE ` + tidbDue + ` AND expires_at < '1970-01-01 00:00:00' + INTERVAL ? MICROSECOND
   ORDER BY expires_at LIMIT ?) w`
 

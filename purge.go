@@ -140,7 +140,7 @@ func (s *Store) purgeBatch(ctx context.Context, r Runner, limit int) (p Purged, 
 		s.observe(ctx, Event{Kind: EventPurgeBatch, Duration: start.elapsed(), Rows: p.Records(), Err: err})
 	}()
 	v := values{retention: micros(s.retention), keyMemory: micros(s.keyMemory), limit: limit}
-	legacy, err := s.purgeWindow(ctx, r, &s.legacySweep, s.st.legacyWindow, s.st.legacyStart, v)
+	legacy, err := s.purgeWindow(ctx, r, &s.legacySweep, s.st.legacyWindow, s.st.legacyStart, v, false)
 	if err != nil {
 		return p, false, err
 	}
@@ -153,26 +153,27 @@ func (s *Store) purgeBatch(ctx context.Context, r Runner, limit int) (p Purged, 
 		}
 	}
 	v.limit = limit - int(legacy.rows)
-	due, err := s.purgeWindow(ctx, r, &s.expirySweep, s.st.purgeWindow, s.st.purgeStart, v)
+	due, err := s.purgeWindow(ctx, r, &s.expirySweep, s.st.purgeWindow, s.st.purgeStart, v, true)
 	if err != nil || due.rows == 0 {
 		return p, false, err
 	}
 	q, err := s.purgeIn(ctx, r, due, func(c conn, v *values) (Purged, error) {
-		return s.purgeDue(ctx, c, v)
+		return s.purgeDue(ctx, c, v, due.kept > 0)
 	}, v)
 	p.Deleted += q.Deleted
 	p.Tombstoned += q.Tombstoned
 	return p, err == nil && due.rows == int64(v.limit), err
 }
 
-// purgeDue runs a batch's purge and strip through c. Where the dialect
+// purgeDue runs a batch's purge and, where its window holds records to
+// make tombstones of (strip), its strip through c. Where the dialect
 // has purgeHeld (MySQL's), whose purge and strip wait for a row another
 // transaction holds, it runs them with every lock wait bounded to
 // nothing (MariaDB; MySQL's bound is at least a second), and after a wait
 // ran out, what was left of them again, as purgeHeld and stripHeld,
 // which pass over held rows; it then sets v.passed, and purgeIn moves
 // the cursor past the window.
-func (s *Store) purgeDue(ctx context.Context, c conn, v *values) (p Purged, err error) {
+func (s *Store) purgeDue(ctx context.Context, c conn, v *values, tombstones bool) (p Purged, err error) {
 	purge, strip := s.st.query(s.st.purge, v), s.st.query(s.st.strip, v)
 	purged := false
 	run := func() (err error) {
@@ -182,7 +183,9 @@ func (s *Store) purgeDue(ctx context.Context, c conn, v *values) (p Purged, err 
 			}
 			purged = true
 		}
-		p.Tombstoned, err = c.exec(ctx, strip)
+		if tombstones {
+			p.Tombstoned, err = c.exec(ctx, strip)
+		}
 		return err
 	}
 	lw, bounded := s.dialect.(lockWaiter)
@@ -210,12 +213,14 @@ type sweep struct {
 // window is a part of a sweep that a batch takes: from the cursor where
 // it starts to where the cursor moved (to: 0 when the window was short
 // and the sweep ended), the records it holds, and the first and last of
-// their expiries (or created_at), which bound the batch's statements.
+// their expiries (or created_at), which bound the batch's statements,
+// and how many of its records strip would make tombstones (the expiry
+// sweep's only).
 type window struct {
 	sweep       *sweep
 	from, to    int64
 	first, last int64
-	rows        int64
+	rows, kept  int64
 }
 
 // purgeIn runs purge on w in one transaction. When it fails, the cursor
@@ -247,7 +252,8 @@ func (s *Store) purgeIn(ctx context.Context, r Runner, w window, purge func(c co
 // purgeWindow takes the next window of sw for a batch of v.limit records:
 // it reads, with q from the cursor on, how many records the batch would
 // purge and where the last of them is (its expiry, or for the records
-// without one its created_at), and moves the cursor there, to the next
+// without one its created_at), and with kept how many of them strip would
+// make tombstones, and moves the cursor there, to the next
 // batch's start. A window shorter than the limit ends the sweep: the
 // cursor goes back to the beginning. Where the dialect bounds a window's
 // read ahead (start is its statement, TiDB's), spanned reads it.
@@ -264,17 +270,21 @@ func (s *Store) purgeIn(ctx context.Context, r Runner, w window, purge func(c co
 // that batch left it). So batches that run at once, from several
 // goroutines, purge consecutive windows instead of waiting for each
 // other's rows.
-func (s *Store) purgeWindow(ctx context.Context, r Runner, sw *sweep, q, start statement, v values) (window, error) {
+func (s *Store) purgeWindow(ctx context.Context, r Runner, sw *sweep, q, start statement, v values, kept bool) (window, error) {
 	for {
 		w := window{sweep: sw, from: sw.cursor.Load()}
 		w.first = w.from
+		into := []any{&w.rows, &w.last}
+		if kept {
+			into = append(into, &w.kept)
+		}
 		err := InTx(ctx, r, s.st.purgeIsolation, func(tx Tx) error {
 			c := s.conn(tx)
 			if start.sql != "" {
-				return s.spanned(ctx, c, sw, q, start, &w, v)
+				return s.spanned(ctx, c, sw, q, start, &w, v, into)
 			}
 			v.from = w.from
-			return c.queryRow(ctx, s.st.query(q, &v), &w.rows, &w.last)
+			return c.queryRow(ctx, s.st.query(q, &v), into...)
 		})
 		if err != nil {
 			return window{}, err
@@ -305,7 +315,7 @@ const firstSpan = int64(time.Second / time.Microsecond)
 // the last record of the one before, whose batch takes every record up
 // to it, however many share its expiry: so two batches at once never
 // take one record, and each may take a few more than the limit.
-func (s *Store) spanned(ctx context.Context, c conn, sw *sweep, q, start statement, w *window, v values) error {
+func (s *Store) spanned(ctx context.Context, c conn, sw *sweep, q, start statement, w *window, v values, into []any) error {
 	if w.from > 0 {
 		w.first = w.from + 1 // past the last window's last record, whose batch takes every record up to it
 	} else if err := c.queryRow(ctx, s.st.query(start, &v), &w.first); err != nil || w.first == 0 {
@@ -318,7 +328,7 @@ func (s *Store) spanned(ctx context.Context, c conn, sw *sweep, q, start stateme
 	for {
 		var now int64
 		v.from, v.upto = w.first, w.first+span
-		if err := c.queryRow(ctx, s.st.query(q, &v), &w.rows, &w.last, &now); err != nil {
+		if err := c.queryRow(ctx, s.st.query(q, &v), append(into, &now)...); err != nil {
 			return err
 		}
 		switch {
