@@ -232,8 +232,8 @@ type statements struct {
 	// not later than now), at most limit of them, the expires_at of the
 	// last (latest) of them, in µs (0 when none), and how many of them
 	// strip would make tombstones: a batch whose window has none runs no
-	// strip (its scan of the window cost about as much as the DELETE, on
-	// MariaDB at 1 M records half the purge's rate).
+	// strip (on MariaDB its scan of a window of 100,000 records without
+	// one took 0.37 s, beside the DELETE's 0.4 s).
 	purgeWindow statement
 	// purge deletes at most limit of those records, oldest expiry first,
 	// but for the completed ones whose forget time (forget_at; where it is
