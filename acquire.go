@@ -258,7 +258,7 @@ func (s *Store) claimNew(ctx context.Context, c conn, req Request, lease int64, 
 // ownClaim is the statement of a new claim of Do's (insertOwn) with
 // token, or of Apply's (insertDone), which stores done with it.
 func (s *Store) ownClaim(req Request, token, lease int64, done *stored) Query {
-	v := &values{req: req, token: token, lease: lease, expiry: s.expiry(req, forDo)}
+	v := &values{req: req, token: token, lease: lease, expiry: s.expiry(req, forDo), memory: micros(s.keyMemoryOf(req))}
 	if done == nil {
 		return s.st.query(s.st.insertOwn, v)
 	}
@@ -462,7 +462,8 @@ func (s *Store) store(ctx context.Context, c conn, req Request, token int64, out
 // expiry its claim set (see expiry), a Claim's counts its retention from
 // now.
 func (s *Store) completion(st statement, req Request, token int64, out stored, by caller) Query {
-	v := &values{req: req, token: token, resp: out.resp, header: out.header, body: out.body, sealedKey: out.keyID}
+	v := &values{req: req, token: token, resp: out.resp, header: out.header, body: out.body, sealedKey: out.keyID,
+		memory: micros(s.keyMemoryOf(req))}
 	if by == forBegin {
 		v.keep = micros(s.retentionOf(req))
 	}

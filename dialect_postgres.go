@@ -45,7 +45,7 @@ func (postgresDialect) statements(parts []string) *statements {
 		fresh:           pgFresh,
 		insert:          statement{pgInsert, args(argScope, argKey, argOperation, argFingerprint, argLease, argExpiry)},
 		insertOwn:       statement{pgInsertOwn, args(argScope, argKey, argOperation, argFingerprint, argToken, argLease, argExpiry)},
-		insertDone:      statement{pgInsertDone, args(argScope, argKey, argOperation, argFingerprint, argToken, argLease, argExpiry, argStatus, argHeader, argBody, argSealedKey)},
+		insertDone:      statement{pgInsertDone, args(argScope, argKey, argOperation, argFingerprint, argToken, argLease, argExpiry, argMemory, argStatus, argHeader, argBody, argSealedKey)},
 		takeover:        statement{pgTakeover, args(argOperation, argFingerprint, argLease, argExpiry, argScope, argKey, argToken, argRetention, argKeyMemory)},
 		insertReturns:   returning{token: true, lag: true},
 		takeoverReturns: returning{token: true, lag: true},
@@ -53,14 +53,14 @@ func (postgresDialect) statements(parts []string) *statements {
 		readAfterClaim:  statement{pgReadAfterClaim, args(argRetention, argKeyMemory, argScope, argKey)},
 		readCompleted:   statement{pgReadCompleted, args(argScope, argKey, argRetention)},
 		state:           statement{pgState, args(argScope, argKey)},
-		complete:        statement{pgComplete, args(argStatus, argHeader, argBody, argSealedKey, argKeep, argScope, argKey, argToken)},
-		completeLast:    statement{pgCompleteLast, args(argStatus, argHeader, argBody, argSealedKey, argKeep, argScope, argKey, argToken)},
+		complete:        statement{pgComplete, args(argStatus, argHeader, argBody, argSealedKey, argKeep, argMemory, argScope, argKey, argToken)},
+		completeLast:    statement{pgCompleteLast, args(argStatus, argHeader, argBody, argSealedKey, argKeep, argMemory, argScope, argKey, argToken)},
 		extend:          statement{pgExtend, args(argLease, argScope, argKey, argToken)},
 		release:         statement{pgRelease, args(argScope, argKey, argToken)},
 		remove:          statement{pgRemove, args(argScope, argKey, argToken)},
-		purgeWindow:     statement{pgPurgeWindow, args(argFrom, argLimit)},
-		purge:           statement{pgPurge, args(argFrom, argLimit, argSpared)},
-		strip:           statement{pgStrip, args(argFrom, argLimit, argKeyMemory)},
+		purgeWindow:     statement{pgPurgeWindow, args(argFrom, argLimit, argKeyMemory)},
+		purge:           statement{pgPurge, args(argFrom, argLimit, argKeyMemory)},
+		strip:           statement{pgStrip, args(argFrom, argLimit, argKeyMemory, argTo)},
 		legacyWindow:    statement{pgLegacyWindow, args(argFrom, argRetention, argLimit, argKeyMemory)},
 		legacyPurge:     statement{pgLegacyPurge, args(argFrom, argRetention, argLimit, argKeyMemory)},
 		// READ COMMITTED whatever the server's default: no serialization
@@ -168,38 +168,43 @@ func pgBuilds(stmt string) string {
 
 // RETURNING runs once the row is written, after any wait for another
 // transaction that held the key; created_at is the statement's start.
-const pgInsert = `INSERT INTO idempotency_keys (scope, idem_key, operation, fingerprint, status, token, lease_until, created_at, expires_at)
+// forget_at, NULL until the completion, is named so that on a table of a
+// schema version before it the claim fails before fn runs, with the
+// advice to migrate, rather than the completion after it.
+const pgInsert = `INSERT INTO idempotency_keys (scope, idem_key, operation, fingerprint, status, token, lease_until, created_at, expires_at, forget_at)
 VALUES ($1, $2, $3, $4, 'processing', (extract(epoch FROM statement_timestamp()) * 1000000)::bigint,
   statement_timestamp() + $5::bigint * interval '1 microsecond', statement_timestamp(),
-  statement_timestamp() + $6::bigint * interval '1 microsecond')
+  statement_timestamp() + $6::bigint * interval '1 microsecond', NULL)
 ON CONFLICT (scope, idem_key) DO NOTHING
 RETURNING token, ((extract(epoch FROM clock_timestamp()) - extract(epoch FROM created_at)) * 1000000)::bigint`
 
-const pgInsertOwn = `INSERT INTO idempotency_keys (scope, idem_key, operation, fingerprint, status, token, lease_until, created_at, expires_at)
+const pgInsertOwn = `INSERT INTO idempotency_keys (scope, idem_key, operation, fingerprint, status, token, lease_until, created_at, expires_at, forget_at)
 VALUES ($1, $2, $3, $4, 'processing', $5, statement_timestamp() + $6::bigint * interval '1 microsecond', statement_timestamp(),
-  statement_timestamp() + $7::bigint * interval '1 microsecond')
+  statement_timestamp() + $7::bigint * interval '1 microsecond', NULL)
 ON CONFLICT (scope, idem_key) DO NOTHING`
 
 const pgInsertDone = `INSERT INTO idempotency_keys (scope, idem_key, operation, fingerprint, status, token, lease_until, created_at, expires_at,
-  completed_at, response_status, response_headers, response_body, sealed_key)
+  forget_at, completed_at, response_status, response_headers, response_body, sealed_key)
 VALUES ($1, $2, $3, $4, 'completed', $5, statement_timestamp() + $6::bigint * interval '1 microsecond', statement_timestamp(),
-  statement_timestamp() + $7::bigint * interval '1 microsecond', statement_timestamp(), $8, $9, $10, $11)
+  statement_timestamp() + $7::bigint * interval '1 microsecond', statement_timestamp() + ($7::bigint + $8::bigint) * interval '1 microsecond',
+  statement_timestamp(), $9, $10, $11, $12)
 ON CONFLICT (scope, idem_key) DO NOTHING`
 
 // Under READ COMMITTED, an update that waited for another transaction
 // evaluates its WHERE again on the row that one committed. A record
 // without an expiry (written before schema version 3) expires by the
-// Store's retention ($8); a completed one is kept for the key memory
-// ($9) past its expiry.
+// Store's retention ($8); a completed one is kept to its forget time, or
+// for the Store's key memory ($9) past its expiry where it has none.
 const pgTakeover = `UPDATE idempotency_keys SET operation = $1, fingerprint = $2, status = 'processing',
   token = GREATEST(token + 1, (extract(epoch FROM statement_timestamp()) * 1000000)::bigint),
   lease_until = statement_timestamp() + $3::bigint * interval '1 microsecond', created_at = statement_timestamp(),
   expires_at = statement_timestamp() + $4::bigint * interval '1 microsecond',
-  completed_at = NULL, response_status = NULL, response_headers = NULL, response_body = NULL, sealed_key = NULL
+  forget_at = NULL, completed_at = NULL, response_status = NULL, response_headers = NULL, response_body = NULL, sealed_key = NULL
 WHERE scope = $5 AND idem_key = $6 AND token = $7
   AND (status = 'released'
     OR status = 'processing' AND lease_until <= statement_timestamp()
-    OR status = 'completed' AND COALESCE(expires_at, completed_at + $8::bigint * interval '1 microsecond') + $9::bigint * interval '1 microsecond' <= statement_timestamp()
+    OR status = 'completed' AND (CASE WHEN forget_at >= expires_at THEN forget_at
+      ELSE COALESCE(expires_at, completed_at + $8::bigint * interval '1 microsecond') + $9::bigint * interval '1 microsecond' END) <= statement_timestamp()
     OR status = 'expired' AND expires_at <= statement_timestamp())
 RETURNING token, ((extract(epoch FROM clock_timestamp()) - extract(epoch FROM created_at)) * 1000000)::bigint`
 
@@ -211,12 +216,19 @@ const pgLive = `(status = 'processing' AND lease_until > statement_timestamp())`
 // has none of its own.
 const pgExpiry = `COALESCE(expires_at, (CASE WHEN status = 'completed' THEN completed_at ELSE lease_until END) + $1::bigint * interval '1 microsecond')`
 
+// pgForget is a completed record's forget time: its own, or where it has
+// none (a row of a release before schema version 4) its expiry plus the
+// Store's key memory ($2). A forget time earlier than the expiry is not
+// the record's: a release before version 4 took the record over (which
+// leaves forget_at as it was, long past) and completed it again.
+const pgForget = `(CASE WHEN forget_at >= expires_at THEN forget_at ELSE ` + pgExpiry + ` + $2::bigint * interval '1 microsecond' END)`
+
 // pgForgotten and pgExpired are whether a record counts as absent (past
-// its expiry; a completed one also past the key memory, $2; never a live
-// claim), and whether its response is gone (past its expiry, or a key
-// kept by the memory).
+// its expiry; a completed one also past its forget time; a tombstone,
+// whose expires_at is its forget time, past that; never a live claim),
+// and whether its response is gone (past its expiry, or a tombstone).
 const (
-	pgForgotten = `((CASE WHEN status = 'completed' THEN ` + pgExpiry + ` + $2::bigint * interval '1 microsecond'
+	pgForgotten = `((CASE WHEN status = 'completed' THEN ` + pgForget + `
     WHEN status = 'expired' THEN expires_at ELSE ` + pgExpiry + ` END) <= statement_timestamp() AND NOT ` + pgLive + `)`
 	pgExpired = `(status = 'expired' OR status = 'completed' AND ` + pgExpiry + ` <= statement_timestamp())`
 )
@@ -241,6 +253,8 @@ FROM idempotency_keys WHERE scope = $1 AND idem_key = $2
 
 const pgState = `SELECT status, token FROM idempotency_keys WHERE scope = $1 AND idem_key = $2`
 
+// forget_at is the expiry so set plus the key memory ($6: the request's,
+// else the Store's; 0 forgets the key at its expiry), an unindexed column.
 // Do's completion ($5 NULL) sets expires_at to the value it has, so that
 // its update changes no indexed column and stays HOT; so does a Claim's
 // within its lease, whose Begin's expiry (the lease's end plus the
@@ -249,8 +263,9 @@ const pgState = `SELECT status, token FROM idempotency_keys WHERE scope = $1 AND
 // NULL expiry (a row of a release before it) takes the retention from now.
 const pgComplete = `UPDATE idempotency_keys SET status = 'completed', completed_at = statement_timestamp(),
   response_status = $1, response_headers = $2, response_body = $3, sealed_key = $4,
-  expires_at = GREATEST(expires_at, statement_timestamp() + $5::bigint * interval '1 microsecond')
-WHERE scope = $6 AND idem_key = $7 AND token = $8 AND status = 'processing'`
+  expires_at = GREATEST(expires_at, statement_timestamp() + $5::bigint * interval '1 microsecond'),
+  forget_at = GREATEST(expires_at, statement_timestamp() + $5::bigint * interval '1 microsecond') + $6::bigint * interval '1 microsecond'
+WHERE scope = $7 AND idem_key = $8 AND token = $9 AND status = 'processing'`
 
 // pgCompleteLast is pgComplete that fails with a division by zero
 // (SQLSTATE 22012, which claimGone reads) when it changes no record: the
@@ -272,20 +287,33 @@ const pgRemove = `DELETE FROM idempotency_keys WHERE scope = $1 AND idem_key = $
 // ($1, µs since the Unix epoch) on, through the expires_at index.
 const pgDue = `expires_at >= 'epoch'::timestamptz + $1::bigint * interval '1 microsecond' AND expires_at <= statement_timestamp()`
 
-const pgPurgeWindow = `SELECT count(*), COALESCE(max((extract(epoch FROM expires_at) * 1000000)::bigint), 0) FROM (
-  SELECT expires_at FROM idempotency_keys WHERE ` + pgDue + `
+const pgPurgeWindow = `SELECT count(*), COALESCE(max((extract(epoch FROM expires_at) * 1000000)::bigint), 0), count(*) FILTER (WHERE kept) FROM (
+  SELECT expires_at, ` + pgKept + ` AS kept FROM idempotency_keys WHERE ` + pgDue + `
   ORDER BY expires_at LIMIT $2) w`
 
+// pgForgetDue is a due record's forget time where it is completed: its
+// own, or its expiry plus the Store's key memory ($3) where it has none,
+// or one earlier than its expiry (see pgForget).
+const pgForgetDue = `(CASE WHEN forget_at >= expires_at THEN forget_at ELSE expires_at + $3::bigint * interval '1 microsecond' END)`
+
+// pgKept is whether a due record keeps its key past its expiry: it is
+// completed and its forget time is ahead.
+const pgKept = `(status = 'completed' AND ` + pgForgetDue + ` > statement_timestamp())`
+
 // SKIP LOCKED passes over rows a live transaction holds instead of waiting
-// for them.
+// for them. A record first met after its forget time is deleted whole.
 const pgPurge = `DELETE FROM idempotency_keys WHERE (scope, idem_key) IN (
-  SELECT scope, idem_key FROM idempotency_keys WHERE ` + pgDue + ` AND status <> $3 AND NOT ` + pgLive + `
+  SELECT scope, idem_key FROM idempotency_keys WHERE ` + pgDue + ` AND NOT ` + pgKept + ` AND NOT ` + pgLive + `
   ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED)`
 
+// pgStrip makes tombstones of the kept records of the window, up to its
+// last expiry ($4): the scan stops there even where none is kept. A
+// tombstone's expires_at is its forget time.
 const pgStrip = `UPDATE idempotency_keys SET status = 'expired', response_headers = NULL, response_body = NULL, sealed_key = NULL,
-  expires_at = expires_at + $3::bigint * interval '1 microsecond'
+  expires_at = ` + pgForgetDue + `
 WHERE (scope, idem_key) IN (
-  SELECT scope, idem_key FROM idempotency_keys WHERE ` + pgDue + ` AND status = 'completed'
+  SELECT scope, idem_key FROM idempotency_keys WHERE ` + pgDue + `
+    AND expires_at <= 'epoch'::timestamptz + $4::bigint * interval '1 microsecond' AND ` + pgKept + `
   ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED)`
 
 // pgLegacyWhere picks the records without an expiry that are past the

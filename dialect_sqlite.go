@@ -49,23 +49,23 @@ func (sqliteDialect) statements(parts []string) *statements {
 	quoted := `"` + strings.Join(parts, `"."`) + `"`
 	expiry := args(argRetention, argKeyMemory, argRetention, argRetention) // sqForgotten, sqExpired
 	st := (&statements{
-		version:         statement{sqVersion, args(argBase, argSchema, argIndex, argSchema, argBase)},
+		version:         statement{sqVersion, args(argBase, argSchema, argBase, argSchema, argIndex, argSchema, argBase)},
 		insert:          statement{sqInsert, args(argScope, argKey, argOperation, argFingerprint, argLease, argExpiry)},
 		insertOwn:       statement{sqInsertOwn, args(argScope, argKey, argOperation, argFingerprint, argToken, argLease, argExpiry)},
-		insertDone:      statement{sqInsertDone, args(argScope, argKey, argOperation, argFingerprint, argToken, argLease, argExpiry, argStatus, argHeader, argBody, argSealedKey)},
+		insertDone:      statement{sqInsertDone, args(argScope, argKey, argOperation, argFingerprint, argToken, argLease, argExpiry, argExpiry, argMemory, argStatus, argHeader, argBody, argSealedKey)},
 		takeover:        statement{sqTakeover, args(argOperation, argFingerprint, argLease, argExpiry, argScope, argKey, argToken, argRetention, argKeyMemory)},
 		insertReturns:   returning{token: true, lag: true},
 		takeoverReturns: returning{token: true, lag: true},
 		read:            statement{sqRead, append(expiry, argScope, argKey)},
 		readCompleted:   statement{sqReadCompleted, args(argRetention, argScope, argKey, argRetention)},
 		state:           statement{sqState, args(argScope, argKey)},
-		complete:        statement{sqComplete, args(argStatus, argHeader, argBody, argSealedKey, argKeep, argKeep, argScope, argKey, argToken)},
+		complete:        statement{sqComplete, args(argStatus, argHeader, argBody, argSealedKey, argKeep, argKeep, argMemory, argKeep, argKeep, argScope, argKey, argToken)},
 		extend:          statement{sqExtend, args(argLease, argScope, argKey, argToken)},
 		release:         statement{sqRelease, args(argScope, argKey, argToken)},
 		remove:          statement{sqRemove, args(argScope, argKey, argToken)},
-		purgeWindow:     statement{sqPurgeWindow, args(argFrom, argLimit)},
-		purge:           statement{sqPurge, args(argFrom, argSpared, argLimit)},
-		strip:           statement{sqStrip, args(argKeyMemory, argFrom, argLimit)},
+		purgeWindow:     statement{sqPurgeWindow, args(argKeyMemory, argFrom, argLimit)},
+		purge:           statement{sqPurge, args(argFrom, argKeyMemory, argLimit)},
+		strip:           statement{sqStrip, args(argKeyMemory, argFrom, argTo, argKeyMemory, argLimit)},
 		legacyWindow:    statement{sqLegacyWindow, args(argFrom, argRetention, argKeyMemory, argRetention, argLimit)},
 		legacyPurge:     statement{sqLegacyPurge, args(argFrom, argRetention, argKeyMemory, argRetention, argLimit)},
 		// The default: every SQLite transaction is SERIALIZABLE.
@@ -97,10 +97,13 @@ func (sqliteDialect) statements(parts []string) *statements {
 	return st
 }
 
-// sqVersion reads the version from the indexes: SQLite's tables have no
-// comment. Version 2 made the expires_at index last, so a table that has
-// it is of version 2.
-const sqVersion = `SELECT COUNT(*) > 0, CASE WHEN EXISTS (SELECT 1 FROM pragma_index_list(?, ?) WHERE name = ?) THEN 'idem schema 2' ELSE '' END
+// sqVersion reads the version from the columns and indexes: SQLite's
+// tables have no comment. Version 3 added forget_at, so a table that has
+// it is of version 3; version 2 made the expires_at index last, so a
+// table that has it and not forget_at is of version 2.
+const sqVersion = `SELECT COUNT(*) > 0, CASE
+    WHEN EXISTS (SELECT 1 FROM pragma_table_info(?, ?) WHERE name = 'forget_at') THEN 'idem schema 3'
+    WHEN EXISTS (SELECT 1 FROM pragma_index_list(?, ?) WHERE name = ?) THEN 'idem schema 2' ELSE '' END
 FROM pragma_table_list WHERE schema = ? AND name = ? COLLATE NOCASE`
 
 // sqNow is the database clock in microseconds since the Unix epoch. SQLite's
@@ -112,32 +115,35 @@ const sqNow = "(CAST(ROUND(unixepoch('now', 'subsec') * 1000) AS INTEGER) * 1000
 // A claim statement never waits for another transaction that holds the
 // key: the write lock is taken at BEGIN IMMEDIATE, or when the statement
 // starts, before it reads the clock. So it is granted at its start, and
-// returns 0 for how long it waited.
-const sqInsert = `INSERT INTO idempotency_keys (scope, idem_key, operation, fingerprint, status, token, lease_until, created_at, expires_at)
-VALUES (?, ?, ?, ?, 'processing', ` + sqNow + `, ` + sqNow + ` + ?, ` + sqNow + `, ` + sqNow + ` + ?)
+// returns 0 for how long it waited. forget_at, NULL until the
+// completion, is named so that on a table of a schema version before it
+// the claim fails before fn runs, with the advice to migrate.
+const sqInsert = `INSERT INTO idempotency_keys (scope, idem_key, operation, fingerprint, status, token, lease_until, created_at, expires_at, forget_at)
+VALUES (?, ?, ?, ?, 'processing', ` + sqNow + `, ` + sqNow + ` + ?, ` + sqNow + `, ` + sqNow + ` + ?, NULL)
 ON CONFLICT (scope, idem_key) DO NOTHING
 RETURNING token, 0`
 
-const sqInsertOwn = `INSERT INTO idempotency_keys (scope, idem_key, operation, fingerprint, status, token, lease_until, created_at, expires_at)
-VALUES (?, ?, ?, ?, 'processing', ?, ` + sqNow + ` + ?, ` + sqNow + `, ` + sqNow + ` + ?)
+const sqInsertOwn = `INSERT INTO idempotency_keys (scope, idem_key, operation, fingerprint, status, token, lease_until, created_at, expires_at, forget_at)
+VALUES (?, ?, ?, ?, 'processing', ?, ` + sqNow + ` + ?, ` + sqNow + `, ` + sqNow + ` + ?, NULL)
 ON CONFLICT (scope, idem_key) DO NOTHING`
 
 const sqInsertDone = `INSERT INTO idempotency_keys (scope, idem_key, operation, fingerprint, status, token, lease_until, created_at, expires_at,
-  completed_at, response_status, response_headers, response_body, sealed_key)
-VALUES (?, ?, ?, ?, 'completed', ?, ` + sqNow + ` + ?, ` + sqNow + `, ` + sqNow + ` + ?, ` + sqNow + `, ?, ?, ?, ?)
+  forget_at, completed_at, response_status, response_headers, response_body, sealed_key)
+VALUES (?, ?, ?, ?, 'completed', ?, ` + sqNow + ` + ?, ` + sqNow + `, ` + sqNow + ` + ?, ` + sqNow + ` + ? + ?, ` + sqNow + `, ?, ?, ?, ?)
 ON CONFLICT (scope, idem_key) DO NOTHING`
 
 // A writer holds the database's only write lock, so the WHERE reads the
 // row as last committed. A record without an expiry (written before
 // schema version 2) expires by the Store's retention; a completed one is
-// kept for the key memory past its expiry.
+// kept to its forget time, or where it has none for the Store's key
+// memory past its expiry.
 const sqTakeover = `UPDATE idempotency_keys SET operation = ?, fingerprint = ?, status = 'processing',
   token = max(token + 1, ` + sqNow + `), lease_until = ` + sqNow + ` + ?, created_at = ` + sqNow + `, expires_at = ` + sqNow + ` + ?,
-  completed_at = NULL, response_status = NULL, response_headers = NULL, response_body = NULL, sealed_key = NULL
+  forget_at = NULL, completed_at = NULL, response_status = NULL, response_headers = NULL, response_body = NULL, sealed_key = NULL
 WHERE scope = ? AND idem_key = ? AND token = ?
   AND (status = 'released'
     OR status = 'processing' AND lease_until <= ` + sqNow + `
-    OR status = 'completed' AND COALESCE(expires_at, completed_at + ?) + ? <= ` + sqNow + `
+    OR status = 'completed' AND (CASE WHEN forget_at >= expires_at THEN forget_at ELSE COALESCE(expires_at, completed_at + ?) + ? END) <= ` + sqNow + `
     OR status = 'expired' AND expires_at <= ` + sqNow + `)
 RETURNING token, 0`
 
@@ -150,12 +156,14 @@ const sqLive = `(status = 'processing' AND lease_until > ` + sqNow + `)`
 const sqExpiry = `COALESCE(expires_at, (CASE WHEN status = 'completed' THEN completed_at ELSE lease_until END) + ?)`
 
 // sqForgotten and sqExpired are whether a record counts as absent (past
-// its expiry; a completed one also past the key memory; never a live
-// claim), and whether its
-// response is gone: with the retention, the key memory, the retention and
-// the retention.
+// its expiry; a completed one also past its forget time, forget_at, or
+// where it has none (or one earlier than its expiry: see pgForget) past
+// the Store's key memory after its expiry; a tombstone, whose expires_at
+// is its forget time, past that; never a live
+// claim), and whether its response is gone: with the retention, the key
+// memory, the retention and the retention.
 const (
-	sqForgotten = `((CASE WHEN status = 'completed' THEN ` + sqExpiry + ` + ?
+	sqForgotten = `((CASE WHEN status = 'completed' THEN (CASE WHEN forget_at >= expires_at THEN forget_at ELSE ` + sqExpiry + ` + ? END)
     WHEN status = 'expired' THEN expires_at ELSE ` + sqExpiry + ` END) <= ` + sqNow + ` AND NOT ` + sqLive + `)`
 	sqExpired = `(status = 'expired' OR status = 'completed' AND ` + sqExpiry + ` <= ` + sqNow + `)`
 )
@@ -172,8 +180,11 @@ FROM idempotency_keys WHERE scope = ? AND idem_key = ?
 
 const sqState = `SELECT status, token FROM idempotency_keys WHERE scope = ? AND idem_key = ?`
 
+// forget_at is the expiry so set plus the request's key memory; SET reads
+// the row as it was.
 const sqComplete = `UPDATE idempotency_keys SET status = 'completed', completed_at = ` + sqNow + `,
   response_status = ?, response_headers = ?, response_body = ?, sealed_key = ?,
+  forget_at = (CASE WHEN expires_at >= ` + sqNow + ` + ? THEN expires_at ELSE COALESCE(` + sqNow + ` + ?, expires_at) END) + ?,
   expires_at = CASE WHEN expires_at >= ` + sqNow + ` + ? THEN expires_at ELSE COALESCE(` + sqNow + ` + ?, expires_at) END
 WHERE scope = ? AND idem_key = ? AND token = ? AND status = 'processing'`
 
@@ -189,19 +200,32 @@ const sqRemove = `DELETE FROM idempotency_keys WHERE scope = ? AND idem_key = ? 
 // on, through the expires_at index.
 const sqDue = `expires_at >= ? AND expires_at <= ` + sqNow
 
-const sqPurgeWindow = `SELECT count(*), COALESCE(max(expires_at), 0) FROM (
-  SELECT expires_at FROM idempotency_keys WHERE ` + sqDue + `
+const sqPurgeWindow = `SELECT count(*), COALESCE(max(expires_at), 0), COALESCE(sum(kept), 0) FROM (
+  SELECT expires_at, ` + sqKept + ` AS kept FROM idempotency_keys WHERE ` + sqDue + `
   ORDER BY expires_at LIMIT ?)`
 
-// DELETE ... LIMIT needs a compile-time option; a subquery does not.
+// sqKept is whether a due record keeps its key past its expiry: it is
+// completed and its forget time (its own, or its expiry plus the Store's
+// key memory) is ahead.
+const sqKept = `(status = 'completed' AND ` + sqForgetDue + ` > ` + sqNow + `)`
+
+// sqForgetDue is a due record's forget time where it is completed: its
+// own (see pgForgetDue), or its expiry plus the Store's key memory.
+const sqForgetDue = `(CASE WHEN forget_at >= expires_at THEN forget_at ELSE expires_at + ? END)`
+
+// A record first met after its forget time is deleted whole. DELETE ...
+// LIMIT needs a compile-time option; a subquery does not.
 const sqPurge = `DELETE FROM idempotency_keys WHERE (scope, idem_key) IN (
-  SELECT scope, idem_key FROM idempotency_keys WHERE ` + sqDue + ` AND status <> ? AND NOT ` + sqLive + `
+  SELECT scope, idem_key FROM idempotency_keys WHERE ` + sqDue + ` AND NOT ` + sqKept + ` AND NOT ` + sqLive + `
   ORDER BY expires_at LIMIT ?)`
 
+// sqStrip makes tombstones of the kept records of the window, up to its
+// last expiry: the scan stops there even where none is kept. A
+// tombstone's expires_at is its forget time.
 const sqStrip = `UPDATE idempotency_keys SET status = 'expired', response_headers = NULL, response_body = NULL, sealed_key = NULL,
-  expires_at = expires_at + ?
+  expires_at = ` + sqForgetDue + `
 WHERE (scope, idem_key) IN (
-  SELECT scope, idem_key FROM idempotency_keys WHERE ` + sqDue + ` AND status = 'completed'
+  SELECT scope, idem_key FROM idempotency_keys WHERE ` + sqDue + ` AND expires_at <= ? AND ` + sqKept + `
   ORDER BY expires_at LIMIT ?)`
 
 // sqLegacyWhere picks the records without an expiry that are past the

@@ -63,6 +63,8 @@ func (tidbDialect) statements(parts []string) *statements {
 	// the latest committed row whatever the transaction's snapshot.
 	st := myStatements(parts, schema.TiDB, myInsert, returning{}, myForUpdate)
 	st.noReplicationWait = "TiDB commits through Raft to a majority of each region's TiKV replicas, so an acknowledged commit already survives the loss of a minority of them: there is nothing to wait for"
+	// Its purge and strip wait for a held row: it has no SKIP LOCKED.
+	st.purgeHeld, st.stripHeld = statement{}, statement{}
 	// The purge's windows are read ahead over a span, and its batches
 	// stop at their window's end (see purgeStart).
 	legacy := args(argFrom, argRetention, argKeyMemory, argRetention)
@@ -71,9 +73,9 @@ func (tidbDialect) statements(parts []string) *statements {
 		to statement
 	}{
 		{&st.purgeStart, statement{tidbPurgeStart, args(argFrom)}},
-		{&st.purgeWindow, statement{tidbPurgeWindow, args(argFrom, argUpto, argLimit)}},
-		{&st.purge, statement{tidbPurge, args(argFrom, argTo, argSpared)}},
-		{&st.strip, statement{tidbStrip, args(argKeyMemory, argFrom, argTo)}},
+		{&st.purgeWindow, statement{tidbPurgeWindow, args(argKeyMemory, argFrom, argUpto, argLimit)}},
+		{&st.purge, statement{tidbPurge, args(argFrom, argTo, argKeyMemory)}},
+		{&st.strip, statement{tidbStrip, args(argKeyMemory, argFrom, argTo, argKeyMemory)}},
 		{&st.legacyStart, statement{tidbLegacyStart, legacy}},
 		{&st.legacyWindow, statement{tidbLegacyWindow, append(legacy, argUpto, argLimit)}},
 		{&st.legacyPurge, statement{tidbLegacyPurge, append(legacy, argTo)}},
@@ -104,8 +106,8 @@ const (
 	tidbPurgeStart = `SELECT COALESCE(MIN(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', expires_at)), 0) FROM idempotency_keys
 WHERE ` + tidbDue
 
-	tidbPurgeWindow = `SELECT COUNT(*), COALESCE(MAX(expires_us), 0), TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) FROM (
-  SELECT TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', expires_at) AS expires_us FROM idempotency_keys
+	tidbPurgeWindow = `SELECT COUNT(*), COALESCE(MAX(expires_us), 0), COALESCE(SUM(kept), 0), TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) FROM (
+  SELECT TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', expires_at) AS expires_us, ` + myKept + ` AS kept FROM idempotency_keys
   WHERE ` + tidbDue + ` AND expires_at < '1970-01-01 00:00:00' + INTERVAL ? MICROSECOND
   ORDER BY expires_at LIMIT ?) w`
 
@@ -113,11 +115,14 @@ WHERE ` + tidbDue
 	// last expiry.
 	tidbWindow = tidbDue + ` AND expires_at <= '1970-01-01 00:00:00' + INTERVAL ? MICROSECOND`
 
-	tidbPurge = `DELETE FROM idempotency_keys WHERE ` + tidbWindow + ` AND status <> ?`
+	// tidbPurge deletes the window's records but for those kept
+	// (myKept), whole however long ago their forget time passed; tidbStrip
+	// makes tombstones of those, whose expires_at is their forget time.
+	tidbPurge = `DELETE FROM idempotency_keys WHERE ` + tidbWindow + ` AND NOT ` + myKept
 
 	tidbStrip = `UPDATE idempotency_keys SET status = 'expired', response_headers = NULL, response_body = NULL, sealed_key = NULL,
-  expires_at = expires_at + INTERVAL ? MICROSECOND
-WHERE ` + tidbWindow + ` AND status = 'completed'`
+  expires_at = ` + myForgetDue + `
+WHERE ` + tidbWindow + ` AND ` + myKept
 
 	tidbLegacyStart = `SELECT COALESCE(MIN(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', created_at)), 0) FROM idempotency_keys
 WHERE ` + myLegacyWhere

@@ -40,9 +40,11 @@ var (
 	// of.
 	ErrLeaseLost = errors.New("idem: lease lost")
 	// ErrExpired reports a key that was used and whose response is gone:
-	// past its retention, within the Store's key memory
-	// ([WithKeyMemory]). Nothing ran, and nothing will for this key until
-	// the key memory passes: it is never retried automatically. A
+	// past its retention, within its key memory (the request's or the
+	// Store's: [Request.KeyMemory], [WithKeyMemory]), which the record
+	// keeps as its forget time. Nothing ran, and nothing will for this
+	// key until that time, whichever Store reads it or purges: it is
+	// never retried automatically. A
 	// request with the key and another payload is [ErrMismatch] instead.
 	// HTTP: 410 Gone.
 	ErrExpired = errors.New("idem: the key was used and its response is gone")

@@ -309,3 +309,55 @@ func ExampleStore_WaitReplicated() {
 		fmt.Println(res.StatusCode, "replayed:", res.Replayed)
 	}
 }
+
+// A request's key memory is kept by its record: past the request's
+// retention, a Store without key memory of its own, and its purge, still
+// refuse the key until the record's forget time. PurgeBatchDetail tells
+// what a batch deleted from what it made tombstones.
+func ExampleStore_PurgeBatchDetail() {
+	ctx := context.Background()
+	dir, err := os.MkdirTemp("", "idem-example")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, "shop.db")+"?_txlock=immediate&_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer db.Close()
+	store, err := idem.New(idem.SQLite) // no key memory of its own
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := store.Migrate(ctx, db); err != nil {
+		log.Fatal(err)
+	}
+	do := func(key string, retention, keyMemory time.Duration) error {
+		req := idem.Request{Scope: "customer-42", Key: key, Operation: "POST /v1/charges",
+			Fingerprint: idem.Fingerprint([]byte(key)), Retention: retention, KeyMemory: keyMemory}
+		return idem.RunTx(ctx, db, nil, func(tx *sql.Tx) error {
+			_, err := store.Do(ctx, tx, req, func(context.Context) (idem.Response, error) {
+				return idem.Response{StatusCode: 201}, nil
+			})
+			return err
+		})
+	}
+	// A payment's key is refused for 30 days past its retention; a
+	// search's is forgotten at its expiry.
+	for key, memory := range map[string]time.Duration{"payment": 30 * 24 * time.Hour, "search": 0} {
+		if err := do(key, 10*time.Millisecond, memory); err != nil {
+			log.Fatal(err)
+		}
+	}
+	time.Sleep(50 * time.Millisecond)
+	p, err := store.PurgeBatchDetail(ctx, idem.NewSQLRunner(db, nil), 100)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("deleted %d, tombstones %d\n", p.Deleted, p.Tombstoned)
+	fmt.Println("the payment again:", errors.Is(do("payment", 10*time.Millisecond, 0), idem.ErrExpired))
+	// Output:
+	// deleted 1, tombstones 1
+	// the payment again: true
+}

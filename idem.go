@@ -22,6 +22,13 @@ type Request struct {
 	// most [MaxDuration]. The record stores its own expiry, which the
 	// purge honours.
 	Retention time.Duration
+	// KeyMemory is how long past its retention this record's key is
+	// still refused ([ErrExpired]) instead of run again (per operation,
+	// route or method); 0: the Store's ([WithKeyMemory]). At most
+	// [MaxDuration]. The record stores its own forget time when it is
+	// completed, which every purge and every Store honours, whatever its
+	// own key memory.
+	KeyMemory time.Duration
 }
 
 // Response is the final result of an operation, stored and replayed.
@@ -157,6 +164,15 @@ func (s *Store) retentionOf(req Request) time.Duration {
 		return req.Retention
 	}
 	return s.retention
+}
+
+// keyMemoryOf is how long past its expiry req's record keeps its key:
+// its own key memory, or the Store's.
+func (s *Store) keyMemoryOf(req Request) time.Duration {
+	if req.KeyMemory > 0 {
+		return req.KeyMemory
+	}
+	return s.keyMemory
 }
 
 // LockTimeout returns the bound of [WithLockTimeout] on how long Do and

@@ -22,8 +22,9 @@ type Record struct {
 	CompletedAt time.Time // when the response was stored; zero unless completed
 	Now         time.Time // the database clock when the record was read
 	// Forgotten reports a record past its expiry (and, for a completed
-	// one, past the Store's key memory after it): Do treats the key as
-	// absent, and Purge deletes the record.
+	// one, past its forget time: its own, or for a record of a release
+	// before forget times its expiry plus the Store's key memory): Do
+	// treats the key as absent, and Purge deletes the record.
 	Forgotten bool
 	// Expired reports a record whose response is gone: past its
 	// retention, or kept by the key memory ([StatusExpired]). Do refuses

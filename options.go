@@ -46,8 +46,15 @@ func WithRetention(d time.Duration) Option { return func(s *Store) { s.retention
 // does not. A client that retries after a day offline is then told its
 // response is gone rather than charged a second time. Off by default and
 // with d 0 (a key is forgotten at the end of its retention); else d must
-// be positive and at most [MaxDuration]. docs/operations.md, Key memory, gives its
-// storage cost.
+// be positive and at most [MaxDuration]. A request's own
+// [Request.KeyMemory] takes its place for that request.
+//
+// The record keeps its key memory: its completion stores when the key
+// may be forgotten (its expiry plus the key memory, from the database
+// clock), and every Store and every purge (the idem command's too)
+// honours that time whatever its own key memory. The Store's key memory
+// applies to the records that stored none: those of a release before
+// this one. docs/operations.md, Key memory, gives its storage cost.
 func WithKeyMemory(d time.Duration) Option { return func(s *Store) { s.keyMemory = d } }
 
 // MaxDuration is the largest lease, retention or Extend that idem accepts:

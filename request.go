@@ -29,6 +29,9 @@ func (r Request) validate() error {
 	if r.Retention < 0 || r.Retention > MaxDuration {
 		return fmt.Errorf("%w: Retention must be 0 (the Store's) or positive and at most %v (MaxDuration), got %v", ErrInvalidRequest, MaxDuration, r.Retention)
 	}
+	if r.KeyMemory < 0 || r.KeyMemory > MaxDuration {
+		return fmt.Errorf("%w: KeyMemory must be 0 (the Store's) or positive and at most %v (MaxDuration), got %v", ErrInvalidRequest, MaxDuration, r.KeyMemory)
+	}
 	return nil
 }
 
@@ -86,7 +89,9 @@ const (
 	// attempt takes the key over at once.
 	StatusReleased Status = "released"
 	// StatusExpired: the operation's response is gone, its retention over,
-	// but the key is kept for the Store's key memory ([WithKeyMemory]): a
+	// but the key is kept to its forget time, by the key memory of the
+	// request or the Store that completed it ([Request.KeyMemory],
+	// [WithKeyMemory]): a
 	// request with it is refused ([ErrExpired], or [ErrMismatch]).
 	StatusExpired Status = "expired"
 )

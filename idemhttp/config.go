@@ -91,6 +91,12 @@ type Config struct {
 	// API version header): each name, and its values in order, an absent
 	// field counting as no values. Names are case-insensitive.
 	FingerprintHeaders []string
+	// KeyMemory returns how long past its retention the key of a
+	// request's record is still refused (410) instead of run again, per
+	// route or method (idem.Request.KeyMemory); nil, or 0 for a request:
+	// the Store's ([idem.WithKeyMemory]). The record keeps it: every
+	// purge honours it, whatever its own settings.
+	KeyMemory func(*http.Request) time.Duration
 	// MaxBody is the largest request body accepted, in bytes; a larger one
 	// is a 413 before any database work. Default [DefaultMaxBody] (1 MiB).
 	MaxBody int64

@@ -66,7 +66,8 @@
 // application/problem+json (RFC 9457, see [Problem]): 400 for a malformed
 // key, 413 for a body over [Config.MaxBody], 409 with Retry-After while
 // another request holds the key, 422 for a key reused with another
-// request, 410 for a key whose response is gone (the Store's key memory).
+// request, 410 for a key whose response is gone (a key memory:
+// [Config.KeyMemory], else the Store's).
 // docs/http.md describes them all and gives a client retry recipe.
 //
 // The middleware runs on database/sql ([Config].DB), or on any driver's

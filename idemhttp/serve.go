@@ -84,6 +84,9 @@ func (m *Middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 		if m.cfg.Retention != nil {
 			call.Request.Retention = m.cfg.Retention(r)
 		}
+		if m.cfg.KeyMemory != nil {
+			call.Request.KeyMemory = m.cfg.KeyMemory(r)
+		}
 	}
 	var rec *recorder
 	call.Run = func(ctx context.Context) (idem.Response, error) {

@@ -45,7 +45,8 @@ const (
 	// Retry after RetryAfter with the same key.
 	Contention
 	// Expired: the key was used and its response is gone, past its
-	// retention but within the Store's key memory ([idem.ErrExpired]).
+	// retention but within its key memory, the request's or the Store's,
+	// which its record keeps ([idem.ErrExpired]).
 	// Nothing ran. Not to be retried, by a client or a broker.
 	Expired
 	// FingerprintChanged: the key was used, and its record was

@@ -4,21 +4,25 @@
 //	postgres/0001_create.up.sql       the table and its created_at index
 //	postgres/0002_autovacuum.up.sql   storage and autovacuum settings
 //	postgres/0003_expiry.up.sql       each record's expiry and seal key
+//	postgres/0004_forget.up.sql       each record's forget time (key memory)
 //	mysql/0001_create.up.sql          the table, clustered on (scope, idem_key)
 //	mysql/0002_insertion_order.up.sql clustered on (created_at, scope, idem_key)
 //	mysql/0003_expiry.up.sql          each record's expiry and seal key
 //	mysql/0004_expiry_order.up.sql    clustered on (expires_at, scope, idem_key)
+//	mysql/0005_forget.up.sql          each record's forget time (key memory)
 //	tidb/0001_create.up.sql
 //	tidb/0002_expiry.up.sql           each record's expiry and seal key
+//	tidb/0003_forget.up.sql           each record's forget time (key memory)
 //	sqlite/0001_create.up.sql
 //	sqlite/0002_expiry.up.sql         each record's expiry and seal key
+//	sqlite/0003_forget.up.sql         each record's forget time (key memory)
 //
 // File N brings a table to schema version N; version 1 is the table every
 // release before versioning made. Store.Migrate applies the files a table
 // has not had, in order, with the Store's table name, and records the
 // version in the table's comment (from version 2 on; a table without one
 // is of version 1; SQLite's tables have no comment, and its version 2 is
-// told by its expires_at index). goose and golang-migrate read a directory as it is:
+// told by its expires_at index, its version 3 by its forget_at column). goose and golang-migrate read a directory as it is:
 // each file is NNNN_name.up.sql with a "-- +goose Up" annotation, the
 // names both tools number their migrations by. Copy the directory of your
 // dialect into your migrations, or point the tool at FS. docs/operations.md
@@ -30,8 +34,8 @@
 //	operation         what the key is bound to
 //	fingerprint       digest of the request payload
 //	status            'processing', 'completed', 'released' or 'expired'
-//	                  (a completed record whose response is gone, kept
-//	                  by the key memory: WithKeyMemory)
+//	                  (a tombstone: a completed record whose response is
+//	                  gone, kept to its forget time)
 //	token             fencing token: grows with every takeover, never repeats
 //	                  (a new claim of Do's: a random negative number)
 //	lease_until       end of a PROCESSING claim's lease (database clock, UTC)
@@ -47,6 +51,13 @@
 //	                  version 4, whose primary key it leads
 //	sealed_key        NULL in the clear; else the name of the key that sealed
 //	                  the response into response_body (response_headers NULL)
+//	forget_at         when a completed record's key may be forgotten: its
+//	                  expiry plus the key memory of the request or Store
+//	                  that completed it (Request.KeyMemory, WithKeyMemory),
+//	                  which every purge honours; NULL on a claim and on a
+//	                  row written before version 4 (PostgreSQL), 5 (MySQL)
+//	                  or 3 (TiDB, SQLite), which keeps the key memory of
+//	                  the Store that reads or purges it
 package schema
 
 import (

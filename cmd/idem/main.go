@@ -5,7 +5,7 @@
 //	idem inspect --dsn DSN --key K [--scope S]
 //	                               a key's record in scope S, or (a scan) in every scope
 //	idem stats   --dsn DSN         counts, oldest record, expired, size
-//	idem purge   --dsn DSN         delete records past retention
+//	idem purge   --dsn DSN         delete records past their expiry (tombstones under a key memory)
 //	idem reseal  --dsn DSN --keys-file FILE
 //	                               seal stored responses with the current key
 //	idem bench   --dsn DSN         measure idem against a bare transaction
@@ -46,7 +46,7 @@ var commands = []command{
 	{"migrate", "create the idempotency table if it is absent, or upgrade it in place", runMigrate},
 	{"inspect", "show a key's records as a person reads them, in one scope or all", runInspect},
 	{"stats", "count records by status, oldest, expired, table size", runStats},
-	{"purge", "delete records past retention, in batches", runPurge},
+	{"purge", "delete records past their expiry, in batches (tombstones under a key memory)", runPurge},
 	{"reseal", "seal the stored responses anew with the current key, in batches", runReseal},
 	{"bench", "measure idem against a bare transaction on a server", runBench},
 }

@@ -19,11 +19,20 @@ func runPurge(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		workers   int
 	)
 	fs := newFlags("purge", "--dsn DSN [--table NAME] [--retention 24h] [--key-memory 0] [--batch 1000] [--workers 1]",
-		"Deletes the records past their retention in short batches, one line per\nbatch; with --key-memory, drops the responses of completed ones and keeps\ntheir keys until it passes.\nNever touches a live claim; safe beside live traffic and from several\nprocesses at once. With --workers N, N batches run at once, each on its\nown window of the table: a backlog goes faster, at some cost to traffic.", stderr)
+		"Purges the records past their expiry in short batches, one line per batch:\n"+
+			"deletes them, but makes a tombstone of each completed record whose key\n"+
+			"memory is still running (its response dropped, its key refused until its\n"+
+			"forget time). Each record keeps its own expiry and forget time, whatever\n"+
+			"the flags; --retention and --key-memory apply only to the records of\n"+
+			"releases before per-record expiry and forget time, which have none.\n"+
+			"Never touches a live claim and passes over rows a transaction holds\n"+
+			"(TiDB waits for them); safe beside live traffic and from several\n"+
+			"processes at once. With --workers N, N batches run at once, each on its\n"+
+			"own window of the table: a backlog goes faster, at some cost to traffic.", stderr)
 	f.register(fs)
-	fs.DurationVar(&retention, "retention", idem.DefaultRetention, "the application's retention: records of a release before per-request retention older than this go")
-	fs.DurationVar(&keyMemory, "key-memory", 0, "the application's key memory (idem.WithKeyMemory): completed records past their retention keep their key this long, without their response")
-	fs.IntVar(&batch, "batch", 1000, "records deleted per batch")
+	fs.DurationVar(&retention, "retention", idem.DefaultRetention, "the application's retention, for the records of a release before per-record expiry (they have none)")
+	fs.DurationVar(&keyMemory, "key-memory", 0, "the application's key memory, for the completed records of a release before per-record forget times (they have none); every other record keeps its own")
+	fs.IntVar(&batch, "batch", 1000, "records purged per batch")
 	fs.IntVar(&workers, "workers", 1, "batches run at once, each on a connection of its own")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -39,44 +48,55 @@ func runPurge(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	defer db.Close()
+	if keyMemory > 0 {
+		fmt.Fprintf(stderr, "idem: --key-memory %s applies only to the completed records of a release before per-record forget times; every other record keeps the forget time it was completed with\n", dur(keyMemory))
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	start := time.Now()
+	pool := idem.NewSQLRunner(db, nil)
 	var (
 		wg       sync.WaitGroup
 		mu       sync.Mutex
-		total    int64
+		total    idem.Purged
 		batches  int
 		firstErr error // the batch that failed first; the others are then cancelled
 	)
 	for range workers {
 		wg.Go(func() {
 			for {
-				n, err := s.PurgeBatch(ctx, db, batch)
+				p, err := s.PurgeBatchDetail(ctx, pool, batch)
 				mu.Lock()
-				total += n
-				if n > 0 {
+				total.Deleted += p.Deleted
+				total.Tombstoned += p.Tombstoned
+				if p.Records() > 0 {
 					batches++
-					fmt.Fprintf(stdout, "batch %d: deleted %d (%d so far)\n", batches, n, total)
+					fmt.Fprintf(stdout, "batch %d: %s (%s so far)\n", batches, purged(p), purged(total))
 				}
 				if err != nil && firstErr == nil {
 					firstErr = err
 					cancel()
 				}
 				mu.Unlock()
-				if err != nil || n < int64(batch) {
+				if err != nil || p.Records() < int64(batch) {
 					return
 				}
 			}
 		})
 	}
 	wg.Wait()
-	if firstErr != nil && total > 0 {
-		return fmt.Errorf("%w (after deleting %s)", firstErr, plural(total, "record"))
+	if firstErr != nil && total.Records() > 0 {
+		return fmt.Errorf("%w (after %s)", firstErr, purged(total))
 	}
 	if firstErr != nil {
 		return firstErr
 	}
-	fmt.Fprintf(stdout, "purged %s past retention %s from %s in %s\n", plural(total, "record"), dur(retention), s.Table(), time.Since(start).Round(time.Millisecond))
+	fmt.Fprintf(stdout, "purged %s past their expiry from %s in %s: %s\n", plural(total.Records(), "record"), s.Table(), time.Since(start).Round(time.Millisecond), purged(total))
 	return nil
+}
+
+// purged says what a purge did: how many records it deleted, and how many
+// it made tombstones.
+func purged(p idem.Purged) string {
+	return fmt.Sprintf("%d deleted, %s", p.Deleted, plural(p.Tombstoned, "tombstone"))
 }

@@ -58,8 +58,16 @@ type Config struct {
 	// Retention returns how long the record of a call of the full method
 	// name replays once completed (idem.Request.Retention); nil, or 0 for
 	// a method: the Store's ([idem.WithRetention]). AIP-155 asks that a
-	// request_id be honoured for at least an hour.
+	// request_id be honoured for at least an hour; New does not check
+	// it.
 	Retention func(method string) time.Duration
+	// KeyMemory returns how long past its retention the key of a call's
+	// record is still refused (FAILED_PRECONDITION: the key expired)
+	// instead of run again, per full method name
+	// (idem.Request.KeyMemory); nil, or 0 for a method: the Store's
+	// ([idem.WithKeyMemory]). The record keeps it: every purge honours
+	// it, whatever its own settings.
+	KeyMemory func(method string) time.Duration
 	// NoSideEffects lists full method names ("/payments.v1.Payments/GetCharge")
 	// that pass through untouched, with no transaction ([TxFrom] returns
 	// nil) and no key handling. Methods whose descriptor declares

@@ -967,3 +967,36 @@ func TestNotReplicated(t *testing.T) {
 		}
 	})
 }
+
+// A method's key memory (Config.KeyMemory) is kept by its records: past
+// the method's retention, a retry is refused as an expired key
+// (FAILED_PRECONDITION) and the handler does not run, though the Store
+// keeps no key memory and purged the record meanwhile.
+func TestKeyMemoryPerMethod(t *testing.T) {
+	forEachDB(t, func(t *testing.T, e *env) {
+		const retention = 200 * time.Millisecond
+		a := e.api()
+		srv, s := e.serveIdem(idemgrpc.Config{
+			Retention: func(string) time.Duration { return retention },
+			KeyMemory: func(method string) time.Duration {
+				if method == methodCharge {
+					return time.Hour
+				}
+				return 0
+			},
+		}, a)
+		cc := dial(t, srv.addr)
+		ctx := withKey(t.Context(), "remembered-1")
+		if first := call(ctx, cc, methodCharge, 40); first.status.Code() != codes.OK {
+			t.Fatalf("the first call: %v", first.status)
+		}
+		time.Sleep(retention + 100*time.Millisecond)
+		if _, err := s.Purge(t.Context(), e.db, 10); err != nil {
+			t.Fatal(err)
+		}
+		checkStatus(t, call(ctx, cc, methodCharge, 40), codes.FailedPrecondition, idemgrpc.ReasonKeyExpired)
+		if got := e.rows(a.biz, "remembered-1"); got != 1 || a.calls.Load() != 1 {
+			t.Fatalf("%d rows, the handler ran %d times; want once", got, a.calls.Load())
+		}
+	})
+}

@@ -114,6 +114,9 @@ func (i *Interceptor) serve(ctx context.Context, req any, method string, handler
 		if i.cfg.Retention != nil {
 			call.Request.Retention = i.cfg.Retention(method)
 		}
+		if i.cfg.KeyMemory != nil {
+			call.Request.KeyMemory = i.cfg.KeyMemory(method)
+		}
 	}
 	var fresh *answer
 	call.Run = func(ctx context.Context) (idem.Response, error) {

@@ -87,6 +87,13 @@ type Config struct {
 	// its handler (message.HandlerNameFromCtx) or topic, to keep one
 	// consumer's records longer than another's.
 	Retention func(msg *message.Message) time.Duration
+	// KeyMemory is how long past its retention the key of a message's
+	// record is still refused (idem.ErrExpired: a redelivery is acked
+	// without running the handler) instead of run again, per handler or
+	// topic as Retention is (idem.Request.KeyMemory). nil, or 0
+	// returned: the Store's ([idem.WithKeyMemory]). The record keeps it:
+	// every purge honours it, whatever its own settings.
+	KeyMemory func(msg *message.Message) time.Duration
 	// Outbox builds the publisher, on the handler's transaction, through
 	// which the messages that the handler returns and those it publishes
 	// itself ([PublisherFrom]) are written, so that they commit with its

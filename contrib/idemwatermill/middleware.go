@@ -86,7 +86,7 @@ func (c *consumer) wrap(h message.HandlerFunc) message.HandlerFunc {
 				return nil, err
 			case errors.Is(err, idem.ErrExpired):
 				// Applied by an earlier delivery whose record is past its
-				// retention and kept by the Store's key memory: the
+				// retention and kept by its key memory: the
 				// router acks it, and nothing runs again.
 				c.cfg.Logger.InfoContext(ctx, "idemwatermill: a redelivery of a message applied before, past its record's retention, is acked without running",
 					"message", msg.UUID, "scope", req.Scope)
@@ -127,6 +127,9 @@ func (c *consumer) request(ctx context.Context, msg *message.Message) (idem.Requ
 	req.Key = key
 	if c.cfg.Retention != nil {
 		req.Retention = c.cfg.Retention(msg)
+	}
+	if c.cfg.KeyMemory != nil {
+		req.KeyMemory = c.cfg.KeyMemory(msg)
 	}
 	req.Fingerprint, err = c.fp.of(msg)
 	return req, err

@@ -425,16 +425,18 @@ func TestRecordWrittenWithTheClaim(t *testing.T) {
 }
 
 // A message redelivered after its record's retention (Config.Retention)
-// is acked without running when the Store keeps a key memory: its
-// record refuses the key (idem.ErrExpired), and that means applied.
-// Without one, the key is forgotten and the redelivery runs again, which
-// is why the retention must outlive the broker's redelivery horizon.
+// is acked without running when the Store keeps a key memory, or the
+// consumer's Config.KeyMemory gives its records one: its record refuses
+// the key (idem.ErrExpired), and that means applied, even after a purge
+// by a Store without key memory. Without one, the key is forgotten and
+// the redelivery runs again, which is why the retention must outlive the
+// broker's redelivery horizon.
 func TestRedeliveryPastRetention(t *testing.T) {
 	forEachDB(t, func(t *testing.T, e *env) {
 		const retention = 200 * time.Millisecond
-		for _, memory := range []bool{true, false} {
+		for _, memory := range []string{"store", "config", "none"} {
 			var opts []idem.Option
-			if memory {
+			if memory == "store" {
 				opts = append(opts, idem.WithKeyMemory(time.Hour))
 			}
 			store := e.store(opts...)
@@ -442,6 +444,9 @@ func TestRedeliveryPastRetention(t *testing.T) {
 			mw := e.middleware(store, idemserve.ModeTransaction, func(cfg *idemwatermill.Config) {
 				cfg.Scope = "late"
 				cfg.Retention = func(*message.Message) time.Duration { return retention }
+				if memory == "config" {
+					cfg.KeyMemory = func(*message.Message) time.Duration { return time.Hour }
+				}
 			})
 			var runs atomic.Int64
 			h := mw(func(msg *message.Message) ([]*message.Message, error) {
@@ -457,11 +462,18 @@ func TestRedeliveryPastRetention(t *testing.T) {
 				t.Fatalf("the record: %+v, %v; want it to expire about %v after its completion", rec, err, retention)
 			}
 			time.Sleep(retention + 100*time.Millisecond)
+			plain, err := idem.New(e.tg.dialect, idem.WithTable(store.Table()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := plain.Purge(context.Background(), e.db, 10); err != nil {
+				t.Fatal(err)
+			}
 			if _, err := h(m); err != nil {
 				t.Fatalf("key memory %v: the late redelivery: %v, want it acked", memory, err)
 			}
 			want := int64(1)
-			if !memory {
+			if memory == "none" {
 				want = 2
 			}
 			if n := runs.Load(); n != want {

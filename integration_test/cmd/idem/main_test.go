@@ -23,6 +23,7 @@ import (
 	_ "modernc.org/sqlite"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemtest"
 	"github.com/idemkit/idem/idemtest/testdb"
 	"github.com/idemkit/idem/integration_test/internal/cmdtest"
 )
@@ -248,10 +249,11 @@ func TestOperate(t *testing.T) {
 			// per-request retention, which have none: made so, the two
 			// are past 10ms. On MySQL and MariaDB every record has its
 			// expiry (schema version 4 clusters on it): there the two are
-			// made past theirs.
-			past := "UPDATE " + table + " SET expires_at = NULL"
+			// made past theirs. Their forget times (each at its expiry:
+			// no key memory) go with their expiries.
+			past := "UPDATE " + table + " SET expires_at = NULL, forget_at = NULL"
 			if name == "mysql" || name == "mariadb" {
-				past = "UPDATE " + table + " SET expires_at = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND"
+				past = "UPDATE " + table + " SET expires_at = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND, forget_at = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND"
 			}
 			if _, err := db.Exec(past); err != nil {
 				t.Fatal(err)
@@ -262,12 +264,95 @@ func TestOperate(t *testing.T) {
 				t.Errorf("stats --retention 10ms: want 2 past expiry: %s", r.stdout)
 			}
 			r = idemCmd(t, "purge", "--dsn", dsn, "--table", table, "--retention", "10ms", "--batch", "1", "--workers", "2")
-			if r.code != 0 || !strings.Contains(r.stdout, "batch 2: deleted 1 (2 so far)") || !strings.Contains(r.stdout, "purged 2 records") {
+			if r.code != 0 || !strings.Contains(r.stdout, "batch 2: 1 deleted, 0 tombstones (2 deleted, 0 tombstones so far)") ||
+				!strings.Contains(r.stdout, "purged 2 records past their expiry from "+table) || !strings.Contains(r.stdout, ": 2 deleted, 0 tombstones\n") {
 				t.Errorf("purge: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
 			}
 			r = idemCmd(t, "stats", "--dsn", dsn, "--table", table, "--json")
 			if err := json.Unmarshal([]byte(r.stdout), &st); err != nil || st.Total != 0 {
 				t.Errorf("stats after purge: %s", r.stdout)
+			}
+		})
+	}
+}
+
+// A record written with key memory (the Store's, or the request's) is
+// never run again by a retry before its forget time, whoever purges:
+// here the command, without flags, past the records' expiry. It makes
+// tombstones of them and says so, and a retry through a Store without
+// key memory is refused (ErrExpired) without running its fn. A record
+// past its forget time as well goes. Before the records kept their
+// forget time, the command deleted all three and the retries ran.
+func TestPurgeKeepsTheRecordsKeyMemory(t *testing.T) {
+	ctx := context.Background()
+	for _, d := range databases(t) {
+		t.Run(d.name, func(t *testing.T) {
+			table := migrated(t, d)
+			db := d.open(t)
+			remembering, err := idem.New(d.dialect, idem.WithTable(table), idem.WithKeyMemory(24*time.Hour))
+			if err != nil {
+				t.Fatal(err)
+			}
+			plain, err := idem.New(d.dialect, idem.WithTable(table))
+			if err != nil {
+				t.Fatal(err)
+			}
+			req := func(key string) idem.Request {
+				return idem.Request{Scope: "tenant", Key: key, Operation: "POST /charges", Fingerprint: idem.Fingerprint([]byte(key))}
+			}
+			byRequest := req("by-request")
+			byRequest.KeyMemory = 24 * time.Hour
+			runs := 0
+			do := func(s *idem.Store, r idem.Request) error {
+				return idem.RunTx(ctx, db, nil, func(tx *sql.Tx) error {
+					_, err := s.Do(ctx, tx, r, func(context.Context) (idem.Response, error) {
+						runs++
+						return idem.Response{StatusCode: 201}, nil
+					})
+					return err
+				})
+			}
+			for _, c := range []struct {
+				s *idem.Store
+				r idem.Request
+			}{{remembering, req("by-store")}, {plain, byRequest}, {remembering, req("forgotten")}} {
+				if err := do(c.s, c.r); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// Past their expiry, within their forget time; "forgotten"
+			// past both.
+			now, ago := "UTC_TIMESTAMP(6)", func(expr, d string) string { return expr + " - INTERVAL " + d + " SECOND" }
+			switch d.name {
+			case "postgres":
+				now, ago = "statement_timestamp()", func(expr, d string) string { return expr + " - interval '" + d + " second'" }
+			case "sqlite":
+				now, ago = idemtest.SQLiteNow, func(expr, d string) string { return expr + " - " + d + "000000" }
+			}
+			for key, forget := range map[string]string{"by-store": "-3600", "by-request": "-3600", "forgotten": "60"} {
+				if _, err := db.Exec("UPDATE " + table + " SET expires_at = " + ago(now, "1") + ", forget_at = " + ago(now, forget) +
+					" WHERE idem_key = '" + key + "'"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			r := idemCmd(t, "purge", "--dsn", d.dsn, "--table", table)
+			if r.code != 0 || !strings.Contains(r.stdout, "purged 3 records past their expiry from "+table) || !strings.Contains(r.stdout, ": 1 deleted, 2 tombstones\n") {
+				t.Fatalf("purge without flags: exit %d, stdout %q, stderr %q; want 1 deleted, 2 tombstones", r.code, r.stdout, r.stderr)
+			}
+			for _, key := range []string{"by-store", "by-request"} {
+				if err := do(plain, req(key)); !errors.Is(err, idem.ErrExpired) {
+					t.Errorf("a retry of %s after the purge, through a Store without key memory: %v, want ErrExpired", key, err)
+				}
+			}
+			if runs != 3 {
+				t.Errorf("fn ran %d times, want 3: a retry ran again", runs)
+			}
+			if err := do(plain, req("forgotten")); err != nil || runs != 4 {
+				t.Errorf("past its forget time: %v, fn ran %d times; want the key forgotten and a fresh run", err, runs)
+			}
+			r = idemCmd(t, "purge", "--dsn", d.dsn, "--table", table, "--key-memory", "1h")
+			if r.code != 0 || !strings.Contains(r.stderr, "--key-memory 1h applies only to the completed records of a release before per-record forget times") {
+				t.Errorf("purge --key-memory: exit %d, stderr %q; want it to say what the flag still does", r.code, r.stderr)
 			}
 		})
 	}

@@ -186,16 +186,9 @@ type facts struct {
 	// it, which Do must notice and say ("rolled back").
 	errorAborts bool
 	// skipsLocked reports that a purge batch passes over the rows a live
-	// transaction holds (Postgres: SKIP LOCKED); elsewhere it waits for
-	// them.
+	// transaction holds (Postgres and MySQL: SKIP LOCKED); elsewhere it
+	// waits for them (TiDB, and SQLite's one writer).
 	skipsLocked bool
-	// pastWindowWaits counts the transactions whose statement is LIKE
-	// its argument that wait for a row lock, where a purge batch's
-	// DELETE also locks the first row past its window (InnoDB's
-	// next-key locking: it waits if a transaction holds that row); ""
-	// where a batch locks its window only. InnoDB's transaction view is
-	// a cache refreshed at most every 100 ms.
-	pastWindowWaits string
 	// oneWriter reports a database that runs one writer at a time
 	// (SQLite): purge batches and claims queue for the write lock.
 	oneWriter bool
@@ -247,7 +240,7 @@ var postgresFacts = facts{
 	redirectDSN:    pgRedirect,
 	migrations:     schema.Postgres,
 	release1:       release1Postgres,
-	upgraded:       []string{"autovacuum_vacuum_scale_factor=0.01", "fillfactor=90", "toast:autovacuum_vacuum_scale_factor=0.01", "expires_at timestamp with time zone", "T_expires_at_idx", "comment:idem schema 3"},
+	upgraded:       []string{"autovacuum_vacuum_scale_factor=0.01", "fillfactor=90", "toast:autovacuum_vacuum_scale_factor=0.01", "expires_at timestamp with time zone", "T_expires_at_idx", "forget_at timestamp with time zone", "comment:idem schema 4"},
 
 	lockTimeoutStatements: 4,
 	lockWaitUnit:          time.Millisecond,
@@ -290,7 +283,7 @@ var mysqlFacts = facts{
 	redirectDSN:           mysqlRedirect,
 	migrations:            schema.MySQL,
 	release1:              release1MySQL,
-	upgraded:              []string{"PRIMARY KEY (`expires_at`,`scope`,`idem_key`)", "UNIQUE KEY `T_scope_key` (`scope`,`idem_key`)", "COMMENT='idem schema 4'"},
+	upgraded:              []string{"PRIMARY KEY (`expires_at`,`scope`,`idem_key`)", "UNIQUE KEY `T_scope_key` (`scope`,`idem_key`)", "COMMENT='idem schema 5'", "`forget_at` datetime(6)"},
 	expiryInKey:           true,
 	lockTimeoutStatements: 3,
 	lockWaitUnit:          time.Second,
@@ -298,7 +291,7 @@ var mysqlFacts = facts{
 	boundsLockWaits: true,
 	faults:          []string{faultDeadlock, faultTimeout, faultKill, faultCut},
 	readLocks:       true,
-	pastWindowWaits: "SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE trx_state = 'LOCK WAIT' AND trx_query LIKE ?",
+	skipsLocked:     true,
 }
 
 // tidbFacts are MySQL's (TiDB speaks its SQL), but for what is said
@@ -324,11 +317,12 @@ var tidbFacts = func() facts {
 		txID:    "SELECT @@tidb_current_ts",
 		waitsOn: "SELECT COUNT(*) FROM information_schema.data_lock_waits WHERE current_holding_trx_id = ?",
 	}
-	// TiDB's DELETE locks the rows it deletes, not the gaps beside them.
-	f.pastWindowWaits = ""
+	// TiDB's purge statements lock the rows they change, and wait for
+	// those a transaction holds.
+	f.skipsLocked = false
 	f.migrations = schema.TiDB
 	f.release1 = release1TiDB
-	f.upgraded = []string{"PRIMARY KEY (`scope`,`idem_key`)", "KEY `T_created_at_idx` (`created_at`)", "KEY `T_expires_at_idx` (`expires_at`)"}
+	f.upgraded = []string{"PRIMARY KEY (`scope`,`idem_key`)", "KEY `T_created_at_idx` (`created_at`)", "KEY `T_expires_at_idx` (`expires_at`)", "`forget_at` datetime(6)"}
 	f.expiryInKey = false
 	return f
 }()
@@ -352,7 +346,7 @@ var sqliteFacts = facts{
 	showLayout:  sqliteLayout,
 	migrations:  schema.SQLite,
 	release1:    release1SQLite,
-	upgraded:    []string{"PRIMARY KEY (scope, idem_key)", "WITHOUT ROWID", "expires_at INTEGER", "T_expires_at_idx"},
+	upgraded:    []string{"PRIMARY KEY (scope, idem_key)", "WITHOUT ROWID", "expires_at INTEGER", "T_expires_at_idx", "forget_at INTEGER"},
 
 	snapshotRetryable: true,
 	snapshotBegin:     "BEGIN DEFERRED",

@@ -147,7 +147,8 @@ func (e *env) age(s *store, key string, d time.Duration) {
 	e.t.Helper()
 	back := -d.Microseconds()
 	e.exec("UPDATE "+s.Table()+" SET created_at = "+e.plusMicros("created_at")+", completed_at = "+e.plusMicros("completed_at")+
-		", lease_until = "+e.plusMicros("lease_until")+", expires_at = "+e.plusMicros("expires_at")+" WHERE idem_key = ?", back, back, back, back, key)
+		", lease_until = "+e.plusMicros("lease_until")+", expires_at = "+e.plusMicros("expires_at")+
+		", forget_at = "+e.plusMicros("forget_at")+" WHERE idem_key = ?", back, back, back, back, back, key)
 }
 
 // waitBlocked waits until a statement on table waits for a row lock, as a

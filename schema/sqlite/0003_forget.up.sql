@@ -1,0 +1,18 @@
+-- +goose Up
+-- Schema version 3 for SQLite: each record's own key memory. Store.Migrate
+-- applies it to a table of version 2; the version is 3 when the table has
+-- the forget_at column.
+--
+-- forget_at is when a completed record's key may be forgotten (µs since
+-- the Unix epoch): its expiry plus the key memory of the request or the
+-- Store that completed it (WithKeyMemory, Request.KeyMemory), the expiry
+-- itself when there was none. The purge drops the response at expires_at
+-- and keeps the key (a tombstone, status 'expired') until forget_at,
+-- whatever the purging process was configured with; Do and Begin refuse
+-- the key until then (ErrExpired). It is NULL on a claim not yet
+-- completed, and on every row written before this version: those keep
+-- the key memory of the Store that reads or purges them, as before.
+--
+-- ADD COLUMN changes the schema alone and rewrites no row. Run again, it
+-- fails on the existing column and Store.Migrate goes on.
+ALTER TABLE idempotency_keys ADD COLUMN forget_at INTEGER;
