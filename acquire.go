@@ -60,8 +60,9 @@ type claimed struct {
 
 // acquire claims (Scope, Key) in c for by, or returns the stored result
 // to replay (take), once the dialect has checked the transaction's
-// settings (checkSession; for Begin, whose claim a later transaction
-// completes, also causalReads), with its lock waits bounded when the Store has
+// settings (checkSession; Begin's claim, which a later transaction
+// completes, refuses a session without causal reads where its dialect
+// needs them), with its lock waits bounded when the Store has
 // WithLockTimeout: a wait that runs out is an *InFlightError, and c is
 // left as it was before. A statement of the bound that fails is reported
 // like one of take's. done, for Apply, is the response to store with a
@@ -69,11 +70,6 @@ type claimed struct {
 func (s *Store) acquire(ctx context.Context, c conn, req Request, by caller, done *stored) (*Result, claimed, error) {
 	if err := s.dialect.checkSession(ctx, c); err != nil {
 		return nil, claimed{}, err
-	}
-	if by == forBegin {
-		if err := s.dialect.causalReads(ctx, c); err != nil {
-			return nil, claimed{}, err
-		}
 	}
 	if !s.hasLockWait {
 		return s.take(ctx, c, req, by, done)

@@ -64,9 +64,10 @@ type Dialect interface {
 	// causalReads refuses a session whose transactions may begin before
 	// its node has applied what the database acknowledged elsewhere (a
 	// Galera node without wsrep_sync_wait), where a Claim made on one node
-	// and completed on another would not find itself: Begin asks before
-	// its claim, and a Claim's fenced statement that changed nothing asks
-	// before it says why. It names the setting and how to change it.
+	// and completed on another would not find itself: a Claim's fenced
+	// statement that changed nothing asks before it says why (Begin's
+	// claim statement refuses such a session itself, as MySQL's
+	// galeraCausalGuard does, at no statement's cost). It names the setting and how to change it.
 	// Where every read sees what was acknowledged it runs no statement
 	// and returns nil.
 	causalReads(ctx context.Context, c conn) error

@@ -63,8 +63,22 @@ func galeraGuard(status string) string {
 	return `/*M! IF(@@wsrep_on AND @@wsrep_trx_fragment_size = 0, (SELECT 'refused' UNION ALL SELECT 'refused'), */ ` + status + ` /*M! ) */`
 }
 
+// galeraCausalGuard is status, the literal status of a claim of
+// Begin's, as an expression that fails with error 1139 (a pattern that
+// does not compile) on a Galera node whose session lacks causal reads at
+// the start of its transactions (causalReads says why Begin needs them),
+// and is status everywhere else: the check costs Begin no statement of
+// its own.
+func galeraCausalGuard(status string) string {
+	return `/*M! IF('a' REGEXP IF(@@wsrep_on AND (@@wsrep_sync_wait & 1) = 0, '(', ''), */ ` + status + ` /*M! , NULL) */`
+}
+
 // galera returns st with the claims of Do and Apply guarded
-// (galeraGuard) and every statement that decides prefixed by causal:
+// (galeraGuard), Begin's by galeraCausalGuard, and every other statement
+// that decides prefixed by causal. Begin's claim takes no prefix: the
+// prefix would set the very variable its guard reads, and the session's
+// own causal reads, which the guard requires, already made its
+// transaction begin once its node caught up. The prefixed statements are
 // the statements of Do, Apply and Begin, and of a Claim's Complete,
 // Extend and Release. The purge, the inspection and the migrations are
 // left as they are: they decide nothing about a key that a later
@@ -72,7 +86,8 @@ func galeraGuard(status string) string {
 func galera(st *statements, causal string) *statements {
 	st.insertOwn.sql = strings.Replace(st.insertOwn.sql, `'processing'`, galeraGuard(`'processing'`), 1)
 	st.insertDone.sql = strings.Replace(st.insertDone.sql, `'completed'`, galeraGuard(`'completed'`), 1)
-	for _, s := range []*statement{&st.insert, &st.insertOwn, &st.insertDone, &st.takeover, &st.claimed, &st.read,
+	st.insert.sql = strings.Replace(st.insert.sql, `'processing'`, galeraCausalGuard(`'processing'`), 1)
+	for _, s := range []*statement{&st.insertOwn, &st.insertDone, &st.takeover, &st.claimed, &st.read,
 		&st.readCompleted, &st.state, &st.complete, &st.extend, &st.release, &st.remove} {
 		s.sql = causal + s.sql
 	}
@@ -82,6 +97,18 @@ func galera(st *statements, causal string) *statements {
 // erSubqueryRows is error 1242, "Subquery returns more than 1 row": from
 // a claim of Do's or Apply's, galeraGuard's refusal.
 const erSubqueryRows = 1242
+
+// erRegexp is error 1139, a pattern that does not compile: from a claim
+// of Begin's, galeraCausalGuard's refusal.
+const erRegexp = 1139
+
+// errGaleraCausal is the Err of the refusal of a session on a Galera node
+// without causal reads, where a Claim needs them.
+var errGaleraCausal = fmt.Errorf("%w: this session is on a Galera node (wsrep_on) without causal reads (wsrep_sync_wait lacks 1): a transaction may begin before its node has applied "+
+	"what other nodes committed, so a Claim completed on another node than its Begin's could miss its own claim, and idem could not tell it from a lost one", errUnsafeSession)
+
+// galeraCausalFix is what to do about errGaleraCausal.
+const galeraCausalFix = "add wsrep_sync_wait=1 to the DSN (go-sql-driver/mysql sets it on every connection: ?wsrep_sync_wait=1), or set it on the servers, then run the transaction again"
 
 // errGaleraTxMode is the Err of the refusal of Do and Apply on a Galera
 // node whose session does not stream its statements.
@@ -118,10 +145,7 @@ func (mysqlDialect) causalReads(ctx context.Context, c conn) error {
 	if !off {
 		return nil
 	}
-	return &Error{Op: "check the Galera session's settings", Err: errUnsafeSession,
-		Detail: "this session is on a Galera node (wsrep_on) without causal reads (wsrep_sync_wait lacks 1): a transaction may begin before its node has applied " +
-			"what other nodes committed, so a Claim completed on another node than its Begin's could miss its own claim, and idem could not tell it from a lost one",
-		Hint: "add wsrep_sync_wait=1 to the DSN (go-sql-driver/mysql sets it on every connection: ?wsrep_sync_wait=1), or set it on the servers, then run the transaction again"}
+	return &Error{Op: "check the Galera session's settings", Err: errGaleraCausal, Hint: galeraCausalFix}
 }
 
 // wsrepNotReady is MariaDB Galera's error 1047 (ER_UNKNOWN_COM_ERROR),

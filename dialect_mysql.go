@@ -420,6 +420,8 @@ func (mysqlDialect) inserted(_ int64, err error) (bool, error) {
 		return false, nil
 	case erSubqueryRows: // galeraGuard
 		return false, fmt.Errorf("%w (%w)", errGaleraTxMode, err)
+	case erRegexp: // galeraCausalGuard
+		return false, fmt.Errorf("%w (%w)", errGaleraCausal, err)
 	}
 	return false, err
 }
@@ -430,6 +432,9 @@ func (mysqlDialect) inserted(_ int64, err error) (bool, error) {
 func (mysqlDialect) fix(err error) string {
 	if errors.Is(err, errGaleraTxMode) {
 		return galeraTxModeFix
+	}
+	if errors.Is(err, errGaleraCausal) {
+		return galeraCausalFix
 	}
 	if n, _ := mysqlErrno(err); n == wsrepNotReady {
 		return galeraFix
