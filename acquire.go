@@ -144,8 +144,6 @@ func (s *Store) take(ctx context.Context, c conn, req Request, by caller, done *
 		)
 		if c.p != nil && by == forDo {
 			ok, token, rec, found, err = s.claimAndRead(ctx, c, req, lease, done)
-		} else if by == forDo && done == nil && s.st.claimOrRead.sql != "" {
-			ok, token, rec, found, err = s.claimOrRead(ctx, c, req, lease)
 		} else if ok, token, waited, err = s.claimNew(ctx, c, req, lease, by, done); err != nil {
 			err = s.stmtErr("claim", req, err)
 		}
@@ -303,28 +301,6 @@ func (s *Store) claimAndRead(ctx context.Context, c conn, req Request, lease int
 		return false, 0, record{}, false, s.stmtErr(what, req, err)
 	}
 	return ok, token, rec, found, nil
-}
-
-// claimOrRead is claimNew of Do's claim and, when the key has a record,
-// read, in one statement (the dialect's claimOrRead): found reports that
-// the read found the record, and rec is what it read. Where the
-// statement's snapshot cannot see the record the claim found, found is
-// false, and take reads it on its own.
-func (s *Store) claimOrRead(ctx context.Context, c conn, req Request, lease int64) (ok bool, token int64, rec record, found bool, err error) {
-	token = ownToken()
-	var leaseLeft int64
-	q := s.st.query(s.st.claimOrRead, &values{req: req, token: token, lease: lease, expiry: s.expiry(req, forDo),
-		retention: micros(s.retention), keyMemory: micros(s.keyMemory)})
-	switch err = c.queryRow(ctx, q, append([]any{&ok}, rec.into(&leaseLeft)...)...); {
-	case errors.Is(err, sql.ErrNoRows):
-		return false, 0, record{}, false, nil
-	case err != nil:
-		return false, 0, record{}, false, s.stmtErr("claim", req, err)
-	case ok:
-		return true, token, record{}, false, nil
-	}
-	rec.leaseLeft = time.Duration(leaseLeft) * time.Microsecond
-	return false, 0, rec, true, nil
 }
 
 // ownToken is the token of a new claim of Do's: a random negative number.

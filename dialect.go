@@ -193,18 +193,6 @@ type statements struct {
 	// claim's own record too when the claim succeeded, which Do then
 	// discards. Empty where the dialect is not a pipelinedDialect.
 	readAfterClaim statement
-	// claimOrRead is insertOwn and read in one statement, for Do's claim
-	// outside a Pipeline: so that a key that has a record, a replay's
-	// that the Store's completed-key hint did not know, costs one round
-	// trip, not a claim and then a read. It returns one row when it
-	// claims: true, then the columns of read for the new record; one row
-	// when the key had a record that the statement's snapshot sees: false,
-	// then read's columns; and no row when the claim found a record its
-	// snapshot does not see (one that a transaction holding the key
-	// committed while the claim waited for it), which read then reads on
-	// its own. The read scans nothing when the claim succeeds. Empty where
-	// the dialect has no such statement.
-	claimOrRead statement
 	// readCompleted is read of a record that is completed and within its
 	// expiry, and of what its replay needs: operation, fingerprint,
 	// response status, header, body and sealed_key, then the time left

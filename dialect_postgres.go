@@ -51,7 +51,6 @@ func (postgresDialect) statements(parts []string) *statements {
 		takeoverReturns: returning{token: true, lag: true},
 		read:            statement{pgRead, args(argRetention, argKeyMemory, argScope, argKey)},
 		readAfterClaim:  statement{pgReadAfterClaim, args(argRetention, argKeyMemory, argScope, argKey)},
-		claimOrRead:     statement{pgClaimOrRead, args(argScope, argKey, argOperation, argFingerprint, argToken, argLease, argExpiry, argRetention, argKeyMemory)},
 		readCompleted:   statement{pgReadCompleted, args(argScope, argKey, argRetention)},
 		state:           statement{pgState, args(argScope, argKey)},
 		complete:        statement{pgComplete, args(argStatus, argHeader, argBody, argSealedKey, argKeep, argScope, argKey, argToken)},
@@ -234,21 +233,6 @@ FROM idempotency_keys WHERE scope = $3 AND idem_key = $4`
 // either, and a fresh claim no more than without it.
 const pgReadAfterClaim = pgRead + `
   AND current_setting('transaction_isolation') IN ('read committed', 'read uncommitted')`
-
-// pgClaimOrRead is pgInsertOwn and pgRead in one statement (claimOrRead):
-// the read's rows are those of pgRead with its arguments after the
-// claim's. Both parts run on the statement's one snapshot, so the read
-// sees neither the claim's new row nor a row that a transaction holding
-// the key committed while the claim waited for it; and its condition on
-// the claim alone is checked once, before the scan (a One-Time Filter),
-// so that a claim that succeeds scans nothing and, under SERIALIZABLE,
-// takes no predicate lock.
-var pgClaimOrRead = `WITH claim AS (` + pgInsertOwn + `
-  RETURNING operation, fingerprint, status, token, response_status, response_headers, response_body, sealed_key)
-SELECT true, operation, fingerprint, status, token, false, false, 0::bigint, response_status, response_headers, response_body, sealed_key FROM claim
-UNION ALL
-SELECT false, ` + strings.TrimPrefix(strings.NewReplacer("$1", "$8", "$2", "$9", "$3", "$1", "$4", "$2").Replace(pgRead), "SELECT ") + `
-  AND NOT EXISTS (SELECT FROM claim)`
 
 const pgReadCompleted = `SELECT operation, fingerprint, response_status, response_headers, response_body, sealed_key,
   (extract(epoch FROM COALESCE(expires_at, completed_at + $3::bigint * interval '1 microsecond') - statement_timestamp()) * 1000000)::bigint
