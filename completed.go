@@ -54,8 +54,10 @@ var completedSeed = maphash.MakeSeed()
 // record within retention goes the usual way, so a hash that collides, or
 // a key whose completion was rolled back or has since passed retention,
 // costs one read more. A key this process has not served, or one evicted
-// by a later key, goes the usual way at no extra cost. A slot holds the
-// hash of the last key put there; 0 is empty.
+// by a later key, goes the usual way at no extra cost, unless most such
+// keys lately were replays (share): then, where the dialect's read of a
+// missing key locks nothing, it is read first too. A slot holds the hash
+// of the last key put there; 0 is empty.
 type completed struct {
 	slots [completedSlots]atomic.Uint64
 	// share is the part of the keys acquire did not know (neither in
