@@ -122,10 +122,18 @@ const restampAfter = 10 * time.Millisecond
 // PROCESSING claim as Do's, which Apply completes after fn.
 func (s *Store) take(ctx context.Context, c conn, req Request, by caller, done *stored) (replay *Result, cl claimed, err error) {
 	lease, start := micros(s.lease), startWatch()
-	if s.completed.has(req) || retryHinted(ctx) {
+	known := s.completed.has(req) || retryHinted(ctx)
+	readFirst := known || s.st.readFirstWhenReplaying && s.completed.replaysMostly()
+	if !known && !readFirst {
+		defer func() { s.completed.saw(replay != nil) }()
+	}
+	if readFirst {
 		rec, found, err := s.readCompleted(ctx, c, req)
 		if err != nil {
 			return nil, claimed{}, err
+		}
+		if !known {
+			s.completed.saw(found && rec.matches(req))
 		}
 		if found {
 			replay, cl, err := s.replayed(req, rec)

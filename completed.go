@@ -54,10 +54,48 @@ var completedSeed = maphash.MakeSeed()
 // record within retention goes the usual way, so a hash that collides, or
 // a key whose completion was rolled back or has since passed retention,
 // costs one read more. A key this process has not served, or one evicted
-// by a later key, goes the usual way at no extra cost. A slot holds the
-// hash of the last key put there; 0 is empty.
+// by a later key, goes the usual way at no extra cost, unless most such
+// keys lately were replays (share): then, where the dialect's read of a
+// missing key locks nothing, it is read first too. A slot holds the hash
+// of the last key put there; 0 is empty.
 type completed struct {
 	slots [completedSlots]atomic.Uint64
+	// share is the part of the keys acquire did not know (neither in
+	// slots nor hinted as retries) whose record it found completed and
+	// replayed, a moving average over about the last shareWindow of them,
+	// in units of shareOne.
+	share atomic.Int64
+}
+
+// shareOne is a share of 1 in completed.share; shareWindow is how many
+// of the latest keys the share weighs, as a power of two.
+const (
+	shareOne    = 1 << 16
+	shareWindow = 6 // 64 keys
+)
+
+// saw counts a key acquire did not know: replayed, when its record was
+// found completed and replayed.
+func (c *completed) saw(replayed bool) {
+	target := int64(0)
+	if replayed {
+		target = shareOne
+	}
+	for {
+		old := c.share.Load()
+		if c.share.CompareAndSwap(old, old+(target-old)>>shareWindow) {
+			return
+		}
+	}
+}
+
+// replaysMostly reports whether most of the latest keys acquire did not
+// know were replays: a retry storm, a client that retries without saying
+// so, replays reaching an instance that did not serve them. acquire then
+// reads such a key first, as a hinted one, where a read of a key that
+// has no record costs one statement and locks nothing.
+func (c *completed) replaysMostly() bool {
+	return c.share.Load() > shareOne/2
 }
 
 // keyHash is the hint's name for req's key: never 0.

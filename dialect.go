@@ -212,6 +212,11 @@ type statements struct {
 	// cache's deadline). Any other record is no row. It sees and locks
 	// what read does.
 	readCompleted statement
+	// readFirstWhenReplaying: readCompleted of a key that has no record
+	// locks nothing (no gap lock that a concurrent claim of another key
+	// could deadlock on), so take reads a key it does not know first while
+	// most such keys are replays (completed.replaysMostly).
+	readFirstWhenReplaying bool
 	// state reads a record's status and token as last committed, to
 	// explain why a fenced statement changed nothing.
 	state statement

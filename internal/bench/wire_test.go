@@ -17,6 +17,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/go-sql-driver/mysql"
+	"github.com/idemkit/idem"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -213,16 +214,28 @@ func TestRoundTrips(t *testing.T) {
 			fmt.Fprintln(tw, "path\tround trips\tparsed\tclient writes\tbytes sent\t")
 			const ops = 20
 			trips := map[string]float64{}
+			type counted struct {
+				name string
+				body func(context.Context) error
+				warm int // transactions run before the counted ones
+			}
+			var bodies []counted
 			for _, p := range paths {
-				if p.hot {
-					continue
+				if !p.hot {
+					// Twice, to fill the statement caches: a replay whose
+					// key a later key pushed out of the Store's
+					// completed-key hint claims and reads the first time,
+					// and only from then on reads first, with a statement
+					// of its own.
+					bodies = append(bodies, counted{p.name, p.worker(e, 0), 2})
 				}
-				// Twice, to fill the statement caches: a replay whose key
-				// a later key pushed out of the Store's completed-key hint
-				// claims and reads the first time, and only from then on
-				// reads first, with a statement of its own.
-				body := p.worker(e, 0)
-				for range 2 {
+			}
+			// cross once its Store has replayed more keys it did not know
+			// than it claimed fresh ones: on PostgreSQL it reads them first.
+			bodies = append(bodies, counted{"cross, replaying", e.crossReplayer(0, false), 64})
+			for _, p := range bodies {
+				body := p.body
+				for range p.warm {
 					if err := body(ctx); err != nil {
 						t.Fatal(err)
 					}
@@ -252,7 +265,13 @@ func TestRoundTrips(t *testing.T) {
 			// and its response to the bare transaction's, a replay is
 			// BEGIN, one read and COMMIT, a replay in another instance one
 			// statement more, and a retry in another instance one read.
-			for path, want := range map[string]float64{"fresh": trips["bare"] + 2, "replay": 3, "cross": 4, "retry": 3} {
+			// cross is a statement more only until its Store has seen
+			// most of the keys it did not know replay, on PostgreSQL.
+			replaying := 3.0
+			if tg.dialect != idem.Postgres {
+				replaying = 4
+			}
+			for path, want := range map[string]float64{"fresh": trips["bare"] + 2, "replay": 3, "cross": 4, "retry": 3, "cross, replaying": replaying} {
 				if trips[path] != want {
 					t.Errorf("%s: %.1f round trips a transaction, want %.1f", path, trips[path], want)
 				}

@@ -644,6 +644,58 @@ func TestCompletedKeyHint(t *testing.T) {
 	})
 }
 
+// A Store asked for keys it has not served (another instance's, or a
+// client that retries without saying so), most of which turn out to be
+// replays, reads such a key first, as a hinted one, where that read locks
+// nothing (PostgreSQL): a replay is then one statement, the read. Once
+// fresh keys are the most again it claims first again, and a fresh key
+// costs freshStatements. On the other dialects it always claims first.
+// The read decides: every replay replays, and no fresh key does.
+func TestReadFirstWhileReplaying(t *testing.T) {
+	forEach(t, func(t *testing.T, e *env) {
+		const keys = 100
+		s, o := e.store(), e.op()
+		for i := range keys {
+			_, err := o.do(s, charge(fmt.Sprintf("replayed-%d", i), "100"))
+			must(t, err)
+		}
+		other := e.elsewhere(s)
+		run := func(req idem.Request) (bool, int64) {
+			var sent []string
+			tx := e.begin(nil).watched(func(q string) { sent = append(sent, q) })
+			res, err := other.Do(ctx, tx, req, ok)
+			must(t, err)
+			must(t, tx.Commit())
+			return res.Replayed, int64(len(sent))
+		}
+		claimFirst, readFirst, fresh := e.settingsCheck+2, e.settingsCheck+1, e.settingsCheck+freshStatements
+		if e.dialect != idem.Postgres {
+			readFirst = claimFirst
+		}
+		counts := make([]int64, keys)
+		for i := range keys {
+			replayed, n := run(charge(fmt.Sprintf("replayed-%d", i), "100"))
+			if !replayed {
+				t.Fatalf("completed key %d did not replay", i)
+			}
+			counts[i] = n
+		}
+		if counts[0] != claimFirst || counts[keys-1] != readFirst {
+			t.Errorf("replays ran %v statements, want %d first and %d last", counts, claimFirst, readFirst)
+		}
+		for i := range keys {
+			replayed, n := run(charge(fmt.Sprintf("fresh-%d", i), "100"))
+			if replayed {
+				t.Fatalf("fresh key %d replayed", i)
+			}
+			counts[i] = n
+		}
+		if first := fresh + claimFirst - readFirst; counts[0] != first || counts[keys-1] != fresh {
+			t.Errorf("fresh keys ran %v statements, want %d first and %d last", counts, first, fresh)
+		}
+	})
+}
+
 // Migrate is safe to repeat, and a schema-qualified table name works.
 func TestMigrate(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {

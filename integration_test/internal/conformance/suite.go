@@ -50,6 +50,7 @@ var suite = []struct {
 	{"TestSessionUntouched", TestSessionUntouched},
 	{"TestStatementCounts", TestStatementCounts},
 	{"TestCompletedKeyHint", TestCompletedKeyHint},
+	{"TestReadFirstWhileReplaying", TestReadFirstWhileReplaying},
 	{"TestRetryHint", TestRetryHint},
 	{"TestReplayCache", TestReplayCache},
 	{"TestMigrate", TestMigrate},
