@@ -7,7 +7,7 @@
 # machine's servers at their usual addresses (DEVELOPERS.md), else
 # containers where Docker runs. A server that is missing skips its tests
 # with a message, or fails them under IDEM_TEST_REQUIRE=1 (as in CI).
-MODULES := . idemtest integration_test $(patsubst %/go.mod,%,$(sort $(wildcard contrib/*/go.mod)))
+MODULES := . idemtest idemtest/containers integration_test $(patsubst %/go.mod,%,$(sort $(wildcard contrib/*/go.mod)))
 export GOWORK := off
 
 .PHONY: test check api api-check install-check license-check release

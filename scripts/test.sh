@@ -45,7 +45,7 @@ run() {
 }
 
 integration=integration_test
-others="idemtest $(ls contrib/*/go.mod 2>/dev/null | xargs -r -n1 dirname | sort)"
+others="idemtest idemtest/containers $(ls contrib/*/go.mod 2>/dev/null | xargs -r -n1 dirname | sort)"
 
 run "$integration" &
 integration_pid=$!
