@@ -25,17 +25,6 @@ fi
 # shellcheck disable=SC1091
 . "$logs/servers.sh"
 
-# The suite runs its packages in parallel and holds up to about 300
-# PostgreSQL connections at once; on a stock server (100) it fails with
-# "too many clients" far from the cause. Say so first.
-if [ -n "${IDEM_TEST_POSTGRES_DSN:-}" ] && command -v psql >/dev/null 2>&1; then
-	conns=$(psql "$IDEM_TEST_POSTGRES_DSN" -Atc 'SHOW max_connections' 2>/dev/null || true)
-	if [ -n "$conns" ] && [ "$conns" -lt 300 ]; then
-		echo "test: PostgreSQL allows $conns connections and the suite needs 300: run ALTER SYSTEM SET max_connections = 300 and restart it (.ci/run does)" >&2
-		exit 1
-	fi
-fi
-
 # run tests module $1 with the race detector into its log.
 run() {
 	local name=${1//\//-}

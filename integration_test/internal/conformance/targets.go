@@ -204,7 +204,9 @@ func (tg target) open(t *testing.T) *env {
 }
 
 // connect opens a pool of at most conns connections on dsn with the
-// target's driver and checks that its server answers.
+// target's driver and checks that its server answers. On the direct
+// PostgreSQL targets its connections count against postgresBudget, and
+// it keeps few open unused (budget.go).
 func (tg target) connect(dsn string, conns int) (pool, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -214,6 +216,10 @@ func (tg target) connect(dsn string, conns int) (pool, error) {
 			return nil, err
 		}
 		cfg.MaxConns = int32(conns)
+		if tg.budgeted() {
+			cfg.ConnConfig.DialFunc = budgetDial
+			cfg.MaxConnIdleTime, cfg.HealthCheckPeriod = idleTime, idleTime
+		}
 		db, err := pgxpool.NewWithConfig(ctx, cfg)
 		if err != nil {
 			return nil, err
@@ -224,7 +230,11 @@ func (tg target) connect(dsn string, conns int) (pool, error) {
 		}
 		return newPgxPool(db), nil
 	}
-	db, err := sql.Open(tg.driver, dsn)
+	open, idle := sql.Open, conns
+	if tg.budgeted() {
+		open, idle = openBudgeted, min(conns, idleConns)
+	}
+	db, err := open(tg.driver, dsn)
 	if err != nil {
 		return nil, err
 	}
@@ -233,7 +243,10 @@ func (tg target) connect(dsn string, conns int) (pool, error) {
 		return nil, err
 	}
 	db.SetMaxOpenConns(conns)
-	db.SetMaxIdleConns(conns)
+	db.SetMaxIdleConns(idle)
+	if tg.budgeted() {
+		db.SetConnMaxIdleTime(idleTime)
+	}
 	return newSQLPool(db, tg.driver), nil
 }
 
