@@ -4,10 +4,12 @@
 # idemtest/testdb finds: the DSNs set in
 # IDEM_TEST_POSTGRES_DSN, IDEM_TEST_MYSQL_DSN, IDEM_TEST_MARIADB_DSN,
 # IDEM_TEST_TIDB_DSN and IDEM_TEST_PGBOUNCER_DSN, else a development
-# machine's servers at their usual addresses (DEVELOPERS.md), else
-# containers where Docker runs. A server that is missing skips its tests
-# with a message, or fails them under IDEM_TEST_REQUIRE=1 (as in CI).
-MODULES := . idemtest integration_test $(patsubst %/go.mod,%,$(sort $(wildcard contrib/*/go.mod)))
+# machine's servers at their usual addresses (DEVELOPERS.md), else, for
+# integration_test's, containers where Docker runs. A server that is
+# missing skips its tests with a message, or fails them under
+# IDEM_TEST_REQUIRE=1 (as in CI). A stock PostgreSQL's 100 connections
+# are enough.
+MODULES := . idemtest idemtest/containers integration_test $(patsubst %/go.mod,%,$(sort $(wildcard contrib/*/go.mod)))
 export GOWORK := off
 
 .PHONY: test check api api-check install-check license-check release

@@ -4,8 +4,13 @@
 # git archive of the work tree (its tracked and untracked files but the
 # ignored ones, so in a clean clone the commit checked out), into a
 # module proxy made of files; then, for each module, in a fresh module
-# with no replace and no workspace, it runs go get MODULE@VERSION and
-# builds a program that imports every public package of the module.
+# with no replace and no workspace, it runs go get MODULE@VERSION,
+# builds a program that imports every public package of the module, and
+# runs go mod tidy there (which records what the tests of those packages
+# need too); it fails where the user's go.sum then names dockertest or
+# Docker's modules, unless the module asked for them: only
+# idemtest/containers, the tests' container fallback, and the modules
+# that require it (integration_test) may.
 # It prints the root module's requirement list.
 #
 #   scripts/install-check.sh
@@ -30,9 +35,11 @@ dirs=$(git ls-tree -r --name-only "$tree" | grep -E '(^|/)go\.mod$' | xargs -n1 
 # modules left out, and no directory entries.
 modules=()
 declare -A public # a module's public packages: not main, not internal, not test-only
+declare -A docker # the modules whose users may get Docker's modules: they require the container fallback
 for dir in $dirs; do
 	mod=$(awk '$1 == "module" { gsub(/"/, "", $2); print $2 }' "$dir/go.mod")
 	modules+=("$mod")
+	if [ "$dir" = idemtest/containers ] || grep -q 'github.com/idemkit/idem/idemtest/containers ' "$dir/go.mod"; then docker[$mod]=1; fi
 	public[$mod]=$(cd "$dir" && GOWORK=off go list -find -f '{{if and .GoFiles (ne .Name "main")}}{{.ImportPath}}{{end}}' ./... |
 		awk '!/(^|\/)internal(\/|$)/')
 	enc=$(printf '%s' "$mod" | sed 's/[A-Z]/!\L&/g')
@@ -74,6 +81,14 @@ install() {
 	} >main.go
 	go build -o /dev/null . >"$user/log" 2>&1 || { cat "$user/log" >&2; return 1; }
 	echo "install-check: built its public packages: $(echo "$pkgs" | paste -sd ' ')"
+	go mod tidy >"$user/log" 2>&1 || { cat "$user/log" >&2; return 1; }
+	local heavy
+	heavy=$(awk '$1 ~ /^github\.com\/(ory\/dockertest|docker\/)/ { print $1 }' go.sum | sort -u | paste -sd ' ')
+	if [ -n "$heavy" ] && [ -z "${docker[$mod]:-}" ]; then
+		echo "install-check: go mod tidy puts Docker's modules in the go.sum of a user of $mod: $heavy" >&2
+		return 1
+	fi
+	echo "install-check: its user's go.sum, tidy, has $(wc -l <go.sum) lines${heavy:+, and the Docker modules it asked for: $heavy}"
 }
 
 # No workspace and no replace; the repository's modules from the proxy

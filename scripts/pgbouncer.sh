@@ -12,9 +12,11 @@
 # loopback), and serves two databases, both PostgreSQL's database test on
 # $IDEM_PGBOUNCER_SERVER (default 127.0.0.1:5432):
 #
-#   test         a pool of 64 server connections, shared by the suite's
-#                three targets behind PgBouncer (PostgreSQL's
-#                max_connections of 300 is shared with the direct targets);
+#   test         a pool of 20 server connections, shared by the suite's
+#                three targets behind PgBouncer, each closed after 10 s
+#                unused (a stock PostgreSQL's 100 connections are shared
+#                with the direct targets and the other modules' tests:
+#                DEVELOPERS.md counts them);
 #   test_single  a pool of one server connection, so that every
 #                transaction runs on the server session the one before it
 #                used: TestPooledSessionKeepsNothing reads what idem left.
@@ -53,8 +55,9 @@ auth_type = trust
 auth_file = $DIR/userlist.txt
 admin_users = postgres
 pool_mode = transaction
-default_pool_size = 64
+default_pool_size = 20
 reserve_pool_size = 0
+server_idle_timeout = 10
 max_client_conn = 500
 logfile = $DIR/pgbouncer.log
 pidfile = $DIR/pgbouncer.pid

@@ -5,7 +5,7 @@
 # IDEM_TEST_*_DSN, else a development machine's servers at their usual
 # addresses) and their DSNs are exported to every test. The root module's
 # suite runs in the foreground; beside it run integration_test (the
-# conformance suite and the other tests on servers) and, one after
+# conformance suite, then the other tests on servers) and, one after
 # another, idemtest and the modules under contrib/ (their tests mostly
 # wait on the databases), and their output follows the root's. Then
 # TestIdemAllocs runs again without the race detector, under which it
@@ -25,29 +25,30 @@ fi
 # shellcheck disable=SC1091
 . "$logs/servers.sh"
 
-# The suite runs its packages in parallel and holds up to about 300
-# PostgreSQL connections at once; on a stock server (100) it fails with
-# "too many clients" far from the cause. Say so first.
-if [ -n "${IDEM_TEST_POSTGRES_DSN:-}" ] && command -v psql >/dev/null 2>&1; then
-	conns=$(psql "$IDEM_TEST_POSTGRES_DSN" -Atc 'SHOW max_connections' 2>/dev/null || true)
-	if [ -n "$conns" ] && [ "$conns" -lt 300 ]; then
-		echo "test: PostgreSQL allows $conns connections and the suite needs 300: run ALTER SYSTEM SET max_connections = 300 and restart it (.ci/run does)" >&2
-		exit 1
-	fi
-fi
-
-# run tests module $1 with the race detector into its log.
+# run tests module $1 with the race detector into its log: the packages
+# $2 (a pattern or a list; default ./...).
 run() {
 	local name=${1//\//-}
-	if ! (cd "$1" && go test -race -count=1 -timeout 20m ./...) >"$logs/$name.log" 2>&1; then
+	# shellcheck disable=SC2086 # $2 is a list of packages
+	if ! (cd "$1" && go test -race -count=1 -timeout 20m ${2:-./...}) >>"$logs/$name.log" 2>&1; then
 		touch "$logs/$name.failed"
 	fi
 }
 
-integration=integration_test
-others="idemtest $(ls contrib/*/go.mod 2>/dev/null | xargs -r -n1 dirname | sort)"
+# integration_test's conformance suite (its root package), then its other
+# packages: the suite holds up to 36 PostgreSQL connections and
+# PgBouncer's 20, the idem command's bench up to 40, so they take turns
+# on a stock server's 100 beside the root module's and contrib's tests
+# (DEVELOPERS.md counts them).
+integration_run() {
+	run integration_test .
+	run integration_test "$(cd integration_test && go list ./... | grep -vx github.com/idemkit/idem/integration_test | paste -sd ' ')"
+}
 
-run "$integration" &
+integration=integration_test
+others="idemtest idemtest/containers $(ls contrib/*/go.mod 2>/dev/null | xargs -r -n1 dirname | sort)"
+
+integration_run &
 integration_pid=$!
 (
 	for m in $others; do

@@ -7,12 +7,18 @@
 // A server's DSN comes from its environment variable (IDEM_TEST_POSTGRES_DSN,
 // ...). When that is unset, the server of a development machine
 // (idem's DEVELOPERS.md) is tried at its usual address; when nothing
-// answers there and a Docker daemon does, a container is started (where
-// the server has an image) and removed when the tests end ([Main]).
+// answers there and the tests run under [Run] with a [Starter], it
+// starts one (module idemtest/containers starts a Docker container, where
+// the server has an image) and removes it when the tests end.
 // Otherwise the tests that need the server are skipped with a message
 // that says how to get one, or fail when IDEM_TEST_REQUIRE=1, as in CI.
 // A DSN set in the environment that does not answer always fails: a
 // mistyped DSN must not pass for a server that is not there.
+//
+// Package testdb imports database drivers only: the container fallback
+// lives in a module of its own, idemtest/containers, so that a module
+// whose tests use testdb (contrib's, an adapter's) puts neither
+// dockertest nor Docker's client in its users' go.sum.
 //
 // The command idemtest/cmd/testdb resolves every server as the tests do,
 // but for the containers, and prints the variables to export, so that a
@@ -43,8 +49,8 @@ type Server struct {
 	Local string
 	// Driver is the database/sql driver that pings it.
 	Driver string
-	// Image is the Docker image started when Env is unset and nothing
-	// answers at Local; "" when it has none.
+	// Image is the Docker image a [Starter] starts when Env is unset and
+	// nothing answers at Local; "" when it has none.
 	Image string
 	// How says how to get the server, for the message of a test that
 	// skips for want of it, and Start, shorter, for a line that names
@@ -157,13 +163,13 @@ func (s *Server) FindRunning() (dsn, why string) {
 }
 
 // resolve finds the DSN once per process: Env, else Local if it answers,
-// else a container.
+// else a server the process's Starter starts.
 func (s *Server) resolve() {
 	s.once.Do(func() {
-		if s.dsn, s.reason = s.FindRunning(); s.dsn != "" || s.Image == "" {
+		if s.dsn, s.reason = s.FindRunning(); s.dsn != "" || s.Image == "" || starter == nil {
 			return
 		}
-		dsn, cerr := startContainer(s)
+		dsn, cerr := starter.Start(s)
 		if cerr != nil {
 			s.reason += fmt.Sprintf("; no container either: %v", cerr)
 			return
@@ -186,6 +192,20 @@ func (s *Server) ping(dsn string) error {
 	return nil
 }
 
+// A Starter starts a throwaway server for tests where none is set or
+// running, and removes the servers it started when they end. Module
+// idemtest/containers has one that starts Docker containers.
+type Starter interface {
+	// Start starts a server from s.Image and returns its DSN once it
+	// answers.
+	Start(s *Server) (dsn string, err error)
+	// Stop removes every server Start started.
+	Stop()
+}
+
+// starter is the Starter that Run was given, or nil.
+var starter Starter
+
 // ping reports whether a server answers at dsn, within a few seconds.
 func ping(driver, dsn string) error {
 	db, err := sql.Open(driver, dsn)
@@ -198,25 +218,34 @@ func ping(driver, dsn string) error {
 	return db.PingContext(ctx)
 }
 
-// Main runs a package's tests, from its TestMain, and then stops the
-// containers they started. A package whose runnable examples need a
-// server, and have no *testing.T to skip with, names it in needs: Main
+// Main runs a package's tests, from its TestMain, on the servers set in
+// the environment or running at their usual addresses, and exits with
+// their code; it starts no server. A package whose runnable examples need
+// a server, and have no *testing.T to skip with, names it in needs: Main
 // sets the server's variable (Env) to its DSN, for the examples to read,
 // or, when there is none, runs nothing and says why (and fails under
 // IDEM_TEST_REQUIRE=1).
-func Main(m *testing.M, needs ...*Server) {
+func Main(m *testing.M, needs ...*Server) { os.Exit(Run(m, nil, needs...)) }
+
+// Run is Main that returns the exit code instead of exiting, for a
+// TestMain with work of its own to do after the tests; and where a server
+// is neither set nor running, st (when not nil) starts one, which Run
+// removes before it returns.
+func Run(m *testing.M, st Starter, needs ...*Server) int {
+	starter = st
+	if st != nil {
+		defer st.Stop()
+	}
 	for _, s := range needs {
 		dsn, why := s.Find()
 		if dsn == "" {
 			fmt.Println("testdb: not running these tests:", why)
 			if Required {
-				os.Exit(1)
+				return 1
 			}
-			os.Exit(0)
+			return 0
 		}
 		_ = os.Setenv(s.Env, dsn)
 	}
-	code := m.Run()
-	StopContainers()
-	os.Exit(code)
+	return m.Run()
 }

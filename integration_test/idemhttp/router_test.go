@@ -10,11 +10,11 @@ import (
 
 	"github.com/idemkit/idem/idemhttp"
 	"github.com/idemkit/idem/idemtest"
-	"github.com/idemkit/idem/idemtest/testdb"
+	"github.com/idemkit/idem/idemtest/containers"
 )
 
 // TestMain stops any database container the tests started.
-func TestMain(m *testing.M) { testdb.Main(m) }
+func TestMain(m *testing.M) { containers.Main(m) }
 
 // The payments checks under net/http's ServeMux, which needs no adapter:
 // mw.Handler wraps the route's handler, which takes its transaction from

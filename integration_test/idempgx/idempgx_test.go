@@ -25,10 +25,11 @@ import (
 	"github.com/idemkit/idem/idemhttp"
 	"github.com/idemkit/idem/idempgx"
 	"github.com/idemkit/idem/idemserve"
+	"github.com/idemkit/idem/idemtest/containers"
 	"github.com/idemkit/idem/idemtest/testdb"
 )
 
-func TestMain(m *testing.M) { testdb.Main(m) }
+func TestMain(m *testing.M) { containers.Main(m) }
 
 // env is a pool on PostgreSQL, a Store on a table of the test's own and a
 // business table (k), dropped when the test ends.

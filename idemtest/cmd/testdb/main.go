@@ -10,10 +10,11 @@
 //
 //	export IDEM_TEST_POSTGRES_DSN='postgres://postgres@127.0.0.1:5432/test?sslmode=disable'
 //
-// It looks at variables and addresses only: unlike the tests, it starts
-// no Docker container, so it leaves nothing running when it exits (a
-// test process still starts a container for a server that is missing
-// here, and removes it when it ends). When some server is missing it
+// It looks at variables and addresses only: it starts no Docker
+// container, so it leaves nothing running when it exits (a test process
+// under idemtest/containers, as integration_test's are, still starts a
+// container for a server that is missing here, and removes it when it
+// ends). When some server is missing it
 // prints one line on stderr that names each and how to start it:
 //
 //	testdb: skipped, no server: TiDB (run scripts/tidb.sh start)

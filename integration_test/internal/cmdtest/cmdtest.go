@@ -15,6 +15,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
+	"github.com/idemkit/idem/idemtest/containers"
 	"github.com/idemkit/idem/idemtest/testdb"
 )
 
@@ -32,8 +33,7 @@ func Main(m *testing.M) {
 		os.Exit(1)
 	}
 	dir = d
-	code := m.Run()
-	testdb.StopContainers()
+	code := containers.Run(m)
 	_ = os.RemoveAll(dir)
 	os.Exit(code)
 }

@@ -3,8 +3,6 @@ package conformance
 import (
 	"os"
 	"testing"
-
-	"github.com/idemkit/idem/idemtest/testdb"
 )
 
 // suite is every conformance test. Each runs on every target (or on the
@@ -137,18 +135,16 @@ var suite = []struct {
 // dialect through one driver on a real server (targets.go). A new dialect
 // or driver is one more target there; see docs/dialects.md. Run is meant
 // to be called once per test binary, from a Test function: it makes the
-// embedded databases' directory, and removes it and stops any container
-// it started when t ends.
+// embedded databases' directory, and removes it when t ends. The
+// containers that the targets' servers may start in are the TestMain's
+// (idemtest/containers.Main) to remove.
 func Run(t *testing.T) {
 	dir, err := os.MkdirTemp("", "idem-test-")
 	if err != nil {
 		t.Fatal(err)
 	}
 	tempDir = dir
-	t.Cleanup(func() {
-		testdb.StopContainers()
-		_ = os.RemoveAll(dir)
-	})
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
 	for _, s := range suite {
 		t.Run(s.name, s.test)
 	}

@@ -224,7 +224,7 @@ func (tg target) open(t *testing.T) *env {
 	poolsMu.Lock()
 	p, ok := pools[tg.name]
 	if !ok {
-		p.db, p.err = tg.connect(dsn, 40)
+		p.db, p.err = tg.connectShared(dsn, 40)
 		if p.err != nil {
 			p.err = fmt.Errorf("%s: cannot reach the database at %q: %w", tg.name, dsn, p.err)
 		}
@@ -238,8 +238,20 @@ func (tg target) open(t *testing.T) *env {
 }
 
 // connect opens a pool of at most conns connections on dsn with the
-// target's driver and checks that its server answers.
-func (tg target) connect(dsn string, conns int) (pool, error) {
+// target's driver and checks that its server answers: a test's own small
+// pool, outside postgresBudget, so that its timings wait on no other
+// target.
+func (tg target) connect(dsn string, conns int) (pool, error) { return tg.dial(dsn, conns, false) }
+
+// connectShared is connect for the target's shared pool: on the direct
+// PostgreSQL targets its connections count against postgresBudget, and
+// it keeps few open unused (budget.go).
+func (tg target) connectShared(dsn string, conns int) (pool, error) {
+	return tg.dial(dsn, conns, tg.budgeted())
+}
+
+// dial is connect, within postgresBudget when budget is set.
+func (tg target) dial(dsn string, conns int, budget bool) (pool, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if tg.native {
@@ -248,6 +260,10 @@ func (tg target) connect(dsn string, conns int) (pool, error) {
 			return nil, err
 		}
 		cfg.MaxConns = int32(conns)
+		if budget {
+			cfg.ConnConfig.DialFunc = budgetDial
+			cfg.MaxConnIdleTime, cfg.HealthCheckPeriod = idleTime, idleTime
+		}
 		db, err := pgxpool.NewWithConfig(ctx, cfg)
 		if err != nil {
 			return nil, err
@@ -258,7 +274,11 @@ func (tg target) connect(dsn string, conns int) (pool, error) {
 		}
 		return newPgxPool(db), nil
 	}
-	db, err := tg.sqlOpen(dsn)
+	open, idle := tg.sqlOpen, conns
+	if budget {
+		open, idle = func(dsn string) (*sql.DB, error) { return openBudgeted(tg.driver, dsn) }, min(conns, idleConns)
+	}
+	db, err := open(dsn)
 	if err != nil {
 		return nil, err
 	}
@@ -267,7 +287,10 @@ func (tg target) connect(dsn string, conns int) (pool, error) {
 		return nil, err
 	}
 	db.SetMaxOpenConns(conns)
-	db.SetMaxIdleConns(conns)
+	db.SetMaxIdleConns(idle)
+	if budget {
+		db.SetConnMaxIdleTime(idleTime)
+	}
 	return newSQLPool(db, tg.driver), nil
 }
 

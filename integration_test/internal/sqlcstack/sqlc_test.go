@@ -14,7 +14,7 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idempgx"
 	"github.com/idemkit/idem/idemtest"
-	"github.com/idemkit/idem/idemtest/testdb"
+	"github.com/idemkit/idem/idemtest/containers"
 	"github.com/idemkit/idem/integration_test/internal/sqlcstack/mysqldb"
 	"github.com/idemkit/idem/integration_test/internal/sqlcstack/pgdb"
 	"github.com/idemkit/idem/integration_test/internal/sqlcstack/pgxdb"
@@ -28,7 +28,7 @@ var (
 	_ idempgx.DBTX = pgxdb.DBTX(nil)
 )
 
-func TestMain(m *testing.M) { testdb.Main(m) }
+func TestMain(m *testing.M) { containers.Main(m) }
 
 // openSQL opens d with driver and makes sqlc's table and idem's.
 func openSQL(t *testing.T, d idemtest.Database, driver, schema string) (*sql.DB, *idem.Store) {
