@@ -381,6 +381,18 @@ type api struct {
 
 func (e *env) api() *api { return &api{e: e, biz: e.business()} }
 
+// waitStarted waits until a run of a's handler starts (a.started), and
+// fails t, instead of hanging the suite, when none starts within 30 s:
+// the call that should have run failed before it.
+func (a *api) waitStarted(t *testing.T) {
+	t.Helper()
+	select {
+	case <-a.started:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no run of the handler started within 30 s")
+	}
+}
+
 func (a *api) Charge(ctx context.Context, in *structpb.Struct) (*structpb.Struct, error) {
 	run := a.calls.Add(1)
 	if a.started != nil {

@@ -177,7 +177,7 @@ func TestConnectionsDropped(t *testing.T) {
 					})
 				}
 				for range keys {
-					<-a.started
+					a.waitStarted(t)
 				}
 				p.cut()
 				wg.Wait()
@@ -271,7 +271,7 @@ func testRestart(t *testing.T, e *env, mode idemserve.Mode, dies bool) {
 		defer close(done)
 		final, oks = retrying(t.Context(), cc, &key, 9, 5*time.Second, 100*time.Millisecond)
 	}()
-	<-a.started
+	a.waitStarted(t)
 	srv1.stop()
 	second := e.open(0)
 	serve(t, addr, a, mustNew(t, idemgrpc.Config{Mode: mode, Store: e.also(s, idem.WithLease(lease)), Runner: second.runner(nil), Scope: byCaller, RetryAfter: 200 * time.Millisecond, Logger: logTo(t)}).Unary())
@@ -350,7 +350,7 @@ func TestRetryPolicy(t *testing.T) {
 
 		firstDone := make(chan result, 1)
 		go func() { firstDone <- call(withKey(ctx, "policy-1"), cc, methodCharge, 5) }()
-		<-a.started
+		a.waitStarted(t)
 		dup := call(withKey(ctx, "policy-1"), cc, methodCharge, 5)
 		first := <-firstDone
 		if first.status.Code() != codes.OK || dup.status.Code() != codes.OK || !dup.replayed {
@@ -441,7 +441,7 @@ func TestLockTimeoutSameAnswer(t *testing.T) {
 		ccOne, ccOther := dial(t, one.addr), dial(t, other.addr)
 		firstDone := make(chan result, 1)
 		go func() { firstDone <- call(withKey(ctx, "bound-1"), ccOne, methodCharge, 3) }()
-		<-a.started
+		a.waitStarted(t)
 		var same, across result
 		var wg sync.WaitGroup
 		wg.Go(func() { same = call(withKey(ctx, "bound-1"), ccOne, methodCharge, 3) })
@@ -678,7 +678,7 @@ func TestClaimSlowProvider(t *testing.T) {
 		cc := dial(t, srv.addr)
 		firstDone := make(chan result, 1)
 		go func() { firstDone <- call(withKey(t.Context(), "slow-1"), cc, methodCharge, 20) }()
-		<-a.started
+		a.waitStarted(t)
 		dup := call(withKey(t.Context(), "slow-1"), cc, methodCharge, 20)
 		checkStatus(t, dup, codes.Unavailable, idemgrpc.ReasonInFlight)
 		if d := retryInfo(t, dup); d != 300*time.Millisecond {
@@ -771,7 +771,7 @@ func TestClaimTakenOver(t *testing.T) {
 		cc := dial(t, srv.addr)
 		firstDone := make(chan result, 1)
 		go func() { firstDone <- call(withKey(t.Context(), "over-1"), cc, methodCharge, 2) }()
-		<-a.started
+		a.waitStarted(t)
 		time.Sleep(1500 * time.Millisecond)
 		second := call(withKey(t.Context(), "over-1"), cc, methodCharge, 2)
 		first := <-firstDone
@@ -813,7 +813,7 @@ func TestDuplicatesWaitInMemory(t *testing.T) {
 		var rs []result
 		done := make(chan struct{})
 		go func() { defer close(done); rs = storm(t.Context(), cc, dups, "slow-1") }()
-		<-a.started
+		a.waitStarted(t)
 		time.Sleep(100 * time.Millisecond) // the duplicates are queued by now
 		start := time.Now()
 		if r := call(withKey(t.Context(), "quick-1"), cc, methodCharge, 1); r.status.Code() != codes.OK {
