@@ -130,7 +130,7 @@ func (e *env) nodeHandles() ([]handle, error) {
 // but one lost at certification (issue 40: 179 runs for 60 keys).
 func TestDuplicatesAcrossNodesRunOnce(t *testing.T) {
 	const keys, dups = 60, 8
-	forEach(t, func(t *testing.T, e *env) {
+	forEachOnClusters(t, func(t *testing.T, e *env) {
 		s, biz := e.store(), e.business()
 		nodes := e.nodes(dups)
 		runs := make([]atomic.Int64, keys)
@@ -191,7 +191,7 @@ func TestDuplicatesAcrossNodesRunOnce(t *testing.T) {
 // at certification and replayed) 11 to 13 times in 150 (issue 40).
 func TestCommittedOnAnotherNodeReplays(t *testing.T) {
 	const rounds = 150
-	forEach(t, func(t *testing.T, e *env) {
+	forEachOnClusters(t, func(t *testing.T, e *env) {
 		s := e.store()
 		dsn := e.dsn
 		if e.withoutCausalReads != nil {
@@ -231,7 +231,7 @@ func TestCommittedOnAnotherNodeReplays(t *testing.T) {
 // existed (purged): 2 or 3 times in 100 (issue 40).
 func TestCompleteOnAnotherNode(t *testing.T) {
 	const rounds = 100
-	forEach(t, func(t *testing.T, e *env) {
+	forEachOnClusters(t, func(t *testing.T, e *env) {
 		s := e.store()
 		nodes := e.nodes(2)
 		for i := range rounds {
@@ -255,7 +255,7 @@ func TestCompleteOnAnotherNode(t *testing.T) {
 // another node than its Begin's.
 func TestClaimsAcrossNodesCallOnce(t *testing.T) {
 	const keys, dups = 30, 8
-	forEach(t, func(t *testing.T, e *env) {
+	forEachOnClusters(t, func(t *testing.T, e *env) {
 		s, biz := e.store(idem.WithLease(10*time.Second)), e.business()
 		nodes := e.nodes(dups)
 		calls := make([]atomic.Int64, keys)
@@ -323,7 +323,7 @@ func TestClaimsAcrossNodesCallOnce(t *testing.T) {
 // cannot tell a claim taken over from one its node has not applied yet.
 // Before, such a Complete said the key had been purged (issue 40).
 func TestSessionWithoutCausalReads(t *testing.T) {
-	forEachSQL(t, func(t *testing.T, e *env) {
+	forEachSQLOnClusters(t, func(t *testing.T, e *env) {
 		if e.withoutCausalReads == nil {
 			t.Skipf("%s: every session's reads see what the database acknowledged", e.name)
 		}
@@ -354,7 +354,7 @@ func TestSessionWithoutCausalReads(t *testing.T) {
 // to do, and nothing is written; Begin, in claim mode, is served. Before,
 // fn ran on each node a duplicate reached (TestDuplicatesAcrossNodesRunOnce).
 func TestTransactionModeRefusedWithoutStreaming(t *testing.T) {
-	forEach(t, func(t *testing.T, e *env) {
+	forEachOnClusters(t, func(t *testing.T, e *env) {
 		if e.withoutStreaming == nil {
 			t.Skipf("%s: a duplicate waits for the claim in every session", e.name)
 		}
@@ -391,7 +391,7 @@ func TestTransactionModeRefusedWithoutStreaming(t *testing.T) {
 // caller's transaction gets the claim back. It wrapped the read's error,
 // so IsRetryable reported it too (issue 40).
 func TestLeaseLostIsNotRetryable(t *testing.T) {
-	forEachSQL(t, func(t *testing.T, e *env) {
+	forEachSQLOnClusters(t, func(t *testing.T, e *env) {
 		if !e.readLocks || e.shortLockWait == "" {
 			t.Skipf("%s: the record's read locks nothing or its lock waits cannot be bounded from the session: no read to make fail", e.name)
 		}

@@ -45,6 +45,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -378,15 +379,46 @@ func forDialect(t *testing.T, d idem.Dialect, body func(t *testing.T, e *env)) {
 	forTargets(t, func(tg target) bool { return tg.dialect == d }, body)
 }
 
+// forEachOnClusters is forEach for a test written for a cluster's nodes
+// (cluster.go): it runs on every target, those whose facts keep the rest
+// of the suite for a run on request (suiteOnRequest) included.
+func forEachOnClusters(t *testing.T, body func(t *testing.T, e *env)) {
+	t.Helper()
+	forTargetsOf(t, func(target) bool { return true }, true, body)
+}
+
+// forEachSQLOnClusters is forEachSQL for a test written for a cluster's
+// nodes, as forEachOnClusters is forEach.
+func forEachSQLOnClusters(t *testing.T, body func(t *testing.T, e *env)) {
+	t.Helper()
+	forTargetsOf(t, func(tg target) bool { return !tg.native }, true, body)
+}
+
+// clusterSuite is the variable that runs the whole suite on the targets
+// whose facts keep it for a run on request (suiteOnRequest).
+const clusterSuite = "IDEM_TEST_CLUSTER_SUITE"
+
 // forTargets runs body as a parallel subtest per target that runs says
-// to.
+// to. On a target whose facts keep the suite for a run on request
+// (suiteOnRequest), the subtest skips, saying why, unless clusterSuite is
+// 1.
 func forTargets(t *testing.T, runs func(target) bool, body func(t *testing.T, e *env)) {
+	t.Helper()
+	forTargetsOf(t, runs, false, body)
+}
+
+// forTargetsOf is forTargets, on the targets that keep the suite for a
+// run on request too when always is set.
+func forTargetsOf(t *testing.T, runs func(target) bool, always bool, body func(t *testing.T, e *env)) {
 	t.Helper()
 	for _, tg := range targets {
 		if !runs(tg) {
 			continue
 		}
 		t.Run(tg.name, func(t *testing.T) {
+			if !always && tg.suiteOnRequest != "" && os.Getenv(clusterSuite) != "1" {
+				t.Skipf("%s runs the tests written for it (cluster.go) by default, and the whole suite with %s=1: %s", tg.name, clusterSuite, tg.suiteOnRequest)
+			}
 			t.Parallel()
 			body(t, tg.open(t))
 		})
