@@ -109,7 +109,7 @@ func TestExpiredReference(t *testing.T) {
 				return
 			}
 			var stored []byte
-			if err := db.QueryRow("SELECT result_ref FROM "+idem.DefaultTable+" WHERE idem_key = 'k-v1-charges'").Scan(&stored); err != nil {
+			if err := db.QueryRow("SELECT result_ref FROM " + idem.DefaultTable + " WHERE idem_key = 'k-v1-charges'").Scan(&stored); err != nil {
 				t.Fatal(err)
 			}
 			if bytes.Contains(stored, []byte("ch_1")) {
