@@ -130,3 +130,62 @@ func TestExpiredReference(t *testing.T) {
 		})
 	}
 }
+
+// A reference the record cannot keep is a 500 and nothing is stored,
+// never a truncated or silently dropped one: a Location over
+// idem.MaxReference bytes, a body that is not JSON where ReferenceField
+// names a member, a member that is an object. A named member that is
+// absent keeps none and the answer stands.
+func TestReferenceRefused(t *testing.T) {
+	db, cleanup := openDB()
+	defer cleanup()
+	mw, err := idemhttp.New(idemhttp.Config{Store: store(), DB: db, Scope: caller, Required: true,
+		Logger: slog.New(slog.DiscardHandler),
+		ReferenceField: func(r *http.Request) string {
+			if r.URL.Path == "/long" {
+				return ""
+			}
+			return "/id"
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/long":
+			w.Header().Set("Location", "/"+strings.Repeat("a", idem.MaxReference))
+			w.WriteHeader(http.StatusCreated)
+		case "/text":
+			_, _ = w.Write([]byte("created"))
+		case "/object":
+			_, _ = w.Write([]byte(`{"id": {"n": 1}}`))
+		case "/absent":
+			w.WriteHeader(http.StatusPaymentRequired)
+			_, _ = w.Write([]byte(`{"error": "declined"}`))
+		}
+	})))
+	defer srv.Close()
+	for path, want := range map[string]int{"/long": 500, "/text": 500, "/object": 500, "/absent": 402} {
+		req, err := http.NewRequest(http.MethodPost, srv.URL+path, strings.NewReader(`{}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.SetBasicAuth("alice", "secret")
+		req.Header.Set(idemhttp.HeaderIdempotencyKey, `"ref`+strings.ReplaceAll(path, "/", "-")+`"`)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("POST %s: %d, want %d", path, resp.StatusCode, want)
+		}
+		var n int
+		if err := db.QueryRow("SELECT COUNT(*) FROM "+idem.DefaultTable+" WHERE idem_key = ?", "ref"+strings.ReplaceAll(path, "/", "-")).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if stored := want != 500; (n == 1) != stored {
+			t.Errorf("POST %s: %d records, want stored: %v", path, n, stored)
+		}
+	}
+}
