@@ -27,6 +27,7 @@ type record struct {
 	header      []byte        // the stored header (NULL when sealed)
 	body        []byte        // the stored body, or header and body sealed
 	sealedKey   sql.NullString
+	ref         []byte // the stored reference (result_ref), as sealRef made it
 	// until is how long the replay cache may hold the record, as read by
 	// readCompleted; zero for any other read.
 	until time.Time
@@ -176,7 +177,7 @@ func (s *Store) take(ctx context.Context, c conn, req Request, by caller, done *
 			case !rec.matches(req):
 				return nil, claimed{}, mismatch(req, rec)
 			case rec.expired:
-				return nil, claimed{}, expired(req)
+				return nil, claimed{}, s.expired(req, rec)
 			case rec.status == StatusCompleted:
 				return s.replayed(req, rec)
 			case rec.status == StatusProcessing && rec.leaseLeft > 0:
@@ -228,7 +229,12 @@ func (s *Store) response(req Request, rec record) (Response, error) {
 			Detail: "its stored response header is corrupt (not written by idem?)",
 			Hint:   "delete the record by hand (docs/operations.md) or wait for it to pass retention"}
 	}
-	return Response{StatusCode: int(rec.code.Int64), Header: h, Body: body}, nil
+	ref, err := s.openRef(req, rec.ref)
+	if err != nil {
+		return Response{}, &Error{Op: "open the stored reference", Scope: req.Scope, Key: req.Key, Err: err,
+			Hint: "give the Store a sealer that has the key (WithSealer), or delete the record by hand if its key is lost (docs/operations.md, Sealing)"}
+	}
+	return Response{StatusCode: int(rec.code.Int64), Header: h, Body: body, Reference: ref}, nil
 }
 
 // expiry is the expiry of a new claim of req for by from now, in µs.
@@ -266,7 +272,7 @@ func (s *Store) ownClaim(req Request, token, lease int64, done *stored) Query {
 	if done == nil {
 		return s.st.query(s.st.insertOwn, v)
 	}
-	v.resp, v.header, v.body, v.sealedKey = done.resp, done.header, done.body, done.keyID
+	v.resp, v.header, v.body, v.sealedKey, v.ref = done.resp, done.header, done.body, done.keyID, done.ref
 	return s.st.query(s.st.insertDone, v)
 }
 
@@ -390,7 +396,7 @@ func (s *Store) restamp(ctx context.Context, c conn, req Request, by caller, tok
 // into leaseLeft.
 func (rec *record) into(leaseLeft *int64) []any {
 	return []any{&rec.operation, &rec.fingerprint, &rec.status, &rec.token, &rec.forgotten, &rec.expired, leaseLeft,
-		&rec.code, &rec.header, &rec.body, &rec.sealedKey}
+		&rec.code, &rec.header, &rec.body, &rec.sealedKey, &rec.ref}
 }
 
 // read reads the record of (Scope, Key); found is false when there is none.
@@ -415,7 +421,7 @@ func (s *Store) readCompleted(ctx context.Context, c conn, req Request) (rec rec
 	var left int64      // µs until its expiry
 	sent := monotonic() // the replay cache's deadline counts from before the read
 	err = c.queryRow(ctx, s.st.query(s.st.readCompleted, &values{req: req, retention: micros(s.retention)}),
-		&rec.operation, &rec.fingerprint, &rec.code, &rec.header, &rec.body, &rec.sealedKey, &left)
+		&rec.operation, &rec.fingerprint, &rec.code, &rec.header, &rec.body, &rec.sealedKey, &left, &rec.ref)
 	if errors.Is(err, sql.ErrNoRows) {
 		return record{}, false, nil
 	}
@@ -466,7 +472,7 @@ func (s *Store) store(ctx context.Context, c conn, req Request, token int64, out
 // expiry its claim set (see expiry), a Claim's counts its retention from
 // now.
 func (s *Store) completion(st statement, req Request, token int64, out stored, by caller) Query {
-	v := &values{req: req, token: token, resp: out.resp, header: out.header, body: out.body, sealedKey: out.keyID,
+	v := &values{req: req, token: token, resp: out.resp, header: out.header, body: out.body, sealedKey: out.keyID, ref: out.ref,
 		memory: micros(s.keyMemoryOf(req))}
 	if by == forBegin {
 		v.keep = micros(s.retentionOf(req))
@@ -509,14 +515,6 @@ func txEnded(what string, req Request, token int64, cause error) error {
 		e.Detail += "; fn's error: " + reason(cause)
 	}
 	return e
-}
-
-// expired reports that req's key has a record whose response is gone,
-// kept by the key memory.
-func expired(req Request) error {
-	return &Error{Op: "claim", Scope: req.Scope, Key: req.Key, Err: ErrExpired,
-		Detail: "the key was used and its response is gone: its retention has passed, and the Store keeps the key for its key memory; nothing ran",
-		Hint:   "do not retry with this key: look the outcome up another way, or send a new request with a new key"}
 }
 
 // mismatch reports that req's key has a record of another request.

@@ -285,7 +285,7 @@ func monotonic() time.Time { return time.Now() }
 // cache's entries are never handed out, so that a caller that changes a
 // replayed header or body changes only its own.
 func cloneResponse(r Response) Response {
-	out := Response{StatusCode: r.StatusCode, Header: r.Header.Clone()}
+	out := Response{StatusCode: r.StatusCode, Header: r.Header.Clone(), Reference: r.Reference}
 	if r.Body != nil {
 		out.Body = append(make([]byte, 0, len(r.Body)), r.Body...)
 	}
@@ -306,6 +306,7 @@ func (s *Store) cacheCompleted(c conn, req Request, out stored, sent time.Time) 
 		e.resp.StatusCode = out.resp.StatusCode
 		e.sealed = &record{code: sql.NullInt64{Int64: int64(out.resp.StatusCode), Valid: true}, body: out.body,
 			sealedKey: sql.NullString{String: keyID, Valid: true}}
+		e.sealed.ref, _ = out.ref.([]byte)
 	} else {
 		e.resp = cloneResponse(out.resp)
 	}

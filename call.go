@@ -32,10 +32,33 @@ func (jsonCodec) Unmarshal(data []byte, v any) error { return json.Unmarshal(dat
 // CallOption configures one [Call].
 type CallOption func(*callConfig)
 
-type callConfig struct{ codec Codec }
+type callConfig struct {
+	codec Codec
+	// reference is WithReference's function, over fn's value.
+	reference func(v any) (string, error)
+}
 
 // WithCodec makes a [Call] store its result with c instead of [JSON].
 func WithCodec(c Codec) CallOption { return func(cc *callConfig) { cc.codec = c } }
+
+// WithReference makes a [Call] record ref(v) of fn's value v as the
+// record's [Response.Reference]: what the call created (an ID, a path),
+// which a replay returns with the value and a retry past the retention,
+// refused within the key memory, gets in its [ExpiredError]. T must be
+// the Call's type: another is an error of the Call's, before anything is
+// stored.
+func WithReference[T any](ref func(v T) string) CallOption {
+	return func(cc *callConfig) {
+		cc.reference = func(v any) (string, error) {
+			t, ok := v.(T)
+			if !ok {
+				var want T
+				return "", fmt.Errorf("idem: WithReference is for values of type %T, the Call's are %T; nothing was stored", want, v)
+			}
+			return ref(t), nil
+		}
+	}
+}
 
 // Call runs fn at most once per (Scope, Key) among all transactions that
 // commit, as [Store.Do] does, for a function whose result is a value of
@@ -96,8 +119,14 @@ func CallOn[T any](ctx context.Context, s *Store, tx Tx, req Request, fn func(ct
 		if err != nil {
 			return Response{}, fmt.Errorf("idem: Call: encoding the result as %s: %w; nothing was stored", contentType, err)
 		}
+		var ref string
+		if cc.reference != nil {
+			if ref, err = cc.reference(v); err != nil {
+				return Response{}, err
+			}
+		}
 		value = v
-		return Response{StatusCode: http.StatusOK, Header: http.Header{"Content-Type": {contentType}}, Body: body}, nil
+		return Response{StatusCode: http.StatusOK, Header: http.Header{"Content-Type": {contentType}}, Body: body, Reference: ref}, nil
 	})
 	if err != nil {
 		return zero, false, err

@@ -3,10 +3,12 @@ package idem_test
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"log"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/idemkit/idem"
 )
@@ -87,4 +89,48 @@ func ExampleCall() {
 	// {ID:1 Amount:4200 Period:2026-11} replayed: false
 	// {ID:1 Amount:4200 Period:2026-11} replayed: true
 	// invoices: 1
+}
+
+// A job records what it created (WithReference): past its retention,
+// within the key memory, the scheduler's late rerun is refused, and the
+// refusal names the invoice to look at instead of billing again.
+func ExampleWithReference() {
+	ctx := context.Background()
+	dir, err := os.MkdirTemp("", "idem-example")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, "jobs.db")+"?_txlock=immediate&_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer db.Close()
+	store, err := idem.New(idem.SQLite, idem.WithRetention(10*time.Millisecond), idem.WithKeyMemory(90*24*time.Hour))
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := store.Migrate(ctx, db); err != nil {
+		log.Fatal(err)
+	}
+	req := idem.Request{Scope: "billing", Key: "customer-42/2026-11", Operation: "job: monthly invoice",
+		Fingerprint: idem.Fingerprint([]byte("customer-42"), []byte("2026-11"))}
+	bill := func() error {
+		return idem.RunTx(ctx, db, nil, func(tx *sql.Tx) error {
+			_, _, err := idem.Call(ctx, store, tx, req, func(context.Context) (invoice, error) {
+				return invoice{ID: 7, Amount: 4200, Period: "2026-11"}, nil
+			}, idem.WithReference(func(inv invoice) string { return fmt.Sprintf("invoices/%d", inv.ID) }))
+			return err
+		})
+	}
+	if err := bill(); err != nil {
+		log.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	var expired *idem.ExpiredError
+	if err := bill(); errors.As(err, &expired) {
+		fmt.Println("not billed again; see", expired.Reference)
+	}
+	// Output:
+	// not billed again; see invoices/7
 }

@@ -379,6 +379,7 @@ const (
 	argStatus                 // the response's status code
 	argHeader                 // the response's header, encoded
 	argBody                   // the response's body
+	argRef                    // the response's reference, encoded (refStored); NULL when it has none
 	argFrom                   // a cursor: µs since the Unix epoch
 	argUpto                   // where a window's read ahead stops, before it: µs since the Unix epoch
 	argTo                     // a window's last expiry (or created_at), which its batch's statements stop at: µs since the Unix epoch
@@ -401,6 +402,7 @@ type values struct {
 	resp                                       Response
 	header, body                               []byte
 	sealedKey                                  any
+	ref                                        any // []byte, or nil
 	indexName                                  string
 	// passed is set by a purge batch that passed over rows another
 	// transaction held.
@@ -445,6 +447,8 @@ func (s *statements) query(st statement, v *values) Query {
 			args[i] = v.header
 		case argBody:
 			args[i] = v.body
+		case argRef:
+			args[i] = v.ref
 		case argFrom:
 			args[i] = v.from
 		case argUpto:
@@ -558,7 +562,7 @@ func (s *Store) schemaAdvice(err error) string {
 // laterColumns are the columns of idem's table added after its first
 // schema version: an error naming one of them as missing is about a table
 // of an older release (olderTable), not another's.
-var laterColumns = []string{"expires_at", "sealed_key", "forget_at"}
+var laterColumns = []string{"expires_at", "sealed_key", "forget_at", "result_ref"}
 
 // missingFault is the schemaFault of a database's error that a column is
 // missing, msg its text: olderTable when it names one of laterColumns,

@@ -58,14 +58,14 @@ func myStatements(parts []string, ddl []schema.Migration, insert string, insertR
 		version:       statement{myVersion, args(argSchema, argBase)},
 		insert:        statement{insert, args(argScope, argKey, argOperation, argFingerprint, argLease, argExpiry)},
 		insertOwn:     statement{myInsertOwn, args(argScope, argKey, argOperation, argFingerprint, argToken, argLease, argExpiry)},
-		insertDone:    statement{myInsertDone, args(argScope, argKey, argOperation, argFingerprint, argToken, argLease, argExpiry, argExpiry, argMemory, argStatus, argHeader, argBody, argSealedKey)},
+		insertDone:    statement{myInsertDone, args(argScope, argKey, argOperation, argFingerprint, argToken, argLease, argExpiry, argExpiry, argMemory, argStatus, argHeader, argBody, argSealedKey, argRef)},
 		takeover:      statement{myTakeover, args(argOperation, argFingerprint, argLease, argExpiry, argScope, argKey, argToken, argRetention, argKeyMemory)},
 		insertReturns: insertReturns,
 		claimed:       statement{myClaimed, args(argScope, argKey)},
 		read:          statement{myRead + lock, append(expiry, argScope, argKey)},
 		readCompleted: statement{myReadCompleted + lock, args(argRetention, argScope, argKey, argRetention)},
 		state:         statement{myState + lock, args(argScope, argKey)},
-		complete:      statement{myComplete, args(argStatus, argHeader, argBody, argSealedKey, argKeep, argKeep, argMemory, argKeep, argKeep, argScope, argKey, argToken)},
+		complete:      statement{myComplete, args(argStatus, argHeader, argBody, argSealedKey, argRef, argKeep, argKeep, argMemory, argKeep, argKeep, argScope, argKey, argToken)},
 		extend:        statement{myExtend, args(argLease, argScope, argKey, argToken)},
 		release:       statement{myRelease, args(argScope, argKey, argToken)},
 		remove:        statement{myRemove, args(argScope, argKey, argToken)},
@@ -121,9 +121,9 @@ const myInsertOwn = `INSERT INTO idempotency_keys (scope, idem_key, operation, f
 VALUES (?, ?, ?, ?, 'processing', ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, NULL)`
 
 const myInsertDone = `INSERT INTO idempotency_keys (scope, idem_key, operation, fingerprint, status, token, lease_until, created_at, expires_at,
-  forget_at, completed_at, response_status, response_headers, response_body, sealed_key)
+  forget_at, completed_at, response_status, response_headers, response_body, sealed_key, result_ref)
 VALUES (?, ?, ?, ?, 'completed', ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND,
-  UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND + INTERVAL ? MICROSECOND, UTC_TIMESTAMP(6), ?, ?, ?, ?)`
+  UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND + INTERVAL ? MICROSECOND, UTC_TIMESTAMP(6), ?, ?, ?, ?, ?)`
 
 // MySQL evaluates SET from left to right; token is read before it is
 // assigned and nothing after it reads it. The WHERE reads the row as last
@@ -135,7 +135,7 @@ const myTakeover = `UPDATE idempotency_keys SET operation = ?, fingerprint = ?, 
   token = GREATEST(token + 1, TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))),
   lease_until = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, created_at = UTC_TIMESTAMP(6),
   expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND,
-  forget_at = NULL, completed_at = NULL, response_status = NULL, response_headers = NULL, response_body = NULL, sealed_key = NULL
+  forget_at = NULL, completed_at = NULL, response_status = NULL, response_headers = NULL, response_body = NULL, sealed_key = NULL, result_ref = NULL
 WHERE scope = ? AND idem_key = ? AND token = ?
   AND (status = 'released'
     OR status = 'processing' AND lease_until <= UTC_TIMESTAMP(6)
@@ -175,10 +175,10 @@ const (
 const (
 	myRead = `SELECT operation, fingerprint, status, token, ` + myForgotten + `, ` + myExpired + `,
   TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), lease_until),
-  response_status, response_headers, response_body, sealed_key
+  response_status, response_headers, response_body, sealed_key, result_ref
 FROM idempotency_keys WHERE scope = ? AND idem_key = ?`
 	myReadCompleted = `SELECT operation, fingerprint, response_status, response_headers, response_body, sealed_key,
-  TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), COALESCE(expires_at, completed_at + INTERVAL ? MICROSECOND))
+  TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), COALESCE(expires_at, completed_at + INTERVAL ? MICROSECOND)), result_ref
 FROM idempotency_keys WHERE scope = ? AND idem_key = ?
   AND status = 'completed' AND COALESCE(expires_at, completed_at + INTERVAL ? MICROSECOND) > UTC_TIMESTAMP(6)`
 	myState = `SELECT status, token FROM idempotency_keys WHERE scope = ? AND idem_key = ?`
@@ -198,7 +198,7 @@ FROM idempotency_keys WHERE scope = ? AND idem_key = ?
 // duplicate check locks the entry after it: completions of neighbouring
 // keys at once deadlocked when each moved its expiry.
 const myComplete = `UPDATE idempotency_keys SET status = 'completed', completed_at = UTC_TIMESTAMP(6),
-  response_status = ?, response_headers = ?, response_body = ?, sealed_key = ?,
+  response_status = ?, response_headers = ?, response_body = ?, sealed_key = ?, result_ref = ?,
   forget_at = (CASE WHEN expires_at >= UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND THEN expires_at
     ELSE COALESCE(UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, expires_at) END) + INTERVAL ? MICROSECOND,
   expires_at = CASE WHEN expires_at >= UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND THEN expires_at
@@ -313,7 +313,7 @@ const myInspectRecord = `operation, fingerprint, status, token,
   TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', lease_until), TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', created_at),
   TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', completed_at), TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)),
   ` + myForgotten + `, ` + myExpired + `, TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', ` + myExpiry + `),
-  response_status, response_headers, response_body, COALESCE(sealed_key, '')
+  response_status, response_headers, response_body, COALESCE(sealed_key, ''), result_ref
 FROM idempotency_keys`
 
 const myInspect = `SELECT ` + myInspectRecord + ` WHERE scope = ? AND idem_key = ?`

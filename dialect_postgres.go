@@ -45,7 +45,7 @@ func (postgresDialect) statements(parts []string) *statements {
 		fresh:           pgFresh,
 		insert:          statement{pgInsert, args(argScope, argKey, argOperation, argFingerprint, argLease, argExpiry)},
 		insertOwn:       statement{pgInsertOwn, args(argScope, argKey, argOperation, argFingerprint, argToken, argLease, argExpiry)},
-		insertDone:      statement{pgInsertDone, args(argScope, argKey, argOperation, argFingerprint, argToken, argLease, argExpiry, argMemory, argStatus, argHeader, argBody, argSealedKey)},
+		insertDone:      statement{pgInsertDone, args(argScope, argKey, argOperation, argFingerprint, argToken, argLease, argExpiry, argMemory, argStatus, argHeader, argBody, argSealedKey, argRef)},
 		takeover:        statement{pgTakeover, args(argOperation, argFingerprint, argLease, argExpiry, argScope, argKey, argToken, argRetention, argKeyMemory)},
 		insertReturns:   returning{token: true, lag: true},
 		takeoverReturns: returning{token: true, lag: true},
@@ -55,8 +55,8 @@ func (postgresDialect) statements(parts []string) *statements {
 		// A plain read, which locks nothing.
 		readFirstWhenReplaying: true,
 		state:                  statement{pgState, args(argScope, argKey)},
-		complete:               statement{pgComplete, args(argStatus, argHeader, argBody, argSealedKey, argKeep, argMemory, argScope, argKey, argToken)},
-		completeLast:           statement{pgCompleteLast, args(argStatus, argHeader, argBody, argSealedKey, argKeep, argMemory, argScope, argKey, argToken)},
+		complete:               statement{pgComplete, args(argStatus, argHeader, argBody, argSealedKey, argKeep, argMemory, argScope, argKey, argToken, argRef)},
+		completeLast:           statement{pgCompleteLast, args(argStatus, argHeader, argBody, argSealedKey, argKeep, argMemory, argScope, argKey, argToken, argRef)},
 		extend:                 statement{pgExtend, args(argLease, argScope, argKey, argToken)},
 		release:                statement{pgRelease, args(argScope, argKey, argToken)},
 		remove:                 statement{pgRemove, args(argScope, argKey, argToken)},
@@ -186,10 +186,10 @@ VALUES ($1, $2, $3, $4, 'processing', $5, statement_timestamp() + $6::bigint * i
 ON CONFLICT (scope, idem_key) DO NOTHING`
 
 const pgInsertDone = `INSERT INTO idempotency_keys (scope, idem_key, operation, fingerprint, status, token, lease_until, created_at, expires_at,
-  forget_at, completed_at, response_status, response_headers, response_body, sealed_key)
+  forget_at, completed_at, response_status, response_headers, response_body, sealed_key, result_ref)
 VALUES ($1, $2, $3, $4, 'completed', $5, statement_timestamp() + $6::bigint * interval '1 microsecond', statement_timestamp(),
   statement_timestamp() + $7::bigint * interval '1 microsecond', statement_timestamp() + ($7::bigint + $8::bigint) * interval '1 microsecond',
-  statement_timestamp(), $9, $10, $11, $12)
+  statement_timestamp(), $9, $10, $11, $12, $13)
 ON CONFLICT (scope, idem_key) DO NOTHING`
 
 // Under READ COMMITTED, an update that waited for another transaction
@@ -201,7 +201,7 @@ const pgTakeover = `UPDATE idempotency_keys SET operation = $1, fingerprint = $2
   token = GREATEST(token + 1, (extract(epoch FROM statement_timestamp()) * 1000000)::bigint),
   lease_until = statement_timestamp() + $3::bigint * interval '1 microsecond', created_at = statement_timestamp(),
   expires_at = statement_timestamp() + $4::bigint * interval '1 microsecond',
-  forget_at = NULL, completed_at = NULL, response_status = NULL, response_headers = NULL, response_body = NULL, sealed_key = NULL
+  forget_at = NULL, completed_at = NULL, response_status = NULL, response_headers = NULL, response_body = NULL, sealed_key = NULL, result_ref = NULL
 WHERE scope = $5 AND idem_key = $6 AND token = $7
   AND (status = 'released'
     OR status = 'processing' AND lease_until <= statement_timestamp()
@@ -237,7 +237,7 @@ const (
 
 const pgRead = `SELECT operation, fingerprint, status, token, ` + pgForgotten + `, ` + pgExpired + `,
   (extract(epoch FROM lease_until - statement_timestamp()) * 1000000)::bigint,
-  response_status, response_headers, response_body, sealed_key
+  response_status, response_headers, response_body, sealed_key, result_ref
 FROM idempotency_keys WHERE scope = $3 AND idem_key = $4`
 
 // pgReadAfterClaim is pgRead under READ COMMITTED (and READ UNCOMMITTED,
@@ -249,7 +249,7 @@ const pgReadAfterClaim = pgRead + `
   AND current_setting('transaction_isolation') IN ('read committed', 'read uncommitted')`
 
 const pgReadCompleted = `SELECT operation, fingerprint, response_status, response_headers, response_body, sealed_key,
-  (extract(epoch FROM COALESCE(expires_at, completed_at + $3::bigint * interval '1 microsecond') - statement_timestamp()) * 1000000)::bigint
+  (extract(epoch FROM COALESCE(expires_at, completed_at + $3::bigint * interval '1 microsecond') - statement_timestamp()) * 1000000)::bigint, result_ref
 FROM idempotency_keys WHERE scope = $1 AND idem_key = $2
   AND status = 'completed' AND COALESCE(expires_at, completed_at + $3::bigint * interval '1 microsecond') > statement_timestamp()`
 
@@ -264,7 +264,7 @@ const pgState = `SELECT status, token FROM idempotency_keys WHERE scope = $1 AND
 // PostgreSQL's GREATEST passes over NULLs: a NULL $5 leaves the expiry, a
 // NULL expiry (a row of a release before it) takes the retention from now.
 const pgComplete = `UPDATE idempotency_keys SET status = 'completed', completed_at = statement_timestamp(),
-  response_status = $1, response_headers = $2, response_body = $3, sealed_key = $4,
+  response_status = $1, response_headers = $2, response_body = $3, sealed_key = $4, result_ref = $10,
   expires_at = GREATEST(expires_at, statement_timestamp() + $5::bigint * interval '1 microsecond'),
   forget_at = GREATEST(expires_at, statement_timestamp() + $5::bigint * interval '1 microsecond') + $6::bigint * interval '1 microsecond'
 WHERE scope = $7 AND idem_key = $8 AND token = $9 AND status = 'processing'`
@@ -355,7 +355,7 @@ const pgInspectRecord = `operation, fingerprint, status, token,
   (extract(epoch FROM lease_until) * 1000000)::bigint, (extract(epoch FROM created_at) * 1000000)::bigint,
   (extract(epoch FROM completed_at) * 1000000)::bigint, (extract(epoch FROM statement_timestamp()) * 1000000)::bigint,
   ` + pgForgotten + `, ` + pgExpired + `, (extract(epoch FROM ` + pgExpiry + `) * 1000000)::bigint,
-  response_status, response_headers, response_body, COALESCE(sealed_key, '')
+  response_status, response_headers, response_body, COALESCE(sealed_key, ''), result_ref
 FROM idempotency_keys`
 
 const pgInspect = `SELECT ` + pgInspectRecord + ` WHERE scope = $3 AND idem_key = $4`

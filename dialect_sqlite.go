@@ -52,14 +52,14 @@ func (sqliteDialect) statements(parts []string) *statements {
 		version:         statement{sqVersion, args(argBase, argSchema, argBase, argSchema, argIndex, argSchema, argBase)},
 		insert:          statement{sqInsert, args(argScope, argKey, argOperation, argFingerprint, argLease, argExpiry)},
 		insertOwn:       statement{sqInsertOwn, args(argScope, argKey, argOperation, argFingerprint, argToken, argLease, argExpiry)},
-		insertDone:      statement{sqInsertDone, args(argScope, argKey, argOperation, argFingerprint, argToken, argLease, argExpiry, argExpiry, argMemory, argStatus, argHeader, argBody, argSealedKey)},
+		insertDone:      statement{sqInsertDone, args(argScope, argKey, argOperation, argFingerprint, argToken, argLease, argExpiry, argExpiry, argMemory, argStatus, argHeader, argBody, argSealedKey, argRef)},
 		takeover:        statement{sqTakeover, args(argOperation, argFingerprint, argLease, argExpiry, argScope, argKey, argToken, argRetention, argKeyMemory)},
 		insertReturns:   returning{token: true, lag: true},
 		takeoverReturns: returning{token: true, lag: true},
 		read:            statement{sqRead, append(expiry, argScope, argKey)},
 		readCompleted:   statement{sqReadCompleted, args(argRetention, argScope, argKey, argRetention)},
 		state:           statement{sqState, args(argScope, argKey)},
-		complete:        statement{sqComplete, args(argStatus, argHeader, argBody, argSealedKey, argKeep, argKeep, argMemory, argKeep, argKeep, argScope, argKey, argToken)},
+		complete:        statement{sqComplete, args(argStatus, argHeader, argBody, argSealedKey, argRef, argKeep, argKeep, argMemory, argKeep, argKeep, argScope, argKey, argToken)},
 		extend:          statement{sqExtend, args(argLease, argScope, argKey, argToken)},
 		release:         statement{sqRelease, args(argScope, argKey, argToken)},
 		remove:          statement{sqRemove, args(argScope, argKey, argToken)},
@@ -128,8 +128,8 @@ VALUES (?, ?, ?, ?, 'processing', ?, ` + sqNow + ` + ?, ` + sqNow + `, ` + sqNow
 ON CONFLICT (scope, idem_key) DO NOTHING`
 
 const sqInsertDone = `INSERT INTO idempotency_keys (scope, idem_key, operation, fingerprint, status, token, lease_until, created_at, expires_at,
-  forget_at, completed_at, response_status, response_headers, response_body, sealed_key)
-VALUES (?, ?, ?, ?, 'completed', ?, ` + sqNow + ` + ?, ` + sqNow + `, ` + sqNow + ` + ?, ` + sqNow + ` + ? + ?, ` + sqNow + `, ?, ?, ?, ?)
+  forget_at, completed_at, response_status, response_headers, response_body, sealed_key, result_ref)
+VALUES (?, ?, ?, ?, 'completed', ?, ` + sqNow + ` + ?, ` + sqNow + `, ` + sqNow + ` + ?, ` + sqNow + ` + ? + ?, ` + sqNow + `, ?, ?, ?, ?, ?)
 ON CONFLICT (scope, idem_key) DO NOTHING`
 
 // A writer holds the database's only write lock, so the WHERE reads the
@@ -139,7 +139,7 @@ ON CONFLICT (scope, idem_key) DO NOTHING`
 // memory past its expiry.
 const sqTakeover = `UPDATE idempotency_keys SET operation = ?, fingerprint = ?, status = 'processing',
   token = max(token + 1, ` + sqNow + `), lease_until = ` + sqNow + ` + ?, created_at = ` + sqNow + `, expires_at = ` + sqNow + ` + ?,
-  forget_at = NULL, completed_at = NULL, response_status = NULL, response_headers = NULL, response_body = NULL, sealed_key = NULL
+  forget_at = NULL, completed_at = NULL, response_status = NULL, response_headers = NULL, response_body = NULL, sealed_key = NULL, result_ref = NULL
 WHERE scope = ? AND idem_key = ? AND token = ?
   AND (status = 'released'
     OR status = 'processing' AND lease_until <= ` + sqNow + `
@@ -170,11 +170,11 @@ const (
 
 const sqRead = `SELECT operation, fingerprint, status, token, ` + sqForgotten + `, ` + sqExpired + `,
   lease_until - ` + sqNow + `,
-  response_status, response_headers, response_body, sealed_key
+  response_status, response_headers, response_body, sealed_key, result_ref
 FROM idempotency_keys WHERE scope = ? AND idem_key = ?`
 
 const sqReadCompleted = `SELECT operation, fingerprint, response_status, response_headers, response_body, sealed_key,
-  COALESCE(expires_at, completed_at + ?) - ` + sqNow + `
+  COALESCE(expires_at, completed_at + ?) - ` + sqNow + `, result_ref
 FROM idempotency_keys WHERE scope = ? AND idem_key = ?
   AND status = 'completed' AND COALESCE(expires_at, completed_at + ?) > ` + sqNow
 
@@ -183,7 +183,7 @@ const sqState = `SELECT status, token FROM idempotency_keys WHERE scope = ? AND 
 // forget_at is the expiry so set plus the request's key memory; SET reads
 // the row as it was.
 const sqComplete = `UPDATE idempotency_keys SET status = 'completed', completed_at = ` + sqNow + `,
-  response_status = ?, response_headers = ?, response_body = ?, sealed_key = ?,
+  response_status = ?, response_headers = ?, response_body = ?, sealed_key = ?, result_ref = ?,
   forget_at = (CASE WHEN expires_at >= ` + sqNow + ` + ? THEN expires_at ELSE COALESCE(` + sqNow + ` + ?, expires_at) END) + ?,
   expires_at = CASE WHEN expires_at >= ` + sqNow + ` + ? THEN expires_at ELSE COALESCE(` + sqNow + ` + ?, expires_at) END
 WHERE scope = ? AND idem_key = ? AND token = ? AND status = 'processing'`
@@ -257,7 +257,7 @@ WHERE scope = ? AND idem_key = ? AND token = ? AND status = 'completed'`
 // the arguments of sqForgotten and sqExpired, then the retention.
 const sqInspectRecord = `operation, fingerprint, status, token, lease_until, created_at, completed_at, ` + sqNow + `,
   ` + sqForgotten + `, ` + sqExpired + `, ` + sqExpiry + `,
-  response_status, response_headers, response_body, COALESCE(sealed_key, '')
+  response_status, response_headers, response_body, COALESCE(sealed_key, ''), result_ref
 FROM idempotency_keys`
 
 const sqInspect = `SELECT ` + sqInspectRecord + ` WHERE scope = ? AND idem_key = ?`

@@ -61,9 +61,18 @@
 // version its message says so. A nil handle of any type is refused before
 // any statement.
 //
+// # Key memory and references
+//
+// [WithKeyMemory] and [Request.KeyMemory] keep a key past its retention:
+// a late retry is [ErrExpired] and nothing runs. A response may record
+// what its operation created ([Response.Reference], [WithReference] for
+// [Call]); the record keeps it when the purge drops the response, and
+// the late retry's [*ExpiredError] carries it, so that the caller can
+// fetch the object.
+//
 // # Sealing
 //
-// [WithSealer] seals the stored responses at rest, with
+// [WithSealer] seals the stored responses (and their references) at rest, with
 // [NewAESGCMSealer]'s keys, which [ParseKeys] reads from the keys file
 // that the idem command reads too. A record sealed with a key the Store
 // lacks is [ErrUnsealable]: never replayed, never run again. [Store.Reseal]

@@ -361,3 +361,50 @@ func ExampleStore_PurgeBatchDetail() {
 	// deleted 1, tombstones 1
 	// the payment again: true
 }
+
+// A charge records where it can be fetched (Response.Reference). Past its
+// retention the purge drops the response but keeps the reference with the
+// key, so the late retry that ErrExpired refuses is told where the charge
+// is: an HTTP service answers 410 with it as Location.
+func ExampleExpiredError() {
+	ctx := context.Background()
+	dir, err := os.MkdirTemp("", "idem-example")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, "shop.db")+"?_txlock=immediate&_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer db.Close()
+	store, err := idem.New(idem.SQLite, idem.WithRetention(10*time.Millisecond), idem.WithKeyMemory(30*24*time.Hour))
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := store.Migrate(ctx, db); err != nil {
+		log.Fatal(err)
+	}
+	req := idem.Request{Scope: "customer-42", Key: "order-7", Operation: "POST /v1/charges", Fingerprint: idem.Fingerprint([]byte("4200 EUR"))}
+	charge := func() error {
+		return idem.RunTx(ctx, db, nil, func(tx *sql.Tx) error {
+			_, err := store.Do(ctx, tx, req, func(context.Context) (idem.Response, error) {
+				return idem.Response{StatusCode: 201, Body: []byte(`{"id":"ch_1"}`), Reference: "/v1/charges/ch_1"}, nil
+			})
+			return err
+		})
+	}
+	if err := charge(); err != nil {
+		log.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if _, err := store.PurgeBatchDetail(ctx, idem.NewSQLRunner(db, nil), 100); err != nil {
+		log.Fatal(err)
+	}
+	var expired *idem.ExpiredError
+	if err := charge(); errors.As(err, &expired) {
+		fmt.Println("410, ErrExpired:", errors.Is(err, idem.ErrExpired), "Location:", expired.Reference)
+	}
+	// Output:
+	// 410, ErrExpired: true Location: /v1/charges/ch_1
+}

@@ -36,6 +36,14 @@ type Response struct {
 	StatusCode int
 	Header     http.Header // may be nil
 	Body       []byte      // any bytes; replayed byte for byte
+	// Reference is a small reference to what the operation created: a
+	// URL or path to GET it, or its ID; "" for none. At most
+	// [MaxReference] bytes of UTF-8 without control characters
+	// ([ErrInvalidReference]). It is replayed with the response, sealed
+	// like it ([WithSealer]), and kept when the purge drops the response
+	// within the key memory, so that a late retry's [ExpiredError]
+	// carries it.
+	Reference string
 }
 
 // Result is what Do returns.

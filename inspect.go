@@ -41,6 +41,14 @@ type Record struct {
 	// [StatusCompleted], and for a sealed one when the Store has no
 	// sealer (a sealer that cannot open it is an error of Inspect's).
 	Response *Response
+	// Reference is the reference the request recorded to what it created
+	// ([Response.Reference]), kept in a tombstone ([StatusExpired]) too;
+	// "" when there is none, and for a sealed one that the Store cannot
+	// open (ReferenceSealed then reports it).
+	Reference string
+	// ReferenceSealed reports a sealed reference the Store could not
+	// open: it has no sealer, or not the key.
+	ReferenceSealed bool
 }
 
 // Inspect reads the record of (scope, key) without locking it or changing
@@ -129,13 +137,13 @@ func (s *Store) InspectKeyOn(ctx context.Context, db Conn, key string, limit int
 type recordColumns struct {
 	lease, created, now, expires int64
 	completed, status            sql.NullInt64
-	header, body                 []byte
+	header, body, ref            []byte
 }
 
 // dest is where the inspect statements' columns go, in their order.
 func (c *recordColumns) dest(rec *Record) []any {
 	return []any{&rec.Operation, &rec.Fingerprint, &rec.Status, &rec.Token, &c.lease, &c.created, &c.completed, &c.now,
-		&rec.Forgotten, &rec.Expired, &c.expires, &c.status, &c.header, &c.body, &rec.SealedKey}
+		&rec.Forgotten, &rec.Expired, &c.expires, &c.status, &c.header, &c.body, &rec.SealedKey, &c.ref}
 }
 
 // fill puts the columns dest read into rec, with the response opened
@@ -145,11 +153,13 @@ func (s *Store) fill(c *recordColumns, rec *Record) error {
 	if c.completed.Valid {
 		rec.CompletedAt = fromMicros(c.completed.Int64)
 	}
+	req := Request{Scope: rec.Scope, Key: rec.Key, Operation: rec.Operation}
+	ref, err := s.openRef(req, c.ref)
+	rec.Reference, rec.ReferenceSealed = ref, err != nil
 	if rec.Status != StatusCompleted || rec.SealedKey != "" && s.sealer == nil {
 		return nil
 	}
-	req := Request{Scope: rec.Scope, Key: rec.Key, Operation: rec.Operation}
-	resp, err := s.response(req, record{code: c.status, header: c.header, body: c.body, sealedKey: sql.NullString{String: rec.SealedKey, Valid: rec.SealedKey != ""}})
+	resp, err := s.response(req, record{code: c.status, header: c.header, body: c.body, sealedKey: sql.NullString{String: rec.SealedKey, Valid: rec.SealedKey != ""}, ref: c.ref})
 	if err != nil {
 		return err
 	}

@@ -307,19 +307,24 @@ type stored struct {
 	resp         Response
 	header, body []byte
 	keyID        any
+	ref          any // the reference as result_ref stores it (sealRef); nil for none
 }
 
 // seal returns what is stored of resp for req's record.
 func (s *Store) seal(req Request, resp Response) (stored, error) {
+	ref, err := s.sealRef(req, resp.Reference)
+	if err != nil {
+		return stored{}, &Error{Op: "seal the response", Scope: req.Scope, Key: req.Key, Err: err, Hint: hintRollBack}
+	}
 	header := encodeHeader(resp.Header)
 	if s.sealer == nil {
-		return stored{resp: resp, header: header, body: resp.Body}, nil
+		return stored{resp: resp, header: header, body: resp.Body, ref: ref}, nil
 	}
 	sealed, err := s.sealStored(req, header, resp.Body)
 	if err != nil {
 		return stored{}, &Error{Op: "seal the response", Scope: req.Scope, Key: req.Key, Err: err, Hint: hintRollBack}
 	}
-	return stored{resp: resp, body: sealed, keyID: s.sealerKeyID()}, nil
+	return stored{resp: resp, body: sealed, keyID: s.sealerKeyID(), ref: ref}, nil
 }
 
 // sealStored seals a response of req as stored, its header encoded, with

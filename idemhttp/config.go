@@ -97,6 +97,19 @@ type Config struct {
 	// the Store's ([idem.WithKeyMemory]). The record keeps it: every
 	// purge honours it, whatever its own settings.
 	KeyMemory func(*http.Request) time.Duration
+	// ReferenceField returns, per route, the JSON Pointer (RFC 6901:
+	// "/id", "/charge/id") of the member of the handler's JSON response
+	// body whose value (a string, or a number as written) the record keeps
+	// as its reference to what the request created
+	// (idem.Response.Reference); nil, or "" for a request: the response's
+	// Location header. The record keeps the reference past its response
+	// within the key memory, and a retry refused then (410) gets it as
+	// its Location and the problem's "reference" member, so that the
+	// client can fetch the object. A response without the member (a
+	// decline) keeps none; a pointer that is not one, a body that is not
+	// JSON, or a reference over idem.MaxReference bytes is an error (500,
+	// logged, nothing stored).
+	ReferenceField func(*http.Request) string
 	// MaxBody is the largest request body accepted, in bytes; a larger one
 	// is a 413 before any database work. Default [DefaultMaxBody] (1 MiB).
 	MaxBody int64

@@ -67,7 +67,9 @@
 // key, 413 for a body over [Config.MaxBody], 409 with Retry-After while
 // another request holds the key, 422 for a key reused with another
 // request, 410 for a key whose response is gone (a key memory:
-// [Config.KeyMemory], else the Store's).
+// [Config.KeyMemory], else the Store's), with a Location header and a
+// "reference" member naming what the first request created when its
+// record kept it (its answer's Location, or [Config.ReferenceField]).
 // docs/http.md describes them all and gives a client retry recipe.
 //
 // The middleware runs on database/sql ([Config].DB), or on any driver's

@@ -50,8 +50,10 @@ const (
 	// TypeKeyExpired (410): the key was used and its stored response is
 	// gone: its retention has passed, and the server keeps the key for its
 	// key memory (idem.WithKeyMemory) so that the request does not run a
-	// second time. Nothing ran. Do not retry with this key: look the
-	// outcome up another way, or send a new request with a new key.
+	// second time. Nothing ran. Do not retry with this key: fetch what it
+	// created, named by the Location header and the "reference" member
+	// when the request recorded it (Config.ReferenceField), or send a new
+	// request with a new key.
 	TypeKeyExpired = "https://github.com/idemkit/idem/blob/main/docs/http.md#key-expired"
 	// TypeInFlight (409, with Retry-After): another request holds the key,
 	// or took it over from this one. Retry with the same key and body to
@@ -92,6 +94,11 @@ type Problem struct {
 	Title  string `json:"title"`
 	Status int    `json:"status"`
 	Detail string `json:"detail,omitempty"`
+	// Reference, for a [TypeKeyExpired] problem, is what the key's first
+	// request created (its Location, or the member Config.ReferenceField
+	// names), which its record kept: fetch it. Sent as the Location
+	// header too. Empty when the request recorded none.
+	Reference string `json:"reference,omitempty"`
 	// RetryAfter, when positive, is sent as a Retry-After header in whole
 	// seconds, rounded up.
 	RetryAfter time.Duration `json:"-"`
@@ -115,6 +122,9 @@ func (p *Problem) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
 	h.Set("Cache-Control", "no-store")
 	if p.RetryAfter > 0 {
 		h.Set("Retry-After", strconv.FormatInt(seconds(p.RetryAfter), 10))
+	}
+	if p.Reference != "" {
+		h.Set("Location", p.Reference)
 	}
 	w.WriteHeader(p.Status)
 	_, _ = w.Write(append(body, '\n'))
@@ -144,6 +154,11 @@ func (m *Middleware) answerError(w http.ResponseWriter, r *http.Request, err err
 	case idemserve.Expired:
 		p = problem(http.StatusGone, TypeKeyExpired, "Idempotency-Key expired",
 			"this %s was used, and its stored response is gone: its retention has passed; the request did not run again; do not retry with this key: look the outcome up another way, or send a new request with a new key", HeaderIdempotencyKey)
+		if o.Reference != "" {
+			p = problem(http.StatusGone, TypeKeyExpired, "Idempotency-Key expired",
+				"this %s was used, and its stored response is gone: its retention has passed; the request did not run again; do not retry with this key: fetch what it created (the reference, also sent as Location), or send a new request with a new key", HeaderIdempotencyKey)
+			p.Reference = o.Reference
+		}
 	case idemserve.Unopenable:
 		p = problem(http.StatusNotImplemented, TypeUnopenable, "Stored response unreadable",
 			"this %s was used, and its request completed, but this server cannot read the response it stored (a key it was sealed with is not deployed here); the request did not run again; a retry will not succeed until the server is fixed: do not retry automatically", HeaderIdempotencyKey)

@@ -92,7 +92,7 @@ func (m *Middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 	call.Run = func(ctx context.Context) (idem.Response, error) {
 		rec = newRecorder()
 		next.ServeHTTP(rec, withBody(r.WithContext(ctx), body))
-		return m.result(rec)
+		return m.result(r, rec)
 	}
 	res, err := m.core.Serve(r.Context(), call)
 	switch {
@@ -124,11 +124,15 @@ func withBody(r *http.Request, body []byte) *http.Request {
 
 // result is the Response to store for what the handler answered, or an
 // *attemptError when nothing is to be stored.
-func (m *Middleware) result(rec *recorder) (idem.Response, error) {
+func (m *Middleware) result(r *http.Request, rec *recorder) (idem.Response, error) {
 	if rec.streamed != "" || rec.statusCode() >= 500 && !m.cfg.StoreServerErrors {
 		return idem.Response{}, &attemptError{rec: rec}
 	}
-	return idem.Response{StatusCode: rec.statusCode(), Header: m.allowed(rec.header), Body: rec.body.Bytes()}, nil
+	ref, err := m.reference(r, rec)
+	if err != nil {
+		return idem.Response{}, err
+	}
+	return idem.Response{StatusCode: rec.statusCode(), Header: m.allowed(rec.header), Body: rec.body.Bytes(), Reference: ref}, nil
 }
 
 // replay writes a stored response: status, body, the allow-listed header

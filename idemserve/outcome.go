@@ -16,6 +16,11 @@ type Outcome struct {
 	RetryAfter time.Duration
 	// KeyID names the key the record is sealed with, for Unopenable.
 	KeyID string
+	// Reference is what the key's first request created, for Expired:
+	// the reference its record kept ([idem.Response.Reference],
+	// [idem.ExpiredError]), for the client to fetch; "" when it kept
+	// none, or when a sealed one could not be opened (logged).
+	Reference string
 }
 
 // Kind is the kind of an [Outcome].
@@ -48,6 +53,7 @@ const (
 	// retention but within its key memory, the request's or the Store's,
 	// which its record keeps ([idem.ErrExpired]).
 	// Nothing ran. Not to be retried, by a client or a broker.
+	// Reference says what the first request created, when it recorded it.
 	Expired
 	// FingerprintChanged: the key was used, and its record was
 	// fingerprinted with another selection of the request's fields than
@@ -85,7 +91,16 @@ func (s *Server) Outcome(err error) Outcome {
 	case errors.Is(err, idem.ErrMismatch):
 		return Outcome{Kind: Mismatch}
 	case errors.Is(err, idem.ErrExpired):
-		return Outcome{Kind: Expired}
+		o := Outcome{Kind: Expired}
+		if e, ok := errors.AsType[*idem.ExpiredError](err); ok {
+			o.Reference = e.Reference
+			if e.ReferenceErr != nil {
+				s.cfg.Logger.Warn(s.cfg.Layer+": the reference kept with an expired key cannot be opened: the refusal goes without it",
+					"err", err, "reference_err", e.ReferenceErr,
+					"fix", "give the Store a sealer that has the key it was sealed with (idem.WithSealer); see docs/operations.md, Sealing")
+			}
+		}
+		return o
 	case errors.Is(err, idem.ErrUnsealable):
 		keyID := ""
 		if u, ok := errors.AsType[*idem.UnsealableError](err); ok {

@@ -58,6 +58,12 @@
 //	                  row written before version 4 (PostgreSQL), 5 (MySQL)
 //	                  or 3 (TiDB, SQLite), which keeps the key memory of
 //	                  the Store that reads or purges it
+//	result_ref        the reference to what the request created
+//	                  (Response.Reference), one byte saying how it is
+//	                  stored (0 in the clear, 1 sealed) then the text or
+//	                  the sealed bytes; kept in a tombstone, so that a late
+//	                  retry's ErrExpired names it; NULL for none. Added by
+//	                  the same version as forget_at
 package schema
 
 import (

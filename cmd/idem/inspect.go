@@ -34,7 +34,8 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	)
 	fs := newFlags("inspect", "--dsn DSN --key KEY [--scope SCOPE] [--limit 100] [--table NAME] [--retention 24h] [--key-memory 0] [--keys-file FILE] [--json]",
 		"Shows the records of one Idempotency-Key: status, operation, fingerprint,\n"+
-			"fencing token, age, the lease end of a claim in flight, the expiry, and\n"+
+			"fencing token, age, the lease end of a claim in flight, the expiry, the\n"+
+			"reference to what the request created (kept past its response), and\n"+
 			"the stored response in one line: gone (past retention), sealed, or the\n"+
 			"response (its body if it is text). With --scope, the record of the key\n"+
 			"in that scope; without it, the key's record in every scope, found by a\n"+
@@ -208,6 +209,12 @@ func printRecord(w io.Writer, r *idem.Record) {
 			row("expires", "%s (%s ago)", stamp(r.ExpiresAt), ago(-left))
 		}
 	}
+	switch {
+	case r.Reference != "":
+		row("reference", "%s", shown(r.Reference))
+	case r.ReferenceSealed:
+		row("reference", "sealed: give --keys-file to open it")
+	}
 	// One line on the response: gone, sealed, or the response itself.
 	stored := r.Response != nil || r.SealedKey != "" || r.Status == idem.StatusCompleted || r.Status == idem.StatusExpired
 	switch resp := r.Response; {
@@ -294,22 +301,28 @@ func ago(d time.Duration) string {
 }
 
 type recordJSON struct {
-	Scope       string        `json:"scope"`
-	Key         string        `json:"key"`
-	Status      string        `json:"status"`
-	Forgotten   bool          `json:"forgotten"`
-	Expired     bool          `json:"expired"`
-	Operation   string        `json:"operation"`
-	Fingerprint string        `json:"fingerprint"`
-	Token       int64         `json:"token"`
-	CreatedAt   time.Time     `json:"created_at"`
-	LeaseUntil  time.Time     `json:"lease_until"`
-	CompletedAt *time.Time    `json:"completed_at,omitempty"`
-	ExpiresAt   *time.Time    `json:"expires_at,omitempty"`
-	SealedKey   string        `json:"sealed_key,omitempty"` // the key the stored response is sealed with
-	Now         time.Time     `json:"now"`
-	AgeSeconds  float64       `json:"age_seconds"`
-	Response    *responseJSON `json:"response,omitempty"`
+	Scope       string     `json:"scope"`
+	Key         string     `json:"key"`
+	Status      string     `json:"status"`
+	Forgotten   bool       `json:"forgotten"`
+	Expired     bool       `json:"expired"`
+	Operation   string     `json:"operation"`
+	Fingerprint string     `json:"fingerprint"`
+	Token       int64      `json:"token"`
+	CreatedAt   time.Time  `json:"created_at"`
+	LeaseUntil  time.Time  `json:"lease_until"`
+	CompletedAt *time.Time `json:"completed_at,omitempty"`
+	ExpiresAt   *time.Time `json:"expires_at,omitempty"`
+	SealedKey   string     `json:"sealed_key,omitempty"` // the key the stored response is sealed with
+	// Reference is what the request created (idem.Response.Reference),
+	// kept past the response within the key memory.
+	Reference string `json:"reference,omitempty"`
+	// ReferenceSealed reports a sealed reference that the keys given
+	// (--keys-file) do not open, or none were.
+	ReferenceSealed bool          `json:"reference_sealed,omitempty"`
+	Now             time.Time     `json:"now"`
+	AgeSeconds      float64       `json:"age_seconds"`
+	Response        *responseJSON `json:"response,omitempty"`
 }
 
 // scanJSON is the output of inspect --json without --scope.
@@ -333,7 +346,7 @@ type responseJSON struct {
 func inspectJSON(r *idem.Record) recordJSON {
 	j := recordJSON{
 		Scope: r.Scope, Key: r.Key, Status: string(r.Status), Forgotten: r.Forgotten, Expired: r.Expired,
-		SealedKey: r.SealedKey, Operation: r.Operation, Fingerprint: r.Fingerprint, Token: r.Token,
+		SealedKey: r.SealedKey, Reference: r.Reference, ReferenceSealed: r.ReferenceSealed, Operation: r.Operation, Fingerprint: r.Fingerprint, Token: r.Token,
 		CreatedAt: r.CreatedAt, LeaseUntil: r.LeaseUntil, Now: r.Now,
 		AgeSeconds: r.Now.Sub(r.CreatedAt).Seconds(),
 	}

@@ -68,6 +68,16 @@ type Config struct {
 	// ([idem.WithKeyMemory]). The record keeps it: every purge honours
 	// it, whatever its own settings.
 	KeyMemory func(method string) time.Duration
+	// Reference returns, per full method name, the reference to what a
+	// call created (its resource name, an ID) read from the handler's OK
+	// reply, which the record keeps as idem.Response.Reference; nil, or
+	// "" for a reply: none. The record keeps it past its answer within
+	// the key memory, and a call refused then (FAILED_PRECONDITION,
+	// [ReasonKeyExpired]) carries it in its ErrorInfo's metadata under
+	// "reference", so that the client can get the resource. Over
+	// idem.MaxReference bytes is an error (INTERNAL, logged, nothing
+	// stored).
+	Reference func(method string, reply any) string
 	// NoSideEffects lists full method names ("/payments.v1.Payments/GetCharge")
 	// that pass through untouched, with no transaction ([TxFrom] returns
 	// nil) and no key handling. Methods whose descriptor declares

@@ -971,7 +971,9 @@ func TestNotReplicated(t *testing.T) {
 // A method's key memory (Config.KeyMemory) is kept by its records: past
 // the method's retention, a retry is refused as an expired key
 // (FAILED_PRECONDITION) and the handler does not run, though the Store
-// keeps no key memory and purged the record meanwhile.
+// keeps no key memory and purged the record meanwhile; the refusal's
+// ErrorInfo carries the reference the first call recorded
+// (Config.Reference), which the purge kept.
 func TestKeyMemoryPerMethod(t *testing.T) {
 	forEachDB(t, func(t *testing.T, e *env) {
 		const retention = 200 * time.Millisecond
@@ -984,17 +986,25 @@ func TestKeyMemoryPerMethod(t *testing.T) {
 				}
 				return 0
 			},
+			Reference: func(method string, reply any) string {
+				return "charges/" + reply.(*structpb.Struct).GetFields()["id"].GetStringValue()
+			},
 		}, a)
 		cc := dial(t, srv.addr)
 		ctx := withKey(t.Context(), "remembered-1")
-		if first := call(ctx, cc, methodCharge, 40); first.status.Code() != codes.OK {
+		first := call(ctx, cc, methodCharge, 40)
+		if first.status.Code() != codes.OK {
 			t.Fatalf("the first call: %v", first.status)
 		}
+		id := first.reply.GetFields()["id"].GetStringValue()
 		time.Sleep(retention + 100*time.Millisecond)
 		if _, err := s.Purge(t.Context(), e.db, 10); err != nil {
 			t.Fatal(err)
 		}
-		checkStatus(t, call(ctx, cc, methodCharge, 40), codes.FailedPrecondition, idemgrpc.ReasonKeyExpired)
+		info := checkStatus(t, call(ctx, cc, methodCharge, 40), codes.FailedPrecondition, idemgrpc.ReasonKeyExpired)
+		if got := info.GetMetadata()["reference"]; id == "" || got != "charges/"+id {
+			t.Errorf("the refusal's ErrorInfo names reference %q, want %q", got, "charges/"+id)
+		}
 		if got := e.rows(a.biz, "remembered-1"); got != 1 || a.calls.Load() != 1 {
 			t.Fatalf("%d rows, the handler ran %d times; want once", got, a.calls.Load())
 		}

@@ -127,7 +127,11 @@ func (i *Interceptor) serve(ctx context.Context, req any, method string, handler
 		if !present {
 			return idem.Response{}, nil // nothing is stored
 		}
-		return fresh.response(i.keep)
+		resp, err := fresh.response(i.keep)
+		if err == nil && i.cfg.Reference != nil && fresh.status.Code() == codes.OK {
+			resp.Reference = i.cfg.Reference(method, fresh.reply)
+		}
+		return resp, err
 	}
 	res, err := i.core.Serve(ctx, call)
 	switch {

@@ -40,7 +40,9 @@ const (
 	// stored answer is gone: its retention has passed, and the server
 	// keeps the key for its key memory (idem.WithKeyMemory) so that the
 	// call does not run a second time. Nothing ran. Do not retry with
-	// this key.
+	// this key. When the call recorded what it created
+	// ([Config].Reference), the ErrorInfo's metadata holds it under
+	// "reference": get that resource instead.
 	ReasonKeyExpired = "IDEMPOTENCY_KEY_EXPIRED"
 	// ReasonFingerprintChanged (FAILED_PRECONDITION): the key was used
 	// before the server changed which fields of the method's request count
@@ -84,8 +86,13 @@ const (
 // statusError is an error of the interceptor: code and message, an
 // ErrorInfo with reason, then details.
 func statusError(code codes.Code, reason, msg string, details ...protoadapt.MessageV1) error {
+	return statusErrorWith(code, reason, msg, nil, details...)
+}
+
+// statusErrorWith is statusError whose ErrorInfo carries metadata.
+func statusErrorWith(code codes.Code, reason, msg string, metadata map[string]string, details ...protoadapt.MessageV1) error {
 	st := status.New(code, msg)
-	withInfo, err := st.WithDetails(append([]protoadapt.MessageV1{&errdetails.ErrorInfo{Reason: reason, Domain: ErrorDomain}}, details...)...)
+	withInfo, err := st.WithDetails(append([]protoadapt.MessageV1{&errdetails.ErrorInfo{Reason: reason, Domain: ErrorDomain, Metadata: metadata}}, details...)...)
 	if err != nil { // the details are messages of errdetails, which always marshal
 		panic(err)
 	}
@@ -123,8 +130,13 @@ func (i *Interceptor) answerError(ctx context.Context, method, key string, err e
 			&errdetails.PreconditionFailure{Violations: []*errdetails.PreconditionFailure_Violation{{
 				Type: ReasonFingerprintChanged, Subject: i.keySubject(), Description: "the idempotency key was fingerprinted with another selection of the request's fields"}}})
 	case idemserve.Expired:
-		return statusError(codes.FailedPrecondition, ReasonKeyExpired,
-			fmt.Sprintf("idempotency key %q was used, and its stored answer is gone: its retention has passed; the call did not run again; do not retry with this key", key),
+		msg := fmt.Sprintf("idempotency key %q was used, and its stored answer is gone: its retention has passed; the call did not run again; do not retry with this key", key)
+		var meta map[string]string
+		if o.Reference != "" {
+			msg += fmt.Sprintf("; it created %s (the ErrorInfo's metadata \"reference\"): get that instead", o.Reference)
+			meta = map[string]string{"reference": o.Reference}
+		}
+		return statusErrorWith(codes.FailedPrecondition, ReasonKeyExpired, msg, meta,
 			&errdetails.PreconditionFailure{Violations: []*errdetails.PreconditionFailure_Violation{{
 				Type: ReasonKeyExpired, Subject: i.keySubject(), Description: "the idempotency key's answer is gone"}}})
 	case idemserve.Unopenable:

@@ -94,6 +94,14 @@ type Config struct {
 	// returned: the Store's ([idem.WithKeyMemory]). The record keeps it:
 	// every purge honours it, whatever its own settings.
 	KeyMemory func(msg *message.Message) time.Duration
+	// Reference returns the reference to what handling msg creates (an
+	// order's ID from the payload or metadata), which the record keeps
+	// as idem.Response.Reference past its retention within the key
+	// memory; nil, or "" returned: none. A redelivery refused then
+	// (idem.ErrExpired) is acked with a log line that names it. Over
+	// idem.MaxReference bytes is an error of the message's handling
+	// (nacked, nothing stored).
+	Reference func(msg *message.Message) string
 	// Outbox builds the publisher, on the handler's transaction, through
 	// which the messages that the handler returns and those it publishes
 	// itself ([PublisherFrom]) are written, so that they commit with its

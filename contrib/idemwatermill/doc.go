@@ -50,7 +50,8 @@
 // default), which must outlive the broker's redelivery horizon. A
 // redelivery past it runs again, unless the Store keeps a key memory
 // (idem.WithKeyMemory): then it meets [idem.ErrExpired], and the
-// middleware acks it without running the handler.
+// middleware acks it without running the handler, logging the reference
+// the record kept to what handling it created ([Config.Reference]).
 //
 // A handler error rolls back its rows, stores nothing (in ModeClaim it
 // releases the claim) and is returned, so that the router nacks the

@@ -78,7 +78,9 @@ func (c *consumer) wrap(h message.HandlerFunc) message.HandlerFunc {
 			// The handler publishes nothing (it cannot, without an
 			// outbox): its record's response is known, and stored with
 			// the key's claim.
-			call.Answer = &consumed
+			answer := consumed
+			answer.Reference = c.reference(msg)
+			call.Answer = &answer
 		}
 		if _, err := c.core.Serve(ctx, call); err != nil {
 			switch {
@@ -89,7 +91,7 @@ func (c *consumer) wrap(h message.HandlerFunc) message.HandlerFunc {
 				// retention and kept by its key memory: the
 				// router acks it, and nothing runs again.
 				c.cfg.Logger.InfoContext(ctx, "idemwatermill: a redelivery of a message applied before, past its record's retention, is acked without running",
-					"message", msg.UUID, "scope", req.Scope)
+					"message", msg.UUID, "scope", req.Scope, "reference", c.core.Outcome(err).Reference)
 				return nil, nil
 			case c.core.Outcome(err).Kind == idemserve.Unopenable:
 				// Applied by an earlier delivery, whose record this
@@ -169,7 +171,16 @@ func (c *consumer) run(ctx context.Context, msg *message.Message, h message.Hand
 			return idem.Response{}, err
 		}
 	}
-	return idem.Response{StatusCode: 200, Body: pc.produced()}, nil
+	return idem.Response{StatusCode: 200, Body: pc.produced(), Reference: c.reference(msg)}, nil
+}
+
+// reference is what the record of msg keeps as its reference
+// (Config.Reference); "" for none.
+func (c *consumer) reference(msg *message.Message) string {
+	if c.cfg.Reference == nil {
+		return ""
+	}
+	return c.cfg.Reference(msg)
 }
 
 // refuse returns err, an error of Serve's that is not the handler's, for

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -430,7 +431,8 @@ func TestRecordWrittenWithTheClaim(t *testing.T) {
 // the key (idem.ErrExpired), and that means applied, even after a purge
 // by a Store without key memory. Without one, the key is forgotten and
 // the redelivery runs again, which is why the retention must outlive the
-// broker's redelivery horizon.
+// broker's redelivery horizon. The acked redelivery's log line names the
+// reference the record kept (Config.Reference).
 func TestRedeliveryPastRetention(t *testing.T) {
 	forEachDB(t, func(t *testing.T, e *env) {
 		const retention = 200 * time.Millisecond
@@ -441,7 +443,10 @@ func TestRedeliveryPastRetention(t *testing.T) {
 			}
 			store := e.store(opts...)
 			biz := e.business()
+			var logged syncBuffer
 			mw := e.middleware(store, idemserve.ModeTransaction, func(cfg *idemwatermill.Config) {
+				cfg.Logger = slog.New(slog.NewTextHandler(&logged, nil))
+				cfg.Reference = func(msg *message.Message) string { return "orders/" + msg.UUID }
 				cfg.Scope = "late"
 				cfg.Retention = func(*message.Message) time.Duration { return retention }
 				if memory == "config" {
@@ -478,6 +483,9 @@ func TestRedeliveryPastRetention(t *testing.T) {
 			}
 			if n := runs.Load(); n != want {
 				t.Fatalf("key memory %v: the handler ran %d times, want %d", memory, n, want)
+			}
+			if acked := strings.Contains(logged.String(), "reference=orders/late-1"); acked != (memory != "none") {
+				t.Errorf("key memory %v: the log names the reference: %v; log: %s", memory, acked, logged.String())
 			}
 		}
 	})

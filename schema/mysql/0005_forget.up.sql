@@ -13,12 +13,18 @@
 -- beside): those keep the key memory of the Store that reads or purges
 -- them, as before.
 --
--- Online: the column is added at the end of the row as a change of the
+-- result_ref is the small reference to what the request created (its
+-- Location, or a field of its body: Response.Reference), as idem encodes
+-- it: in the clear or sealed. The purge keeps it in the tombstone, so that
+-- a late retry refused with ErrExpired learns where the object is. NULL
+-- where the request recorded none.
+--
+-- Online: the columns are added at the end of the row as a change of the
 -- table's definition alone (ALGORITHM = INSTANT: MySQL 8.0.12 and later,
 -- MariaDB 10.3 and later), with an exclusive metadata lock for a moment;
 -- no row is rewritten. The comment is a change of the definition too
 -- (INPLACE, LOCK = NONE: reads and writes go on). Run again, the first
 -- statement fails on the existing column and Store.Migrate goes on to the
 -- next.
-ALTER TABLE idempotency_keys ADD COLUMN forget_at DATETIME(6) NULL, ALGORITHM = INSTANT;
+ALTER TABLE idempotency_keys ADD COLUMN forget_at DATETIME(6) NULL, ADD COLUMN result_ref VARBINARY(3072) NULL, ALGORITHM = INSTANT;
 ALTER TABLE idempotency_keys COMMENT = 'idem schema 5', ALGORITHM = INPLACE, LOCK = NONE;

@@ -13,9 +13,16 @@
 -- beside): those keep the key memory of the Store that reads or purges
 -- them, as before.
 --
--- Online: ADD COLUMN of a nullable column without a default changes the
+-- result_ref is the small reference to what the request created (its
+-- Location, or a field of its body: Response.Reference), as idem encodes
+-- it: in the clear or sealed. The purge keeps it in the tombstone, so that
+-- a late retry refused with ErrExpired learns where the object is. NULL
+-- where the request recorded none.
+--
+-- Online: ADD COLUMN of nullable columns without a default changes the
 -- catalog only and rewrites no row (a moment's ACCESS EXCLUSIVE lock,
 -- which waits for the transactions open on the table). No index: the
 -- purge reads forget_at only of the records it has found by expires_at.
 ALTER TABLE idempotency_keys ADD COLUMN IF NOT EXISTS forget_at timestamptz;
+ALTER TABLE idempotency_keys ADD COLUMN IF NOT EXISTS result_ref bytea;
 COMMENT ON TABLE idempotency_keys IS 'idem schema 4';

@@ -13,6 +13,13 @@
 -- completed, and on every row written before this version: those keep
 -- the key memory of the Store that reads or purges them, as before.
 --
+-- result_ref is the small reference to what the request created (its
+-- Location, or a field of its body: Response.Reference), as idem encodes
+-- it: in the clear or sealed. The purge keeps it in the tombstone, so that
+-- a late retry refused with ErrExpired learns where the object is. NULL
+-- where the request recorded none.
+--
 -- ADD COLUMN changes the schema alone and rewrites no row. Run again, it
 -- fails on the existing column and Store.Migrate goes on.
 ALTER TABLE idempotency_keys ADD COLUMN forget_at INTEGER;
+ALTER TABLE idempotency_keys ADD COLUMN result_ref BLOB;

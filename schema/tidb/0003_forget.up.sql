@@ -13,8 +13,14 @@
 -- beside): those keep the key memory of the Store that reads or purges
 -- them, as before.
 --
+-- result_ref is the small reference to what the request created (its
+-- Location, or a field of its body: Response.Reference), as idem encodes
+-- it: in the clear or sealed. The purge keeps it in the tombstone, so that
+-- a late retry refused with ErrExpired learns where the object is. NULL
+-- where the request recorded none.
+--
 -- Online: TiDB adds a nullable column as metadata, while reads and writes
 -- go on. Run again, the first statement fails on the existing column, and
 -- Store.Migrate goes on to the next.
-ALTER TABLE idempotency_keys ADD COLUMN forget_at DATETIME(6) NULL;
+ALTER TABLE idempotency_keys ADD COLUMN forget_at DATETIME(6) NULL, ADD COLUMN result_ref VARBINARY(3072) NULL;
 ALTER TABLE idempotency_keys COMMENT = 'idem schema 3';

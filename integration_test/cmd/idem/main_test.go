@@ -282,7 +282,9 @@ func TestOperate(t *testing.T) {
 // tombstones of them and says so, and a retry through a Store without
 // key memory is refused (ErrExpired) without running its fn. A record
 // past its forget time as well goes. Before the records kept their
-// forget time, the command deleted all three and the retries ran.
+// forget time, the command deleted all three and the retries ran. The
+// tombstone keeps the record's reference (Response.Reference), which
+// the retry's ExpiredError and inspect show.
 func TestPurgeKeepsTheRecordsKeyMemory(t *testing.T) {
 	ctx := context.Background()
 	for _, d := range databases(t) {
@@ -307,7 +309,7 @@ func TestPurgeKeepsTheRecordsKeyMemory(t *testing.T) {
 				return idem.RunTx(ctx, db, nil, func(tx *sql.Tx) error {
 					_, err := s.Do(ctx, tx, r, func(context.Context) (idem.Response, error) {
 						runs++
-						return idem.Response{StatusCode: 201}, nil
+						return idem.Response{StatusCode: 201, Reference: "/charges/" + r.Key}, nil
 					})
 					return err
 				})
@@ -340,9 +342,18 @@ func TestPurgeKeepsTheRecordsKeyMemory(t *testing.T) {
 				t.Fatalf("purge without flags: exit %d, stdout %q, stderr %q; want 1 deleted, 2 tombstones", r.code, r.stdout, r.stderr)
 			}
 			for _, key := range []string{"by-store", "by-request"} {
-				if err := do(plain, req(key)); !errors.Is(err, idem.ErrExpired) {
-					t.Errorf("a retry of %s after the purge, through a Store without key memory: %v, want ErrExpired", key, err)
+				err := do(plain, req(key))
+				if expired, ok := errors.AsType[*idem.ExpiredError](err); !ok || expired.Reference != "/charges/"+key {
+					t.Errorf("a retry of %s after the purge, through a Store without key memory: %v, want ErrExpired with the reference", key, err)
 				}
+			}
+			r = idemCmd(t, "inspect", "--dsn", d.dsn, "--table", table, "--scope", "tenant", "--key", "by-store")
+			if r.code != 0 || !strings.Contains(r.stdout, "reference") || !strings.Contains(r.stdout, "/charges/by-store") {
+				t.Errorf("inspect of the tombstone: exit %d, stdout %q, stderr %q; want its reference shown", r.code, r.stdout, r.stderr)
+			}
+			r = idemCmd(t, "inspect", "--dsn", d.dsn, "--table", table, "--scope", "tenant", "--key", "by-store", "--json")
+			if r.code != 0 || !strings.Contains(r.stdout, `"reference":"/charges/by-store"`) && !strings.Contains(r.stdout, `"reference": "/charges/by-store"`) {
+				t.Errorf("inspect --json of the tombstone: exit %d, stdout %q; want its reference", r.code, r.stdout)
 			}
 			if runs != 3 {
 				t.Errorf("fn ran %d times, want 3: a retry ran again", runs)

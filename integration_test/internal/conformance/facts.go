@@ -244,7 +244,7 @@ var postgresFacts = facts{
 	redirectDSN:    pgRedirect,
 	migrations:     schema.Postgres,
 	release1:       release1Postgres,
-	upgraded:       []string{"autovacuum_vacuum_scale_factor=0.01", "fillfactor=90", "toast:autovacuum_vacuum_scale_factor=0.01", "expires_at timestamp with time zone", "T_expires_at_idx", "forget_at timestamp with time zone", "comment:idem schema 4"},
+	upgraded:       []string{"autovacuum_vacuum_scale_factor=0.01", "fillfactor=90", "toast:autovacuum_vacuum_scale_factor=0.01", "expires_at timestamp with time zone", "T_expires_at_idx", "forget_at timestamp with time zone", "result_ref bytea", "comment:idem schema 4"},
 
 	lockTimeoutStatements: 4,
 	lockWaitUnit:          time.Millisecond,
@@ -287,7 +287,7 @@ var mysqlFacts = facts{
 	redirectDSN:           mysqlRedirect,
 	migrations:            schema.MySQL,
 	release1:              release1MySQL,
-	upgraded:              []string{"PRIMARY KEY (`expires_at`,`scope`,`idem_key`)", "UNIQUE KEY `T_scope_key` (`scope`,`idem_key`)", "COMMENT='idem schema 5'", "`forget_at` datetime(6)"},
+	upgraded:              []string{"PRIMARY KEY (`expires_at`,`scope`,`idem_key`)", "UNIQUE KEY `T_scope_key` (`scope`,`idem_key`)", "COMMENT='idem schema 5'", "`forget_at` datetime(6)", "`result_ref` varbinary(3072)"},
 	expiryInKey:           true,
 	lockTimeoutStatements: 3,
 	lockWaitUnit:          time.Second,
@@ -326,7 +326,7 @@ var tidbFacts = func() facts {
 	f.skipsLocked = false
 	f.migrations = schema.TiDB
 	f.release1 = release1TiDB
-	f.upgraded = []string{"PRIMARY KEY (`scope`,`idem_key`)", "KEY `T_created_at_idx` (`created_at`)", "KEY `T_expires_at_idx` (`expires_at`)", "`forget_at` datetime(6)"}
+	f.upgraded = []string{"PRIMARY KEY (`scope`,`idem_key`)", "KEY `T_created_at_idx` (`created_at`)", "KEY `T_expires_at_idx` (`expires_at`)", "`forget_at` datetime(6)", "`result_ref` varbinary(3072)"}
 	f.expiryInKey = false
 	return f
 }()
@@ -350,7 +350,7 @@ var sqliteFacts = facts{
 	showLayout:  sqliteLayout,
 	migrations:  schema.SQLite,
 	release1:    release1SQLite,
-	upgraded:    []string{"PRIMARY KEY (scope, idem_key)", "WITHOUT ROWID", "expires_at INTEGER", "T_expires_at_idx", "forget_at INTEGER"},
+	upgraded:    []string{"PRIMARY KEY (scope, idem_key)", "WITHOUT ROWID", "expires_at INTEGER", "T_expires_at_idx", "forget_at INTEGER", "result_ref BLOB"},
 
 	snapshotRetryable: true,
 	snapshotBegin:     "BEGIN DEFERRED",

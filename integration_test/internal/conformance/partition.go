@@ -27,7 +27,7 @@ func TestDailyPartitionsRunAKeyTwice(t *testing.T) {
     operation text NOT NULL, fingerprint text NOT NULL, status text NOT NULL,
     token bigint NOT NULL, lease_until timestamptz NOT NULL, created_at timestamptz NOT NULL,
     completed_at timestamptz, response_status integer, response_headers bytea, response_body bytea,
-    expires_at timestamptz, sealed_key text, forget_at timestamptz,
+    expires_at timestamptz, sealed_key text, forget_at timestamptz, result_ref bytea,
     PRIMARY KEY (scope, idem_key, created_at)
 ) PARTITION BY RANGE (created_at)`)
 		e.dropLater(table)

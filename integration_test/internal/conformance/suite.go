@@ -42,6 +42,7 @@ var suite = []struct {
 	{"TestKeyMemory", TestKeyMemory},
 	{"TestKeyMemoryKeptByTheRecord", TestKeyMemoryKeptByTheRecord},
 	{"TestKeyMemoryOfEarlierRecords", TestKeyMemoryOfEarlierRecords},
+	{"TestExpiredReference", TestExpiredReference},
 	{"TestSealedResponses", TestSealedResponses},
 	{"TestSealedRowsTampered", TestSealedRowsTampered},
 	{"TestRotationMidTraffic", TestRotationMidTraffic},

@@ -244,7 +244,7 @@ func TestUpgradeFromEarlierVersions(t *testing.T) {
 				tx := e.begin(nil)
 				_, err := s.Do(ctx, tx, charge("before-migrate", "1"), o.fn(tx, "before-migrate"))
 				must(t, tx.Rollback())
-				if e.hasColumns(s, "expires_at", "sealed_key", "forget_at") {
+				if e.hasColumns(s, "expires_at", "sealed_key", "forget_at", "result_ref") {
 					if err != nil || o.calls.Load() != 1 {
 						t.Fatalf("Do on a table of version %d, which has every column, before Migrate: %v after %d executions; want one", v, err, o.calls.Load())
 					}
