@@ -57,6 +57,10 @@ type facts struct {
 	// wsrep_trx_fragment_size = 0, the servers' default), where idem
 	// refuses Do and Apply; nil where no session needs to.
 	withoutStreaming func(dsn string) string
+	// fencedPassesLocks says why a fenced statement whose token no longer
+	// matches, and the read after it, do not wait for a lock another
+	// transaction holds on the record; "" where they wait.
+	fencedPassesLocks string
 	// suiteOnRequest says why the target runs only the tests written for
 	// it (cluster.go) in the default suite, and the whole suite when
 	// IDEM_TEST_CLUSTER_SUITE=1; "" where it runs the whole suite always.
@@ -324,6 +328,7 @@ var tidbFacts = func() facts {
 	// TiDB's purge statements lock the rows they change, and wait for
 	// those a transaction holds.
 	f.skipsLocked = false
+	f.fencedPassesLocks = "TiDB's pessimistic UPDATE locks only the rows its condition matches, read at the latest commit, and the read after it is a snapshot read: a Release whose token was taken over changes nothing and reads the record without waiting for the lock on it (TestLeaseLostIsNotRetryable: 3 runs of 3)"
 	f.migrations = schema.TiDB
 	f.release1 = release1TiDB
 	f.upgraded = []string{"PRIMARY KEY (`scope`,`idem_key`)", "KEY `T_created_at_idx` (`created_at`)", "KEY `T_expires_at_idx` (`expires_at`)", "`forget_at` datetime(6)", "`result_ref` varbinary(3072)"}
