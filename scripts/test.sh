@@ -4,10 +4,12 @@
 # idemtest's command testdb finds the database servers (the DSNs set in
 # IDEM_TEST_*_DSN, else a development machine's servers at their usual
 # addresses) and their DSNs are exported to every test. The root module's
-# suite runs in the foreground; beside it run integration_test (the
-# conformance suite, then the other tests on servers) and, one after
-# another, idemtest and the modules under contrib/ (their tests mostly
-# wait on the databases), and their output follows the root's. Then
+# suite runs first (internal/bench's pools would not fit beside the
+# conformance suite's in a stock PostgreSQL's 100 connections); then
+# integration_test (the conformance suite, then the other tests on
+# servers) and, beside it, one after another, idemtest and the modules
+# under contrib/ (their tests mostly wait on the databases), and their
+# output follows the root's. Then
 # TestIdemAllocs runs again without the race detector, under which it
 # skips. It ends with the line that names each server that was missing
 # and how to start it, and fails when any module fails.
@@ -48,6 +50,10 @@ integration_run() {
 integration=integration_test
 others="idemtest idemtest/containers $(ls contrib/*/go.mod 2>/dev/null | xargs -r -n1 dirname | sort)"
 
+echo "== ."
+go test -race -count=1 -timeout 20m ./...
+failed=$?
+
 integration_run &
 integration_pid=$!
 (
@@ -56,10 +62,6 @@ integration_pid=$!
 	done
 ) &
 others_pid=$!
-
-echo "== ."
-go test -race -count=1 -timeout 20m ./...
-failed=$?
 wait "$integration_pid" "$others_pid"
 
 for m in $integration $others; do
