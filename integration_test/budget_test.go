@@ -1,4 +1,4 @@
-package conformance
+package integration_test
 
 import (
 	"context"
@@ -10,8 +10,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/lib/pq"
-
-	"github.com/idemkit/idem/idemtest/testdb"
 )
 
 // postgresConns is how many connections the suite's targets hold to the
@@ -35,11 +33,6 @@ const (
 // postgresBudget holds a token for every connection open to the
 // PostgreSQL server through a budgeted dial.
 var postgresBudget = make(chan struct{}, postgresConns)
-
-// budgeted reports whether the target's connections count against
-// postgresBudget: the direct PostgreSQL targets (PgBouncer's pool bounds
-// its own server connections: scripts/pgbouncer.sh).
-func (tg target) budgeted() bool { return tg.server == testdb.Postgres }
 
 // budgetDial dials as net.Dialer does once the budget has room, waiting
 // for it until ctx ends; the connection gives its token back when it

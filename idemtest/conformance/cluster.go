@@ -30,7 +30,7 @@ func (e *env) nodes(conns int) []pool {
 // nodesOn is nodes through dsn, a DSN of the target's server.
 func (e *env) nodesOn(dsn string, conns int) []pool {
 	e.t.Helper()
-	if e.server == nil || !e.server.Cluster {
+	if !e.Cluster {
 		return []pool{e.db}
 	}
 	var ps []pool
@@ -49,7 +49,7 @@ func (e *env) nodesOn(dsn string, conns int) []pool {
 // is e.
 func (e *env) onOneNode() *env {
 	e.t.Helper()
-	if e.locksPerNode == "" {
+	if e.LocksPerNode == "" {
 		return e
 	}
 	c := *e
@@ -100,12 +100,12 @@ func (e *env) sumNodes(query string, args ...any) (int64, error) {
 // nodeHandles are a handle on each node of the target's server: the
 // target's pool where it is one node.
 func (e *env) nodeHandles() ([]handle, error) {
-	if e.server == nil || !e.server.Cluster {
+	if !e.Cluster {
 		return []handle{e.db}, nil
 	}
 	nodePoolsMu.Lock()
 	defer nodePoolsMu.Unlock()
-	ps, ok := nodePools[e.name]
+	ps, ok := nodePools[e.Name]
 	if !ok {
 		for _, dsn := range testdb.Nodes(e.dsn) {
 			p, err := e.connect(dsn, 2)
@@ -114,7 +114,7 @@ func (e *env) nodeHandles() ([]handle, error) {
 			}
 			ps = append(ps, p)
 		}
-		nodePools[e.name] = ps
+		nodePools[e.Name] = ps
 	}
 	hs := make([]handle, len(ps))
 	for i, p := range ps {
@@ -128,7 +128,7 @@ func (e *env) nodeHandles() ([]handle, error) {
 // replicated before fn (see idem's dialect_galera.go), a duplicate on
 // another node did not wait for the claim: fn ran on each node and all
 // but one lost at certification (issue 40: 179 runs for 60 keys).
-func TestDuplicatesAcrossNodesRunOnce(t *testing.T) {
+func testDuplicatesAcrossNodesRunOnce(t *testing.T) {
 	const keys, dups = 60, 8
 	forEachOnClusters(t, func(t *testing.T, e *env) {
 		s, biz := e.store(), e.business()
@@ -189,13 +189,13 @@ func TestDuplicatesAcrossNodesRunOnce(t *testing.T) {
 // Galera's default wsrep_sync_wait = 0 and nothing of idem's own, the
 // second node had not always applied the commit yet: fn ran (then lost
 // at certification and replayed) 11 to 13 times in 150 (issue 40).
-func TestCommittedOnAnotherNodeReplays(t *testing.T) {
+func testCommittedOnAnotherNodeReplays(t *testing.T) {
 	const rounds = 150
 	forEachOnClusters(t, func(t *testing.T, e *env) {
 		s := e.store()
 		dsn := e.dsn
-		if e.withoutCausalReads != nil {
-			dsn = e.withoutCausalReads(dsn)
+		if e.WithoutCausalReads != nil {
+			dsn = e.WithoutCausalReads(dsn)
 		}
 		nodes := e.nodesOn(dsn, 2)
 		ran := 0
@@ -229,7 +229,7 @@ func TestCommittedOnAnotherNodeReplays(t *testing.T) {
 // at once, completes. Where the other node had not applied the claim yet,
 // Complete changed nothing and said, falsely, that the key no longer
 // existed (purged): 2 or 3 times in 100 (issue 40).
-func TestCompleteOnAnotherNode(t *testing.T) {
+func testCompleteOnAnotherNode(t *testing.T) {
 	const rounds = 100
 	forEachOnClusters(t, func(t *testing.T, e *env) {
 		s := e.store()
@@ -253,7 +253,7 @@ func TestCompleteOnAnotherNode(t *testing.T) {
 // key spread over the nodes call the provider once per key, each
 // duplicate retrying while the claim is in flight, and completing on
 // another node than its Begin's.
-func TestClaimsAcrossNodesCallOnce(t *testing.T) {
+func testClaimsAcrossNodesCallOnce(t *testing.T) {
 	const keys, dups = 30, 8
 	forEachOnClusters(t, func(t *testing.T, e *env) {
 		s, biz := e.store(idem.WithLease(10*time.Second)), e.business()
@@ -322,13 +322,13 @@ func TestClaimsAcrossNodesCallOnce(t *testing.T) {
 // setting to change, and so is a Complete that changed nothing there: it
 // cannot tell a claim taken over from one its node has not applied yet.
 // Before, such a Complete said the key had been purged (issue 40).
-func TestSessionWithoutCausalReads(t *testing.T) {
+func testSessionWithoutCausalReads(t *testing.T) {
 	forEachSQLOnClusters(t, func(t *testing.T, e *env) {
-		if e.withoutCausalReads == nil {
-			t.Skipf("%s: every session's reads see what the database acknowledged", e.name)
+		if e.WithoutCausalReads == nil {
+			t.Skipf("%s: every session's reads see what the database acknowledged", e.Name)
 		}
 		s := e.store(idem.WithLease(time.Millisecond))
-		lagging := e.openOn(e.withoutCausalReads(e.dsn), 2)
+		lagging := e.openOn(e.WithoutCausalReads(e.dsn), 2)
 		req := charge("no-causal-reads", "100")
 		_, _, err := s.Begin(ctx, lagging, req)
 		if err == nil || !strings.Contains(err.Error(), "wsrep_sync_wait") || idem.IsRetryable(err) {
@@ -353,13 +353,13 @@ func TestSessionWithoutCausalReads(t *testing.T) {
 // servers' default), Do and Apply are refused before fn runs, saying what
 // to do, and nothing is written; Begin, in claim mode, is served. Before,
 // fn ran on each node a duplicate reached (TestDuplicatesAcrossNodesRunOnce).
-func TestTransactionModeRefusedWithoutStreaming(t *testing.T) {
+func testTransactionModeRefusedWithoutStreaming(t *testing.T) {
 	forEachOnClusters(t, func(t *testing.T, e *env) {
-		if e.withoutStreaming == nil {
-			t.Skipf("%s: a duplicate waits for the claim in every session", e.name)
+		if e.WithoutStreaming == nil {
+			t.Skipf("%s: a duplicate waits for the claim in every session", e.Name)
 		}
 		s, o := e.store(), e.op()
-		plain := e.openOn(e.withoutStreaming(e.dsn), 2)
+		plain := e.openOn(e.WithoutStreaming(e.dsn), 2)
 		req := charge("not-streamed", "100")
 		err := runTx(ctx, plain, nil, func(tx txn) error { _, err := s.Do(ctx, tx, req, o.fn(tx, req.Key)); return err })
 		if err == nil || !strings.Contains(err.Error(), "wsrep_trx_fragment_size") || idem.IsRetryable(err) || o.calls.Load() != 0 {
@@ -390,13 +390,13 @@ func TestTransactionModeRefusedWithoutStreaming(t *testing.T) {
 // retryable errors) is ErrLeaseLost, and not retryable: no retry of the
 // caller's transaction gets the claim back. It wrapped the read's error,
 // so IsRetryable reported it too (issue 40).
-func TestLeaseLostIsNotRetryable(t *testing.T) {
+func testLeaseLostIsNotRetryable(t *testing.T) {
 	forEachSQLOnClusters(t, func(t *testing.T, e *env) {
-		if !e.readLocks || e.shortLockWait == "" {
-			t.Skipf("%s: the record's read locks nothing or its lock waits cannot be bounded from the session: no read to make fail", e.name)
+		if !e.ReadLocks || e.ShortLockWait == "" {
+			t.Skipf("%s: the record's read locks nothing or its lock waits cannot be bounded from the session: no read to make fail", e.Name)
 		}
-		if e.fencedPassesLocks != "" {
-			t.Skipf("%s: %s", e.name, e.fencedPassesLocks)
+		if e.FencedPassesLocks != "" {
+			t.Skipf("%s: %s", e.Name, e.FencedPassesLocks)
 		}
 		s := e.store(idem.WithLease(time.Millisecond))
 		one := e.nodes(3)[0] // one node: the locks below are local to it
@@ -415,7 +415,7 @@ func TestLeaseLostIsNotRetryable(t *testing.T) {
 		conn, err := sqlDBOf(one).Conn(ctx)
 		must(t, err)
 		defer conn.Close()
-		_, err = conn.ExecContext(ctx, e.shortLockWait)
+		_, err = conn.ExecContext(ctx, e.ShortLockWait)
 		must(t, err)
 		released := make(chan error, 1)
 		go func() { released <- c.Claim.Release(ctx, conn) }()
@@ -423,7 +423,7 @@ func TestLeaseLostIsNotRetryable(t *testing.T) {
 		nextStarted := make(chan error, 1)
 		next := e.beginIn(one, nil)
 		go func() { nextStarted <- next.QueryRowContext(ctx, lock, req.Key).Scan(&token) }()
-		time.Sleep(e.waitSettle)
+		time.Sleep(e.WaitSettle)
 		must(t, holder.Commit())
 		must(t, <-nextStarted)
 		err = <-released

@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jmoiron/sqlx"
 
 	"github.com/idemkit/idem"
@@ -20,7 +19,7 @@ import (
 
 // 1. A fresh key runs fn once; the record and the business row commit or
 // roll back together.
-func TestFreshKeyCommitsWithBusinessRows(t *testing.T) {
+func testFreshKeyCommitsWithBusinessRows(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
 		s, o := e.store(), e.op()
 		req := charge("fresh-1", "100")
@@ -52,7 +51,7 @@ func TestFreshKeyCommitsWithBusinessRows(t *testing.T) {
 // 2. A replay is byte-identical and does not call fn, whatever the body's
 // size (on MySQL small statements carry their arguments as literals, large
 // ones as parameters) and bytes.
-func TestReplayIsByteIdentical(t *testing.T) {
+func testReplayIsByteIdentical(t *testing.T) {
 	large := make([]byte, 1<<20)
 	for i := range large {
 		large[i] = byte(i * 7)
@@ -111,7 +110,7 @@ func equalHeader(a, b http.Header) bool {
 
 // 3. A storm of duplicates, each in its own transaction, runs fn once and
 // replays it everywhere else, under every isolation level.
-func TestStormRunsOnce(t *testing.T) {
+func testStormRunsOnce(t *testing.T) {
 	const workers = 32
 	forEach(t, func(t *testing.T, e *env) {
 		for _, level := range isolationLevels {
@@ -177,7 +176,7 @@ func TestStormRunsOnce(t *testing.T) {
 
 // 4. Another Operation or Fingerprint under a used key is ErrMismatch, also
 // while the first request is still in flight.
-func TestMismatch(t *testing.T) {
+func testMismatch(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
 		s, o := e.store(), e.op()
 		req := charge("mismatch-1", "100")
@@ -237,7 +236,7 @@ func (e *env) leaveClaim(s *store, req idem.Request, lease time.Duration) {
 }
 
 // 5. One key under two scopes is two keys.
-func TestScopesAreSeparate(t *testing.T) {
+func testScopesAreSeparate(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
 		s, o := e.store(), e.op()
 		a := charge("shared-key", "100")
@@ -256,7 +255,7 @@ func TestScopesAreSeparate(t *testing.T) {
 var errDeclined = errors.New("provider unreachable")
 
 // 6. An error from fn comes back unchanged and nothing is stored.
-func TestFnErrorStoresNothing(t *testing.T) {
+func testFnErrorStoresNothing(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
 		s, o := e.store(), e.op()
 		req := charge("fn-error", "100")
@@ -281,7 +280,7 @@ func TestFnErrorStoresNothing(t *testing.T) {
 }
 
 // 7. Bad keys fail before any statement; keys compare byte for byte.
-func TestKeys(t *testing.T) {
+func testKeys(t *testing.T) {
 	long := strings.Repeat("k", 255)
 	bad := map[string]string{
 		"empty":     "",
@@ -331,7 +330,7 @@ func TestKeys(t *testing.T) {
 // 8. A caller whose snapshot predates the winner's commit still sees it:
 // a replay on MySQL, a retryable error on Postgres and SQLite (which
 // RunTx turns into a replay): snapshotRetryable.
-func TestOldSnapshotSeesWinner(t *testing.T) {
+func testOldSnapshotSeesWinner(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
 		s, o := e.store(), e.op()
 		req := charge("snapshot", "100")
@@ -342,9 +341,9 @@ func TestOldSnapshotSeesWinner(t *testing.T) {
 		must(t, err)
 		res, err := s.Do(ctx, tx, req, o.fn(tx, req.Key))
 		switch {
-		case e.snapshotRetryable && !idem.IsRetryable(err):
+		case e.SnapshotRetryable && !idem.IsRetryable(err):
 			t.Fatalf("Do with an old snapshot: %v (replayed %v), want a retryable error", err, res.Replayed)
-		case e.snapshotRetryable:
+		case e.SnapshotRetryable:
 		case err != nil:
 			t.Fatalf("Do with an old snapshot: %v", err)
 		case !res.Replayed:
@@ -366,10 +365,10 @@ func TestOldSnapshotSeesWinner(t *testing.T) {
 // back at cleanup if it is still open.
 func (e *env) oldSnapshot() txn {
 	e.t.Helper()
-	if e.snapshotBegin == "" {
+	if e.SnapshotBegin == "" {
 		return e.begin(&sql.TxOptions{Isolation: sql.LevelRepeatableRead})
 	}
-	tx := e.beginOn(e.sqlDB(), e.snapshotBegin)
+	tx := e.beginOn(e.db, e.SnapshotBegin)
 	e.t.Cleanup(func() { _ = tx.Rollback() })
 	return tx
 }
@@ -403,10 +402,14 @@ func (c connTx) end(statement string) error {
 }
 
 // beginOn begins a transaction with the statement begin on a connection
-// of db's own.
-func (e *env) beginOn(db *sql.DB, begin string) txn {
+// of db's own: a database/sql pool's (SQL), as the test skips elsewhere.
+func (e *env) beginOn(db pool, begin string) txn {
 	e.t.Helper()
-	conn, err := db.Conn(ctx)
+	p, ok := db.(*sqlPool)
+	if !ok {
+		e.t.Skipf("%s runs idem through its Runner, not database/sql: this test begins a transaction with %s on a *sql.Conn", e.Name, begin)
+	}
+	conn, err := p.db.Conn(ctx)
 	must(e.t, err)
 	if _, err := conn.ExecContext(ctx, begin); err != nil {
 		_ = conn.Close()
@@ -416,14 +419,14 @@ func (e *env) beginOn(db *sql.DB, begin string) txn {
 }
 
 // 9. A *sqlx.Tx is a DBTX; a nil one is refused as an untyped nil is.
-func TestSqlxTx(t *testing.T) {
+func testSqlxTx(t *testing.T) {
 	forEachSQL(t, func(t *testing.T, e *env) {
 		s, o := e.store(), e.op()
 		req := charge("sqlx", "100")
 		if _, err := s.Store.Do(ctx, (*sqlx.Tx)(nil), req, ok); err == nil || err.Error() != "idem: Do needs an open transaction, got nil" {
 			t.Errorf("Do with a nil *sqlx.Tx: %v, want the untyped nil's refusal", err)
 		}
-		sqlxTx, err := sqlx.NewDb(e.sqlDB(), e.driver).Beginx()
+		sqlxTx, err := sqlx.NewDb(e.sqlDB(), e.sqlDriver()).Beginx()
 		must(t, err)
 		tx := sqlTxn(sqlxTx)
 		defer tx.Rollback()
@@ -438,7 +441,7 @@ func TestSqlxTx(t *testing.T) {
 
 // 10. A PROCESSING record with a live lease is in flight; with an expired
 // lease it is taken over and its token grows.
-func TestLeftClaim(t *testing.T) {
+func testLeftClaim(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
 		s, o := e.store(), e.op()
 		req := charge("left-claim", "100")
@@ -463,7 +466,7 @@ func TestLeftClaim(t *testing.T) {
 
 // 11. Oversize or NUL-holding fields are ErrInvalidRequest naming the
 // field, and a bad table name is an error, all before any statement.
-func TestInvalidRequests(t *testing.T) {
+func testInvalidRequests(t *testing.T) {
 	long := strings.Repeat("x", 256)
 	cases := map[string]func(*idem.Request){
 		"Scope":       func(r *idem.Request) { r.Scope = long },
@@ -492,7 +495,7 @@ func TestInvalidRequests(t *testing.T) {
 			}
 		}
 		for _, name := range []string{"keys; DROP TABLE users", `"quoted"`, "a.b.c", "1table", "", "tab le", strings.Repeat("t", 49)} {
-			if bad, err := idem.New(e.dialect, idem.WithTable(name)); err == nil || bad != nil || !strings.Contains(err.Error(), "table name") {
+			if bad, err := idem.New(e.Dialect, idem.WithTable(name)); err == nil || bad != nil || !strings.Contains(err.Error(), "table name") {
 				t.Errorf("New with table %q: %v, %v; want no Store and an error naming the table", name, bad, err)
 			}
 		}
@@ -502,7 +505,7 @@ func TestInvalidRequests(t *testing.T) {
 // 12. A key past retention is forgotten and may be reused with any payload.
 // The record is moved back past retention on the database's clock rather
 // than waited out, so a stalled machine cannot make it expire early.
-func TestRetention(t *testing.T) {
+func testRetention(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
 		s, o := e.store(idem.WithRetention(time.Hour)), e.op()
 		req := charge("retention", "100")
@@ -526,7 +529,7 @@ func TestRetention(t *testing.T) {
 // 13. idem leaves the session as it found it: LAST_INSERT_ID(), the
 // isolation level and session settings, in a transaction at each level
 // the database begins.
-func TestSessionUntouched(t *testing.T) {
+func testSessionUntouched(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
 		s, o := e.store(), e.op()
 		for _, level := range isolationLevels {
@@ -538,10 +541,10 @@ func TestSessionUntouched(t *testing.T) {
 					tx := e.begin(&sql.TxOptions{Isolation: level})
 					must(t, e.insertRow(tx, o.biz, "before", path))
 					var before, after string
-					must(t, tx.QueryRow(e.sessionProbe).Scan(&before))
+					must(t, tx.QueryRow(e.SessionProbe).Scan(&before))
 					_, err := s.Do(ctx, tx, req, ok)
 					must(t, err)
-					must(t, tx.QueryRow(e.sessionProbe).Scan(&after))
+					must(t, tx.QueryRow(e.SessionProbe).Scan(&after))
 					must(t, tx.Commit())
 					if before != after {
 						t.Fatalf("%s: session was %q before Do and %q after", path, before, after)
@@ -564,12 +567,12 @@ const freshStatements = 2
 // on every path settingsCheck more before the claim (TiDB's check of the
 // transaction's settings). On the fresh path no statement reads the
 // record back: not the claim (RETURNING), nor a SELECT of the table.
-func TestStatementCounts(t *testing.T) {
+func testStatementCounts(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
 		s := e.store()
 		req, held := charge("counted", "100"), charge("held", "100")
 		e.leaveClaim(s, held, time.Minute)
-		fresh, check := int64(freshStatements), e.settingsCheck
+		fresh, check := int64(freshStatements), e.SettingsCheck
 		other := e.elsewhere(s) // another process's Store: it has not seen the key completed
 		for _, want := range []struct {
 			path  string
@@ -606,7 +609,7 @@ func TestStatementCounts(t *testing.T) {
 // the key (a hint, so that a replay is one read). The read decides: the
 // replay, a mismatch, and a key whose record is gone or past retention all
 // come out as they do for a Store that has not seen the key.
-func TestCompletedKeyHint(t *testing.T) {
+func testCompletedKeyHint(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
 		const retention = time.Hour
 		s, o := e.store(idem.WithRetention(retention)), e.op()
@@ -651,7 +654,7 @@ func TestCompletedKeyHint(t *testing.T) {
 // fresh keys are the most again it claims first again, and a fresh key
 // costs freshStatements. On the other dialects it always claims first.
 // The read decides: every replay replays, and no fresh key does.
-func TestReadFirstWhileReplaying(t *testing.T) {
+func testReadFirstWhileReplaying(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
 		const keys = 100
 		s, o := e.store(), e.op()
@@ -668,8 +671,8 @@ func TestReadFirstWhileReplaying(t *testing.T) {
 			must(t, tx.Commit())
 			return res.Replayed, int64(len(sent))
 		}
-		claimFirst, readFirst, fresh := e.settingsCheck+2, e.settingsCheck+1, e.settingsCheck+freshStatements
-		if e.dialect != idem.Postgres {
+		claimFirst, readFirst, fresh := e.SettingsCheck+2, e.SettingsCheck+1, e.SettingsCheck+freshStatements
+		if e.Dialect != idem.Postgres {
 			readFirst = claimFirst
 		}
 		counts := make([]int64, keys)
@@ -697,13 +700,13 @@ func TestReadFirstWhileReplaying(t *testing.T) {
 }
 
 // Migrate is safe to repeat, and a schema-qualified table name works.
-func TestMigrate(t *testing.T) {
+func testMigrate(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
 		s := e.store()
 		must(t, s.Migrate(ctx, e.db))
 
-		qualified := e.qualifiedTable(e)
-		iq, err := idem.New(e.dialect, idem.WithTable(qualified))
+		qualified := e.qualifiedTable()
+		iq, err := idem.New(e.Dialect, idem.WithTable(qualified))
 		must(t, err)
 		q := e.onDriver(iq)
 		must(t, q.Migrate(ctx, e.db))
@@ -718,31 +721,44 @@ func TestMigrate(t *testing.T) {
 	})
 }
 
-// pgQualifiedTable is a table in a schema of the test's own, dropped with
-// its tables when the test ends; its name has capitals, which idem
-// quotes.
-func pgQualifiedTable(e *env) string {
+// qualifiedTable is a fresh table's name qualified with a schema
+// (Facts.QualifiedTable), dropped when the test ends.
+func (e *env) qualifiedTable() string {
 	e.t.Helper()
+	table, drop, err := e.QualifiedTable(ctx, e.db.runner(nil))
+	must(e.t, err)
+	e.t.Cleanup(func() {
+		if _, err := e.db.Exec(drop); err != nil {
+			e.t.Errorf("%s: %v", drop, err)
+		}
+	})
+	return table
+}
+
+// pgQualifiedTable is a table in a schema of the test's own, dropped with
+// its tables; its name has capitals, which idem quotes.
+func pgQualifiedTable(ctx context.Context, db idem.Conn) (table, drop string, err error) {
 	schemaName := randName("s")
-	e.exec("CREATE SCHEMA " + schemaName)
-	e.t.Cleanup(func() { _, _ = e.db.Exec("DROP SCHEMA " + schemaName + " CASCADE") })
-	return schemaName + ".Keys"
+	if _, err := db.Exec(ctx, idem.Query{SQL: "CREATE SCHEMA " + schemaName}); err != nil {
+		return "", "", err
+	}
+	return schemaName + ".Keys", "DROP SCHEMA " + schemaName + " CASCADE", nil
 }
 
 // mysqlQualifiedTable is a table in the connection's database, named
-// with it, dropped when the test ends.
-func mysqlQualifiedTable(e *env) string {
-	e.t.Helper()
+// with it.
+func mysqlQualifiedTable(ctx context.Context, db idem.Conn) (table, drop string, err error) {
 	var database string
-	must(e.t, e.db.QueryRow("SELECT DATABASE()").Scan(&database))
-	table := database + "." + randName("idem")
-	e.dropLater(table)
-	return table
+	if err := db.QueryRow(ctx, idem.Query{SQL: "SELECT DATABASE()"}, &database); err != nil {
+		return "", "", err
+	}
+	table = database + "." + randName("idem")
+	return table, "DROP TABLE IF EXISTS " + table, nil
 }
 
 // On Postgres a replay writes nothing: the transaction gets no transaction
 // id, so its commit needs no WAL flush and hot keys replay in parallel.
-func TestPostgresReplayWritesNothing(t *testing.T) {
+func testPostgresReplayWritesNothing(t *testing.T) {
 	forDialect(t, idem.Postgres, func(t *testing.T, e *env) {
 		s := e.store()
 		req := charge("read-only-replay", "100")
@@ -767,11 +783,12 @@ func TestPostgresReplayWritesNothing(t *testing.T) {
 // before, and autocommitted the claim: a wrapper shaped like GORM's
 // prepared pool (*gorm.PreparedStmtDB embeds the pool, and its BeginTx
 // returns an interface, not a *sql.Tx) and one that forwards DBTX's
-// methods to a pool. On pgx the refusal is the compiler's: DoOn and
-// CompleteOn take an idem.Tx, which idempgx.Tx makes of a pgx.Tx only,
-// and none of pgx's pools and connections is one. contrib/idemgorm and
-// contrib/idembun refuse the ORMs' own pools.
-func TestOnlyTransactionsAccepted(t *testing.T) {
+// methods to a pool. Through a Runner the refusal is the compiler's: DoOn
+// and CompleteOn take an idem.Tx, which a driver's adapter makes of its
+// transaction only (idempgx.Tx of a pgx.Tx), and none of the driver's
+// pools and connections (Outsider: pgx's) is a transaction.
+// contrib/idemgorm and contrib/idembun refuse the ORMs' own pools.
+func testOnlyTransactionsAccepted(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
 		s := e.store()
 		req := charge("not-a-tx", "1")
@@ -779,8 +796,8 @@ func TestOnlyTransactionsAccepted(t *testing.T) {
 		for name, h := range e.db.outside(t) {
 			h, isSQL := h.(idem.DBTX)
 			if !isSQL {
-				if _, isTx := h.(pgx.Tx); isTx {
-					t.Errorf("%s is a pgx.Tx: idempgx.Tx takes it where DoOn and CompleteOn want a transaction", name)
+				if _, isTx := h.(interface{ Commit(context.Context) error }); isTx {
+					t.Errorf("%s is a transaction: the driver's adapter takes it where DoOn and CompleteOn want one", name)
 				}
 				continue
 			}

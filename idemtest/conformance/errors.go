@@ -11,7 +11,7 @@ import (
 
 // The errors idem returns say what happened and to which key in their
 // message, and what to do in their Hint (told).
-func TestErrorsSayWhatToDo(t *testing.T) {
+func testErrorsSayWhatToDo(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
 		s := e.store()
 		check := func(what string, err error, want ...string) {
@@ -37,7 +37,7 @@ func TestErrorsSayWhatToDo(t *testing.T) {
 		e.exec("UPDATE "+s.Table()+" SET response_headers = ? WHERE scope = ? AND idem_key = ?", []byte{9}, "tenant-1", "used")
 		check("corrupt header", e.doOK(s, charge("used", "1")), `key "used"`, "delete the record by hand")
 
-		if e.snapshotRetryable {
+		if e.SnapshotRetryable {
 			// A snapshot older than the winner's commit: the database
 			// aborts the duplicate (Postgres's serialization failure,
 			// SQLite's SQLITE_BUSY_SNAPSHOT).
@@ -52,7 +52,7 @@ func TestErrorsSayWhatToDo(t *testing.T) {
 			}
 		}
 
-		missing, err := idem.New(e.dialect, idem.WithTable("missing_"+strings.TrimPrefix(s.Table(), "idem_")))
+		missing, err := idem.New(e.Dialect, idem.WithTable("missing_"+strings.TrimPrefix(s.Table(), "idem_")))
 		must(t, err)
 		bad := e.onDriver(missing)
 		tx = e.begin(nil)
@@ -68,7 +68,7 @@ func TestErrorsSayWhatToDo(t *testing.T) {
 // (what a service logs) names the table as such, not only the driver's
 // "column ... does not exist"; the Hint still says to run Migrate. So
 // do Begin's and Inspect's.
-func TestOlderTableNamed(t *testing.T) {
+func testOlderTableNamed(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
 		s := e.createRelease1()
 		named := func(what string, err error) {

@@ -28,7 +28,7 @@ func (e *env) lockRows(n int) string {
 // waitingQuery counts them (on MySQL: is running, its lock views being a
 // slow cache).
 func (e *env) waitingOn(table string) (bool, error) {
-	n, err := e.sumNodes(e.waitingQuery, "%"+table+"%")
+	n, err := e.sumNodes(e.WaitingQuery, "%"+table+"%")
 	return n > 0, err
 }
 
@@ -42,8 +42,8 @@ func (e *env) waitingOn(table string) (bool, error) {
 // (deadlockAskingLast). It returns tx's error and, once the other
 // transaction has committed, that one's.
 func (e *env) deadlock(tx txn, locks string) (txErr, otherErr error) {
-	if e.deadlockSetup != "" {
-		if _, err := tx.ExecContext(ctx, e.deadlockSetup); err != nil {
+	if e.DeadlockSetup != "" {
+		if _, err := tx.ExecContext(ctx, e.DeadlockSetup); err != nil {
 			return err, nil
 		}
 	}
@@ -58,7 +58,7 @@ func (e *env) deadlock(tx txn, locks string) (txErr, otherErr error) {
 		_ = other.Rollback()
 		return nil, err
 	}
-	if e.cycleCloser != nil {
+	if e.CycleCloser != nil {
 		return e.deadlockAskingLast(tx, other, locks)
 	}
 	otherDone, stop := make(chan error, 1), make(chan struct{})
@@ -99,7 +99,7 @@ func (e *env) deadlock(tx txn, locks string) (txErr, otherErr error) {
 // gets row 1 and commits.
 func (e *env) deadlockAskingLast(tx, other txn, locks string) (txErr, otherErr error) {
 	var txID uint64
-	if err := tx.QueryRowContext(ctx, e.cycleCloser.txID).Scan(&txID); err != nil {
+	if err := tx.QueryRowContext(ctx, e.CycleCloser.TxID).Scan(&txID); err != nil {
 		_ = other.Rollback()
 		return err, nil
 	}
@@ -114,7 +114,7 @@ func (e *env) deadlockAskingLast(tx, other txn, locks string) (txErr, otherErr e
 	}()
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
 		var waiting int
-		err := e.db.QueryRowContext(ctx, e.rebind(e.cycleCloser.waitsOn), txID).Scan(&waiting)
+		err := e.db.QueryRowContext(ctx, e.rebind(e.CycleCloser.WaitsOn), txID).Scan(&waiting)
 		if err != nil {
 			return err, nil // the caller rolls tx back, which lets other finish
 		}
@@ -199,7 +199,7 @@ func (o *op) escape(t *testing.T, s *store, db pool, req idem.Request, swallow b
 // transaction (errorAborts: Postgres) it stays open and aborted, and the
 // duplicate waits for its rollback; the outcome must be the same: one
 // business row, one result.
-func TestDeadlockInFn(t *testing.T) {
+func testDeadlockInFn(t *testing.T) {
 	for _, swallow := range []bool{false, true} {
 		name := map[bool]string{false: "failed", true: "swallowed"}[swallow]
 		t.Run(name, func(t *testing.T) {
@@ -221,15 +221,15 @@ func TestDeadlockInFn(t *testing.T) {
 					duplicate()
 					return txErr
 				})
-				if first != nil && !(swallow && e.errorAborts) {
+				if first != nil && !(swallow && e.ErrorAborts) {
 					if !idem.IsRetryable(first) {
 						t.Errorf("Do after the deadlock: %v; want an error RunTx retries", first)
 					}
-					if !e.errorAborts && !strings.Contains(first.Error(), "rolled back") {
+					if !e.ErrorAborts && !strings.Contains(first.Error(), "rolled back") {
 						t.Errorf("Do after the deadlock: %v; want it to say the transaction was rolled back", first)
 					}
 				}
-				if swallow && e.errorAborts {
+				if swallow && e.ErrorAborts {
 					// The database aborted the transaction at the deadlock
 					// and fn hid the cause: Do cannot tell that a retry
 					// would help, and says the transaction is aborted. The
@@ -250,7 +250,7 @@ func TestDeadlockInFn(t *testing.T) {
 // inside an explicit transaction rolls the whole transaction back, and the
 // *sql.Tx stays open: the same escape as a deadlock on MySQL. A duplicate
 // waiting at BEGIN wins the key and completes before fn returns.
-func TestInterruptInFn(t *testing.T) {
+func testInterruptInFn(t *testing.T) {
 	forDialect(t, idem.SQLite, func(t *testing.T, e *env) {
 		s, o := e.store(), e.op()
 		for _, swallow := range []bool{false, true} {
@@ -283,7 +283,7 @@ func TestInterruptInFn(t *testing.T) {
 // statement that waited longer than the lease for a transaction holding
 // the key (a Do whose fn then failed) committed a claim already expired.
 // A claim's lease counts from when it is granted.
-func TestBeginLeaseCountsFromGrant(t *testing.T) {
+func testBeginLeaseCountsFromGrant(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
 		lease := time.Second
 		s := e.store(idem.WithLease(lease))
@@ -319,7 +319,7 @@ func TestBeginLeaseCountsFromGrant(t *testing.T) {
 // Defect: with WithLockTimeout on Postgres, Do on a transaction that an
 // earlier error aborted returned the driver's error bare; it says what
 // idem was doing, for which key, and what to do, as without the option.
-func TestAbortedTxMessage(t *testing.T) {
+func testAbortedTxMessage(t *testing.T) {
 	forDialect(t, idem.Postgres, func(t *testing.T, e *env) {
 		for _, opts := range [][]idem.Option{nil, {idem.WithLockTimeout(time.Second)}} {
 			s := e.store(opts...)

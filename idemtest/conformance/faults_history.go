@@ -26,15 +26,18 @@ const (
 )
 
 // The ways a database ends a statement or a transaction under the
-// caller, and where in an operation the history injects them.
+// caller, which Facts.Faults names (TestFaultHistory injects them).
 const (
-	faultDeadlock      = "deadlock victim"       // MySQL 1213, Postgres 40P01
-	faultSerialization = "serialization failure" // Postgres 40001 under REPEATABLE READ
-	faultTimeout       = "statement timeout"     // Postgres statement_timeout, MariaDB max_statement_time: timeoutQueries
-	faultInterrupt     = "interrupted write"     // SQLite: the context's deadline passes mid-write
-	faultKill          = "backend terminated"    // pg_terminate_backend, MySQL KILL
-	faultCut           = "connection dropped"    // the proxy cuts the connection at COMMIT
+	FaultDeadlock      = "deadlock victim"       // MySQL 1213, Postgres 40P01
+	FaultSerialization = "serialization failure" // Postgres 40001 under REPEATABLE READ
+	FaultTimeout       = "statement timeout"     // Postgres statement_timeout, MariaDB max_statement_time: timeoutQueries
+	FaultInterrupt     = "interrupted write"     // SQLite: the context's deadline passes mid-write
+	FaultKill          = "backend terminated"    // pg_terminate_backend, MySQL KILL
+	FaultCut           = "connection dropped"    // the proxy cuts the connection at COMMIT
+)
 
+// Where in an operation the history injects them.
+const (
 	pointBeforeWrite = "in fn, before its write"
 	pointAfterWrite  = "in fn, after its write"
 	pointAfterDo     = "after Do, before COMMIT"
@@ -73,7 +76,7 @@ func (r *faultRun) note(m map[string]int, what string) {
 // had worked. Then, per key: at most one business row; a completed record
 // exactly when one committed, holding the response of the execution that
 // wrote it; every execution or replay a client saw is that response.
-func TestFaultHistory(t *testing.T) {
+func testFaultHistory(t *testing.T) {
 	d, seed := historyParams(t)
 	forEach(t, func(t *testing.T, e *env) {
 		r := &faultRun{
@@ -124,7 +127,7 @@ func (r *faultRun) worker(id int, locks string, rng *mrand.Rand, start, deadline
 		req := idem.Request{Scope: "faults", Key: key, Operation: "POST /v1/charges", Fingerprint: idem.Fingerprint([]byte(key))}
 		kind, point := "", ""
 		if rng.IntN(2) == 0 {
-			kind = r.e.faults[rng.IntN(len(r.e.faults))]
+			kind = r.e.Faults[rng.IntN(len(r.e.Faults))]
 			points := []string{pointBeforeWrite, pointBeforeWrite, pointAfterWrite, pointAfterWrite, pointAfterDo}
 			point = points[rng.IntN(len(points))]
 		}
@@ -149,9 +152,9 @@ func execID() string {
 // connections, or at REPEATABLE READ to meet a serialization failure.
 func (r *faultRun) txFor(kind string) (pool, *sql.TxOptions) {
 	switch kind {
-	case faultCut:
+	case FaultCut:
 		return r.proxied, nil
-	case faultSerialization:
+	case FaultSerialization:
 		return r.e.db, &sql.TxOptions{Isolation: sql.LevelRepeatableRead}
 	}
 	return r.e.db, nil
@@ -240,10 +243,10 @@ func (r *faultRun) inject(tx txn, kind, point string, locks string) error {
 	r.note(r.points, point)
 	e := r.e
 	switch kind {
-	case faultDeadlock:
+	case FaultDeadlock:
 		txErr, otherErr := e.deadlock(tx, locks)
 		return errors.Join(txErr, otherErr)
-	case faultSerialization:
+	case FaultSerialization:
 		if _, err := tx.ExecContext(ctx, "SELECT n FROM "+locks+" WHERE id = 1"); err != nil {
 			return err
 		}
@@ -252,20 +255,20 @@ func (r *faultRun) inject(tx txn, kind, point string, locks string) error {
 		}
 		_, err := tx.ExecContext(ctx, "UPDATE "+locks+" SET n = n + 1 WHERE id = 1")
 		return err
-	case faultTimeout:
-		for _, q := range e.timeoutQueries {
+	case FaultTimeout:
+		for _, q := range e.TimeoutQueries {
 			if _, err := tx.ExecContext(ctx, q); err != nil {
 				return err
 			}
 		}
 		return nil
-	case faultInterrupt:
+	case FaultInterrupt:
 		short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
 		defer cancel()
 		_, err := tx.ExecContext(short, "INSERT INTO "+r.junk+" (k, v) "+
 			"WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c LIMIT 100000000) SELECT 'junk', x FROM c")
 		return err
-	case faultKill:
+	case FaultKill:
 		id, err := e.sessionID(tx)
 		if err != nil {
 			return err
@@ -275,7 +278,7 @@ func (r *faultRun) inject(tx txn, kind, point string, locks string) error {
 		}
 		_, err = tx.ExecContext(ctx, "SELECT 1")
 		return err
-	case faultCut:
+	case FaultCut:
 		r.proxy.arm([]int32{loseCommit, loseCommitReply}[mrand.IntN(2)])
 		return nil
 	}

@@ -6,22 +6,18 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jmoiron/sqlx"
 
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/idempgx"
 )
 
 // A test reaches its target's database through the handles below, which
 // keep database/sql's method names, so that it reads the same whether the
-// target runs idem through database/sql (a *sql.DB and its *sql.Tx) or
-// natively through pgx (a *pgxpool.Pool and its pgx.Tx). The store
-// (store.go) hands idem the driver's own handle behind them (through
-// idempgx's adapters on pgx), and the business rows a test writes go
-// through the same transaction as idem's record.
+// target runs idem through database/sql (a *sql.DB and its *sql.Tx: a DB
+// of SQL) or through its Runner (idem.Runner, and the idem.Tx it begins:
+// idempgx's on a *pgxpool.Pool, or a third party's). The store (store.go)
+// hands idem the handle behind them, and the business rows a test writes
+// go through the same transaction as idem's record.
 
 // handle runs statements: a pool or a transaction.
 type handle interface {
@@ -36,31 +32,40 @@ type row interface {
 	Scan(dest ...any) error
 }
 
-// rowSet is the rows of a query: *sql.Rows, or pgx.Rows.
-type rowSet interface {
-	Next() bool
-	Scan(dest ...any) error
-	Err() error
-	Close() error
-}
-
-// pool is a target's connection pool: a *sql.DB or a *pgxpool.Pool.
+// pool is a target's connection pool: a DB of SQL, or a DB's Runner.
 type pool interface {
 	handle
-	Query(query string, args ...any) (rowSet, error)
+	// QueryRows runs query and calls each once per row, as idem.Conn's
+	// QueryRows does.
+	QueryRows(query string, args []any, each func(scan func(dest ...any) error) error) error
 	BeginTx(ctx context.Context, opts *sql.TxOptions) (txn, error)
-	// runTx is idem.RunTx on a database/sql pool, idempgx.RunTx on a
-	// native one: see the package function runTx.
+	// runTx is idem.RunTx on a database/sql pool, idem.InPipelinedTx on
+	// a Runner's (which is idempgx.RunTx on pgx's): see the package
+	// function runTx.
 	runTx(ctx context.Context, opts *sql.TxOptions, fn func(tx txn) error) error
 	// outside returns the driver's handles that are not inside a
-	// transaction, by name, as idem (or idempgx) takes them; they are
-	// closed when t ends.
+	// transaction, by name, as idem (or the driver's adapter) takes them;
+	// they are closed when t ends. None where the DB lists none
+	// (Outsider).
 	outside(t *testing.T) map[string]any
+	// waits counts the waits for a connection (WaitCounter), or skips
+	// the test where the DB does not count them.
+	waits(t *testing.T) int64
+	// runner is idem's Runner on the pool (DB.Runner).
+	runner(opts *sql.TxOptions) idem.Runner
 	close()
 }
 
+// poolOf is the suite's pool of db.
+func poolOf(db DB) pool {
+	if p, ok := db.(*sqlPool); ok {
+		return p
+	}
+	return &runnerPool{connStatements{db.Runner(nil)}, db}
+}
+
 // txn is an open transaction: a *sql.Tx (or another database/sql
-// transaction) or a pgx.Tx.
+// transaction) or an idem.Tx.
 type txn interface {
 	handle
 	Commit() error
@@ -71,7 +76,7 @@ type txn interface {
 }
 
 // runTx runs fn in a transaction on db and commits it, retrying as
-// idem.RunTx (or, on a native target, idempgx.RunTx) does.
+// idem.RunTx (or, through a Runner, idem.InPipelinedTx) does.
 func runTx(ctx context.Context, db pool, opts *sql.TxOptions, fn func(tx txn) error) error {
 	return db.runTx(ctx, opts, fn)
 }
@@ -112,12 +117,18 @@ type sqlPool struct {
 
 func newSQLPool(db *sql.DB, driver string) *sqlPool { return &sqlPool{sqlStatements{db}, db, driver} }
 
-func (p *sqlPool) Query(query string, args ...any) (rowSet, error) {
+func (p *sqlPool) QueryRows(query string, args []any, each func(scan func(dest ...any) error) error) error {
 	rows, err := p.db.QueryContext(ctx, query, args...)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	return rows, nil
+	for rows.Next() {
+		if err := each(rows.Scan); err != nil {
+			_ = rows.Close()
+			return err
+		}
+	}
+	return errors.Join(rows.Err(), rows.Close())
 }
 
 func (p *sqlPool) BeginTx(ctx context.Context, opts *sql.TxOptions) (txn, error) {
@@ -133,6 +144,16 @@ func (p *sqlPool) runTx(ctx context.Context, opts *sql.TxOptions, fn func(tx txn
 }
 
 func (p *sqlPool) close() { _ = p.db.Close() }
+
+// Runner and Close make a sqlPool the DB that SQL returns.
+
+func (p *sqlPool) Runner(opts *sql.TxOptions) idem.Runner { return p.runner(opts) }
+
+func (p *sqlPool) runner(opts *sql.TxOptions) idem.Runner { return idem.NewSQLRunner(p.db, opts) }
+
+func (p *sqlPool) Close() { p.close() }
+
+func (p *sqlPool) waits(*testing.T) int64 { return p.db.Stats().WaitCount }
 
 func (p *sqlPool) outside(t *testing.T) map[string]any {
 	conn, err := p.db.Conn(ctx)
@@ -226,134 +247,123 @@ func (w sqlWatched) QueryRowContext(ctx context.Context, query string, args ...a
 	return w.sqlEnder.QueryRowContext(ctx, query, args...)
 }
 
-// pgxStatements runs statements through a pgx handle, which is what
-// idempgx gets for it.
-type pgxStatements struct{ db idempgx.DBTX }
+// connStatements runs statements through an idem.Conn: a Runner, or a
+// transaction it began.
+type connStatements struct{ db idem.Conn }
 
-func (s pgxStatements) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
-	tag, err := s.db.Exec(ctx, query, args...)
+func (s connStatements) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	n, err := s.db.Exec(ctx, idem.Query{SQL: query, Args: args})
 	if err != nil {
 		return nil, err
 	}
-	return pgxResult(tag), nil
+	return changed(n), nil
 }
 
-func (s pgxStatements) Exec(query string, args ...any) (sql.Result, error) {
+func (s connStatements) Exec(query string, args ...any) (sql.Result, error) {
 	return s.ExecContext(ctx, query, args...)
 }
 
-func (s pgxStatements) QueryRowContext(ctx context.Context, query string, args ...any) row {
-	return s.db.QueryRow(ctx, query, args...)
+func (s connStatements) QueryRowContext(ctx context.Context, query string, args ...any) row {
+	return connRow{ctx, s.db, idem.Query{SQL: query, Args: args}}
 }
 
-func (s pgxStatements) QueryRow(query string, args ...any) row {
-	return s.db.QueryRow(ctx, query, args...)
+func (s connStatements) QueryRow(query string, args ...any) row {
+	return s.QueryRowContext(ctx, query, args...)
 }
 
-// pgxResult is a pgx command tag as database/sql's result.
-type pgxResult pgconn.CommandTag
+// changed is the count of rows a statement changed as database/sql's
+// result.
+type changed int64
 
-func (r pgxResult) RowsAffected() (int64, error) { return pgconn.CommandTag(r).RowsAffected(), nil }
+func (n changed) RowsAffected() (int64, error) { return int64(n), nil }
 
-func (pgxResult) LastInsertId() (int64, error) {
-	return 0, errors.New("pgx has no last insert id: use RETURNING")
+func (changed) LastInsertId() (int64, error) {
+	return 0, errors.New("an idem.Conn returns no last insert id: use RETURNING")
 }
 
-// pgxRows is pgx's rows with database/sql's Close.
-type pgxRows struct{ pgx.Rows }
-
-func (r pgxRows) Close() error {
-	r.Rows.Close()
-	return r.Rows.Err()
+// connRow is a query's one row, read when it is scanned.
+type connRow struct {
+	ctx context.Context
+	db  idem.Conn
+	q   idem.Query
 }
 
-// pgxPool is a native target's pool.
-type pgxPool struct {
-	pgxStatements
-	db *pgxpool.Pool
+func (r connRow) Scan(dest ...any) error { return r.db.QueryRow(r.ctx, r.q, dest...) }
+
+// runnerPool is the pool of a target whose DB is not database/sql's: its
+// statements, and idem's, run through the DB's Runner.
+type runnerPool struct {
+	connStatements
+	db DB
 }
 
-func newPgxPool(db *pgxpool.Pool) *pgxPool { return &pgxPool{pgxStatements{db}, db} }
+func (p *runnerPool) QueryRows(query string, args []any, each func(scan func(dest ...any) error) error) error {
+	return p.connStatements.db.QueryRows(ctx, idem.Query{SQL: query, Args: args}, each)
+}
 
-func (p *pgxPool) Query(query string, args ...any) (rowSet, error) {
-	rows, err := p.db.Query(ctx, query, args...)
+func (p *runnerPool) BeginTx(ctx context.Context, opts *sql.TxOptions) (txn, error) {
+	tx, err := p.db.Runner(opts).BeginTx(ctx, sql.LevelDefault)
 	if err != nil {
 		return nil, err
 	}
-	return pgxRows{rows}, nil
+	return runnerTxn(tx), nil
 }
 
-func (p *pgxPool) BeginTx(ctx context.Context, opts *sql.TxOptions) (txn, error) {
-	tx, err := p.db.BeginTx(ctx, pgxOptions(opts))
-	if err != nil {
-		return nil, err
+func (p *runnerPool) runTx(ctx context.Context, opts *sql.TxOptions, fn func(tx txn) error) error {
+	return idem.InPipelinedTx(ctx, p.db.Runner(opts), sql.LevelDefault, func(tx idem.Tx) error { return fn(runnerTxn(tx)) })
+}
+
+func (p *runnerPool) close() { p.db.Close() }
+
+func (p *runnerPool) outside(t *testing.T) map[string]any {
+	if o, ok := p.db.(Outsider); ok {
+		return o.Outside(t)
 	}
-	return pgxTxn(tx), nil
+	return nil
 }
 
-func (p *pgxPool) runTx(ctx context.Context, opts *sql.TxOptions, fn func(tx txn) error) error {
-	return idempgx.RunTx(ctx, p.db, pgxOptions(opts), func(tx pgx.Tx) error { return fn(pgxTxn(tx)) })
-}
-
-func (p *pgxPool) close() { p.db.Close() }
-
-func (p *pgxPool) outside(t *testing.T) map[string]any {
-	conn, err := p.db.Acquire(ctx)
-	must(t, err)
-	t.Cleanup(conn.Release)
-	return map[string]any{
-		"*pgxpool.Pool": p.db,
-		"*pgxpool.Conn": conn,
-		"*pgx.Conn":     conn.Conn(),
+func (p *runnerPool) waits(t *testing.T) int64 {
+	t.Helper()
+	w, ok := p.db.(WaitCounter)
+	if !ok {
+		t.Skip("the target's DB does not count the waits for its connections (WaitCounter)")
 	}
+	return w.Waits()
 }
 
-// pgxOptions are database/sql's transaction options in pgx's terms.
-func pgxOptions(opts *sql.TxOptions) pgx.TxOptions {
-	if opts == nil {
-		return pgx.TxOptions{}
-	}
-	return pgx.TxOptions{IsoLevel: pgxLevels[opts.Isolation]}
+// runner is the pool's Runner with opts.
+func (p *runnerPool) runner(opts *sql.TxOptions) idem.Runner { return p.db.Runner(opts) }
+
+// runnerTx is a transaction a Runner began (or a watcher of one).
+type runnerTx struct {
+	connStatements
+	tx idem.Tx
 }
 
-// pgxLevels are pgx's names of the isolation levels the suite asks for;
-// the default level is the empty name.
-var pgxLevels = map[sql.IsolationLevel]pgx.TxIsoLevel{
-	sql.LevelReadCommitted:  pgx.ReadCommitted,
-	sql.LevelRepeatableRead: pgx.RepeatableRead,
-	sql.LevelSerializable:   pgx.Serializable,
-}
+func runnerTxn(tx idem.Tx) txn { return runnerTx{connStatements{tx}, tx} }
 
-// pgxTx is a pgx transaction (or a watcher of one).
-type pgxTx struct {
-	pgxStatements
-	tx pgx.Tx
-}
+func (t runnerTx) Commit() error   { return t.tx.Commit(ctx) }
+func (t runnerTx) Rollback() error { return t.tx.Rollback(ctx) }
 
-func pgxTxn(tx pgx.Tx) txn { return pgxTx{pgxStatements{tx}, tx} }
+func (t runnerTx) watched(before func(string)) txn { return runnerTxn(txWatched{t.tx, before}) }
 
-func (t pgxTx) Commit() error   { return t.tx.Commit(ctx) }
-func (t pgxTx) Rollback() error { return t.tx.Rollback(ctx) }
-
-func (t pgxTx) watched(before func(string)) txn { return pgxTxn(pgxWatched{t.tx, before}) }
-
-// pgxWatched calls before ahead of each statement it runs through Tx.
-type pgxWatched struct {
-	pgx.Tx
+// txWatched calls before ahead of each statement it runs through Tx.
+type txWatched struct {
+	idem.Tx
 	before func(query string)
 }
 
-func (w pgxWatched) Exec(ctx context.Context, query string, args ...any) (pgconn.CommandTag, error) {
-	w.before(query)
-	return w.Tx.Exec(ctx, query, args...)
+func (w txWatched) Exec(ctx context.Context, q idem.Query) (int64, error) {
+	w.before(q.SQL)
+	return w.Tx.Exec(ctx, q)
 }
 
-func (w pgxWatched) Query(ctx context.Context, query string, args ...any) (pgx.Rows, error) {
-	w.before(query)
-	return w.Tx.Query(ctx, query, args...)
+func (w txWatched) QueryRow(ctx context.Context, q idem.Query, dest ...any) error {
+	w.before(q.SQL)
+	return w.Tx.QueryRow(ctx, q, dest...)
 }
 
-func (w pgxWatched) QueryRow(ctx context.Context, query string, args ...any) pgx.Row {
-	w.before(query)
-	return w.Tx.QueryRow(ctx, query, args...)
+func (w txWatched) QueryRows(ctx context.Context, q idem.Query, each func(scan func(dest ...any) error) error) error {
+	w.before(q.SQL)
+	return w.Tx.QueryRows(ctx, q, each)
 }

@@ -132,7 +132,7 @@ func (e *env) doOK(s *store, req idem.Request) error {
 // now (before it when d is negative).
 func (e *env) setLease(s *store, key string, d time.Duration) {
 	e.t.Helper()
-	e.exec("UPDATE "+s.Table()+" SET lease_until = "+e.plusMicros(e.now)+" WHERE idem_key = ?", d.Microseconds(), key)
+	e.exec("UPDATE "+s.Table()+" SET lease_until = "+e.PlusMicros(e.Now)+" WHERE idem_key = ?", d.Microseconds(), key)
 }
 
 // expire ends the lease of key's record in s, by the database's clock.
@@ -146,9 +146,9 @@ func (e *env) expire(s *store, key string) {
 func (e *env) age(s *store, key string, d time.Duration) {
 	e.t.Helper()
 	back := -d.Microseconds()
-	e.exec("UPDATE "+s.Table()+" SET created_at = "+e.plusMicros("created_at")+", completed_at = "+e.plusMicros("completed_at")+
-		", lease_until = "+e.plusMicros("lease_until")+", expires_at = "+e.plusMicros("expires_at")+
-		", forget_at = "+e.plusMicros("forget_at")+" WHERE idem_key = ?", back, back, back, back, back, key)
+	e.exec("UPDATE "+s.Table()+" SET created_at = "+e.PlusMicros("created_at")+", completed_at = "+e.PlusMicros("completed_at")+
+		", lease_until = "+e.PlusMicros("lease_until")+", expires_at = "+e.PlusMicros("expires_at")+
+		", forget_at = "+e.PlusMicros("forget_at")+" WHERE idem_key = ?", back, back, back, back, back, key)
 }
 
 // waitBlocked waits until a statement on table waits for a row lock, as a
@@ -158,20 +158,20 @@ func (e *env) age(s *store, key string, d time.Duration) {
 // (facts.go says why each database needs what it has).
 func waitBlocked[T any](e *env, table string, done chan T) {
 	e.t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); e.waitingQuery != ""; time.Sleep(5 * time.Millisecond) {
+	for deadline := time.Now().Add(10 * time.Second); e.WaitingQuery != ""; time.Sleep(5 * time.Millisecond) {
 		select {
 		case v := <-done:
 			e.t.Fatalf("the statement on %s did not wait for the lock: %+v", table, v)
 		default:
 		}
-		if e.onEveryNode(e.waitingQuery, "%"+table+"%") > 0 {
+		if e.onEveryNode(e.WaitingQuery, "%"+table+"%") > 0 {
 			break
 		}
 		if time.Now().After(deadline) {
 			e.t.Fatalf("no statement on %s waited for a lock within 10 s", table)
 		}
 	}
-	time.Sleep(e.waitSettle)
+	time.Sleep(e.WaitSettle)
 	select {
 	case v := <-done:
 		e.t.Fatalf("the statement on %s did not wait for the lock: %+v", table, v)
@@ -203,16 +203,13 @@ func (e *env) committed(t *testing.T, s *store, biz, key string) outcome {
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		t.Fatalf("read %s: %v", key, err)
 	}
-	rows, err := e.db.Query(e.rebind("SELECT v FROM "+biz+" WHERE k = ?"), key)
-	must(t, err)
 	var effects []string
-	for rows.Next() {
+	must(t, e.db.QueryRows(e.rebind("SELECT v FROM "+biz+" WHERE k = ?"), []any{key}, func(scan func(dest ...any) error) error {
 		var v string
-		must(t, rows.Scan(&v))
+		err := scan(&v)
 		effects = append(effects, v)
-	}
-	must(t, rows.Err())
-	must(t, rows.Close())
+		return err
+	}))
 	switch {
 	case len(effects) > 1:
 		t.Errorf("%s: committed %d times (%q), want at most once", key, len(effects), effects)

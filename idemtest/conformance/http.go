@@ -253,7 +253,7 @@ func checkRetryAfter(t *testing.T, r response, lease time.Duration) {
 // 50 concurrent identical POSTs with one key make exactly one charge; the
 // other 49 get its response replayed byte for byte, under the default
 // isolation level and under SERIALIZABLE (where RunTx retries the losers).
-func TestHTTPConcurrentDuplicates(t *testing.T) {
+func testHTTPConcurrentDuplicates(t *testing.T) {
 	const clients = 50
 	forEach(t, func(t *testing.T, e *env) {
 		for _, opts := range []*sql.TxOptions{nil, {Isolation: sql.LevelSerializable}} {
@@ -314,7 +314,7 @@ func probe(t *testing.T, e *env, s *idem.Store, path, body, key string) idem.Req
 // A key held by a live claim is a 409 with Retry-After; clients that retry
 // with backoff, honouring it, converge: one runs the handler once the
 // lease ends, the others replay its response.
-func TestHTTPRetryingClientsConverge(t *testing.T) {
+func testHTTPRetryingClientsConverge(t *testing.T) {
 	const clients = 5
 	forEach(t, func(t *testing.T, e *env) {
 		api := e.chargeAPI()
@@ -351,7 +351,7 @@ func TestHTTPRetryingClientsConverge(t *testing.T) {
 // The sf-string and bare-token forms name the same key; malformed fields
 // are 400s; a missing key passes through (twice is two charges) unless
 // Required.
-func TestHTTPHeaderForms(t *testing.T) {
+func testHTTPHeaderForms(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
 		api := e.chargeAPI()
 		srv, _ := e.serve(idemhttp.Config{}, api)
@@ -415,7 +415,7 @@ func TestHTTPHeaderForms(t *testing.T) {
 // 400, 413 and 422 answers: problem bodies, and no database work for the
 // first two (the middleware's DB is closed, so any use would be a 500); a
 // body of exactly MaxBody passes.
-func TestHTTPProblems(t *testing.T) {
+func testHTTPProblems(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
 		api := e.chargeAPI()
 		srv, s := e.serve(idemhttp.Config{MaxBody: 64}, api)
@@ -475,7 +475,7 @@ func TestHTTPProblems(t *testing.T) {
 // A fresh answer carries every header the handler set; its replay only the
 // allow-listed ones, never Set-Cookie, which is not even stored. A 4xx is a
 // result: stored and replayed.
-func TestHTTPReplayHeaders(t *testing.T) {
+func testHTTPReplayHeaders(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
 		api := e.chargeAPI()
 		api.respond = func(w http.ResponseWriter, run int64) {
@@ -528,7 +528,7 @@ func TestHTTPReplayHeaders(t *testing.T) {
 
 // A 5xx answer or a panic rolls back the handler's rows and stores
 // nothing, so the retry runs again; StoreServerErrors makes a 5xx a result.
-func TestHTTPFailuresNotStored(t *testing.T) {
+func testHTTPFailuresNotStored(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
 		for _, failure := range []string{"503", "panic"} {
 			t.Run(failure, func(t *testing.T) {
@@ -601,18 +601,18 @@ func TestHTTPFailuresNotStored(t *testing.T) {
 // A handler that flushes or hijacks is refused with a 500 problem and
 // rolled back, in both modes (in ModeClaim its claim is released);
 // ResponseController reports ErrStreaming to it.
-func TestHTTPStreamingRefused(t *testing.T) {
+func testHTTPStreamingRefused(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
 		for _, mode := range []idemserve.Mode{idemserve.ModeTransaction, idemserve.ModeClaim} {
 			for _, how := range []string{"Flush", "Hijack"} {
-				testStreamingRefused(t, e, mode, how)
+				streamingRefusedCase(t, e, mode, how)
 			}
 		}
 	})
 }
 
-// testStreamingRefused runs one case of TestHTTPStreamingRefused.
-func testStreamingRefused(t *testing.T, e *env, mode idemserve.Mode, how string) {
+// streamingRefusedCase runs one case of TestHTTPStreamingRefused.
+func streamingRefusedCase(t *testing.T, e *env, mode idemserve.Mode, how string) {
 	t.Run(fmt.Sprintf("%s/claim=%v", how, mode == idemserve.ModeClaim), func(t *testing.T) {
 		e := e.in(t)
 		api := e.chargeAPI()
@@ -649,7 +649,7 @@ func testStreamingRefused(t *testing.T, e *env, mode idemserve.Mode, how string)
 
 // Scope may read the body: one key sent for two accounts named in the
 // body is two keys, and the handler still reads the whole body.
-func TestHTTPScopeReadsBody(t *testing.T) {
+func testHTTPScopeReadsBody(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
 		api := e.chargeAPI()
 		srv, _ := e.serve(idemhttp.Config{Scope: func(r *http.Request) (string, error) {
@@ -671,7 +671,7 @@ func TestHTTPScopeReadsBody(t *testing.T) {
 }
 
 // Methods outside Config.Methods pass through with no transaction.
-func TestHTTPPassThrough(t *testing.T) {
+func testHTTPPassThrough(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
 		var sawTx atomic.Bool
 		srv, _ := e.serve(idemhttp.Config{}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

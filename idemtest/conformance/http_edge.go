@@ -50,7 +50,7 @@ func impatientClient(t *testing.T, url, body, key string, clientTimeout, pause t
 // times: the handler's work is not cancelled with the first request, it
 // runs once and commits, and a retry gets its answer replayed. In both
 // modes; in ModeClaim the provider call is not cancelled either.
-func TestHTTPClientGivesUp(t *testing.T) {
+func testHTTPClientGivesUp(t *testing.T) {
 	const (
 		handler       = time.Second
 		clientTimeout = 300 * time.Millisecond
@@ -106,7 +106,7 @@ func checkGaveUp(t *testing.T, answers []response, timeouts int) {
 // waiting for them (on SQLite, whose one writer is the slow request, it
 // waits for the database's write lock, but not for a connection). The
 // slow request runs once; every duplicate replays it.
-func TestHTTPDuplicatesWaitInMemory(t *testing.T) {
+func testHTTPDuplicatesWaitInMemory(t *testing.T) {
 	const (
 		dups = 12
 		slow = time.Second
@@ -176,7 +176,7 @@ func TestHTTPDuplicatesWaitInMemory(t *testing.T) {
 		if !e.embedded() && elapsed > slow/2 {
 			t.Errorf("the other key took %v, want well under the slow handler's %v: it waited for a connection", elapsed, slow)
 		}
-		if w := poolWaits(db); w != 0 {
+		if w := db.waits(t); w != 0 {
 			t.Errorf("%d requests waited for one of the pool's 4 connections; duplicates must wait in memory", w)
 		}
 		replays := 0
@@ -197,7 +197,7 @@ func TestHTTPDuplicatesWaitInMemory(t *testing.T) {
 // Retry-After on a 409 says when a retry is likely to succeed: 1 s by
 // default, Config.RetryAfter when set, never more than the lease left on
 // the claim that holds the key.
-func TestHTTPRetryAfter(t *testing.T) {
+func testHTTPRetryAfter(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
 		for _, c := range []struct {
 			retryAfter time.Duration
@@ -228,7 +228,7 @@ func TestHTTPRetryAfter(t *testing.T) {
 // of alice's 201 and Location), and with another body is not told that
 // alice's key exists. With SingleTenant, the opt-out, he gets alice's
 // replay: what that value costs.
-func TestHTTPScopeIsolatesCallers(t *testing.T) {
+func testHTTPScopeIsolatesCallers(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
 		api := e.chargeAPI()
 		srv, _ := e.serve(idemhttp.Config{}, api)
@@ -267,7 +267,7 @@ func TestHTTPScopeIsolatesCallers(t *testing.T) {
 // Config.Timeout bounds a request that holds its key: the handler's
 // context ends after it, and a duplicate waiting in memory gives up after
 // it with a 409. Nothing is stored, so a retry runs again.
-func TestHTTPTimeout(t *testing.T) {
+func testHTTPTimeout(t *testing.T) {
 	const timeout = 500 * time.Millisecond
 	forEach(t, func(t *testing.T, e *env) {
 		biz := e.business()
@@ -319,14 +319,14 @@ func TestHTTPTimeout(t *testing.T) {
 // of the bound (min of Config.RetryAfter and the bound rounded up to a
 // second: 1 here), after the bound, not the first request's answer once
 // that one is done. Once the first has committed, both replay it.
-func TestHTTPLockTimeoutBoundsEveryWait(t *testing.T) {
+func testHTTPLockTimeoutBoundsEveryWait(t *testing.T) {
 	const (
 		bound = 500 * time.Millisecond
 		slow  = 2 * time.Second // past the bound as MySQL applies it, in whole seconds
 	)
 	forEach(t, func(t *testing.T, e *env) {
-		if !e.boundsLockWaits {
-			t.Skipf("%s has no WithLockTimeout (TestLockTimeout)", e.name)
+		if !e.BoundsLockWaits {
+			t.Skipf("%s has no WithLockTimeout (TestLockTimeout)", e.Name)
 		}
 		biz := e.business()
 		var runs atomic.Int64
@@ -402,7 +402,7 @@ func TestHTTPLockTimeoutBoundsEveryWait(t *testing.T) {
 // not committed, a numbered retry replays at once, where one without the
 // number waits for that transaction in its claim, to learn whether the
 // key is free, and replays once it rolls back.
-func TestHTTPRetryNumberReadsFirst(t *testing.T) {
+func testHTTPRetryNumberReadsFirst(t *testing.T) {
 	forDialect(t, idem.Postgres, func(t *testing.T, e *env) {
 		api := e.chargeAPI()
 		first, s := e.serve(idemhttp.Config{}, api)
@@ -410,7 +410,7 @@ func TestHTTPRetryNumberReadsFirst(t *testing.T) {
 			t.Fatalf("first request: %+v, %v", r, err)
 		}
 		instance := func() string {
-			other, err := idem.New(e.dialect, idem.WithTable(s.Table()))
+			other, err := idem.New(e.Dialect, idem.WithTable(s.Table()))
 			must(t, err)
 			srv, _ := e.serve(idemhttp.Config{Store: other}, api)
 			return srv.URL + "/v1/charges"

@@ -14,7 +14,7 @@ import (
 // runs (415), and after its selection changed tells a retry of an older
 // key so (422 of its own type), running nothing. Business rows are
 // counted: one per key that ran.
-func TestHTTPFingerprintSelection(t *testing.T) {
+func testHTTPFingerprintSelection(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
 		api := e.chargeAPI()
 		srv, s := e.serve(idemhttp.Config{FingerprintFields: []string{"/amount", "/currency"}, FingerprintIgnore: []string{"/currency/note"}}, api)

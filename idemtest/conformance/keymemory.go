@@ -19,7 +19,7 @@ import (
 // that purge; after the forget time the plain Store's purge deletes the
 // tombstones. It failed before the forget time was stored: the plain
 // Store's purge deleted the records and the retries ran again.
-func TestKeyMemoryKeptByTheRecord(t *testing.T) {
+func testKeyMemoryKeptByTheRecord(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
 		const retention = time.Hour
 		remembering := e.store(idem.WithRetention(retention), idem.WithKeyMemory(24*time.Hour))
@@ -99,7 +99,7 @@ func TestKeyMemoryKeptByTheRecord(t *testing.T) {
 // deleted, not made a tombstone kept for another key memory: a key
 // memory Store's first purge of a backlog shrinks the table. It failed
 // before: the purge stripped every such record and kept it.
-func TestPurgeDeletesABacklogPastItsForgetTime(t *testing.T) {
+func testPurgeDeletesABacklogPastItsForgetTime(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
 		const retention = time.Hour
 		s := e.store(idem.WithRetention(retention), idem.WithKeyMemory(24*time.Hour))
@@ -135,7 +135,7 @@ func TestPurgeDeletesABacklogPastItsForgetTime(t *testing.T) {
 // leaves a record it took over and completed: that forget time is the
 // one before the takeover, and the record still replays within its
 // retention.
-func TestKeyMemoryOfEarlierRecords(t *testing.T) {
+func testKeyMemoryOfEarlierRecords(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
 		const retention = time.Hour
 		s := e.store(idem.WithRetention(retention), idem.WithKeyMemory(24*time.Hour))
@@ -160,7 +160,7 @@ func TestKeyMemoryOfEarlierRecords(t *testing.T) {
 		}
 		retaken := charge("retaken", "1")
 		must(t, e.doOK(plain, retaken))
-		e.exec("UPDATE "+s.Table()+" SET forget_at = "+e.plusMicros("expires_at")+" WHERE idem_key = ?", (-2 * retention).Microseconds(), retaken.Key)
+		e.exec("UPDATE "+s.Table()+" SET forget_at = "+e.PlusMicros("expires_at")+" WHERE idem_key = ?", (-2 * retention).Microseconds(), retaken.Key)
 		if res, err := e.do(plain, retaken, func(handle) func(context.Context) (idem.Response, error) { return ok }); err != nil || !res.Replayed {
 			t.Fatalf("within retention, with a forget time before its expiry: %+v, %v; want a replay", res, err)
 		}
@@ -181,10 +181,10 @@ func TestKeyMemoryOfEarlierRecords(t *testing.T) {
 // It failed before on PostgreSQL: the held row filled every batch of 1,
 // 0 rows went, and the batch counted as full for ever; on MariaDB
 // batches of 1 and 2 waited on the lock until it was released.
-func TestPurgePassesOverHeldRows(t *testing.T) {
+func testPurgePassesOverHeldRows(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
-		if !e.skipsLocked {
-			t.Skipf("%s's purge waits for a held row instead of passing it over (oneWriter: %v)", e.name, e.oneWriter)
+		if !e.SkipsLocked {
+			t.Skipf("%s's purge waits for a held row instead of passing it over (oneWriter: %v)", e.Name, e.OneWriter)
 		}
 		const retention = time.Hour
 		for _, batch := range []int{1, 2, 100} {

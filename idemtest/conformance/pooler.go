@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/idemtest/testdb"
 )
 
 // Behind a pooler in transaction mode (pooled: PgBouncer) each
@@ -18,13 +17,23 @@ import (
 
 // forPooled runs body as a parallel subtest per target behind a pooler
 // whose row says runs.
-func forPooled(t *testing.T, runs func(target) bool, body func(t *testing.T, e *env)) {
+func forPooled(t *testing.T, runs func(Target) bool, body func(t *testing.T, e *env)) {
 	t.Helper()
-	forTargets(t, func(tg target) bool { return tg.pooled && runs(tg) }, body)
+	forTargets(t, func(tg Target) bool { return tg.Pooled && runs(tg) }, body)
+}
+
+// poolOfOne is the target's PoolOfOne, or skips the test where it has
+// none.
+func (e *env) poolOfOne() (dsn, defaults string) {
+	e.t.Helper()
+	if e.PoolOfOne == nil {
+		e.t.Skipf("%s offers no pool of one server connection (Target.PoolOfOne)", e.Name)
+	}
+	return e.PoolOfOne(e.t)
 }
 
 // singleSession is held by a test that needs the one server session of
-// testdb.PgBouncerSingle to itself: its pooled targets take turns.
+// the pooler's pool of one (Target.PoolOfOne) to itself: its pooled targets take turns.
 var singleSession sync.Mutex
 
 // openOn opens a pool of at most conns connections on dsn with the
@@ -59,9 +68,10 @@ const sessionState = `SELECT concat_ws(' | ', 'backend ' || pg_backend_pid(),
 // was before the first, on the same backend: lock_timeout at the
 // server's default, no prepared statement, advisory lock, listened
 // channel, cursor or temporary table, every setting unchanged.
-func TestPooledSessionKeepsNothing(t *testing.T) {
-	forPooled(t, func(target) bool { return true }, func(t *testing.T, e *env) {
-		single := e.openOn(withParams(testdb.PgBouncerSingle.DSN(t), e.params), 2)
+func testPooledSessionKeepsNothing(t *testing.T) {
+	forPooled(t, func(Target) bool { return true }, func(t *testing.T, e *env) {
+		dsn, _ := e.poolOfOne()
+		single := e.openOn(dsn, 2)
 		s, o := e.store(idem.WithLockTimeout(300*time.Millisecond), idem.WithRetention(time.Hour)), e.op()
 		state := func() string {
 			t.Helper()
@@ -151,13 +161,13 @@ func TestPooledSessionKeepsNothing(t *testing.T) {
 // first's fail with 26000 (invalid_sql_statement_name). idem's errors
 // name the fix, the query mode or PgBouncer's max_prepared_statements,
 // and Migrate's no longer sends the user to the catalog's permissions.
-func TestPoolerStatementCacheNamesTheFix(t *testing.T) {
-	forPooled(t, func(tg target) bool { return tg.cachesStatements }, func(t *testing.T, e *env) {
-		dsn := testdb.PgBouncerSingle.DSN(t) // the driver's defaults: its statement cache
+func testPoolerStatementCacheNamesTheFix(t *testing.T) {
+	forPooled(t, func(tg Target) bool { return tg.CachesStatements }, func(t *testing.T, e *env) {
+		settings, dsn := e.poolOfOne() // dsn: the driver's defaults, its statement cache
 		singleSession.Lock()
 		t.Cleanup(singleSession.Unlock) // after the pools close and the statements go
 		first, second := e.openOn(dsn, 1), e.openOn(dsn, 1)
-		t.Cleanup(func() { _, _ = e.openOn(withParams(dsn, e.params), 1).Exec("DEALLOCATE ALL") })
+		t.Cleanup(func() { _, _ = e.openOn(settings, 1).Exec("DEALLOCATE ALL") })
 		s := e.store()
 		fix := func(what string, err error, state string) {
 			t.Helper()

@@ -157,7 +157,7 @@ func (p *proxy) open(e *env, conns int) pool {
 // serverAddr is where the target's DSN points.
 func (e *env) serverAddr() (network, addr string) {
 	e.t.Helper()
-	network, addr, err := e.parseAddr(e.dsn)
+	network, addr, err := e.ParseAddr(e.dsn)
 	if err != nil {
 		e.t.Fatalf("parse %s: %v", e.dsn, err)
 	}
@@ -167,7 +167,7 @@ func (e *env) serverAddr() (network, addr string) {
 // proxiedDSN is the target's DSN pointed at addr instead.
 func (e *env) proxiedDSN(addr string) string {
 	e.t.Helper()
-	dsn, err := e.redirectDSN(e.dsn, addr)
+	dsn, err := e.RedirectDSN(e.dsn, addr)
 	if err != nil {
 		e.t.Fatalf("parse %s: %v", e.dsn, err)
 	}

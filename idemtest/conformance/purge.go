@@ -57,7 +57,7 @@ func (e *env) holdRecord(s *store, opts *sql.TxOptions, scope, key string) txn {
 
 // Purge deletes what is past retention, in batches, and nothing else: not
 // a record within retention, not a live claim.
-func TestPurge(t *testing.T) {
+func testPurge(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
 		const retention = time.Hour
 		s := e.store(idem.WithRetention(retention))
@@ -85,7 +85,7 @@ func TestPurge(t *testing.T) {
 // Stats counts what Purge will delete, and Inspect reports each record as
 // Do and Purge see it: past retention (forgotten) or not, its status and
 // its response.
-func TestInspectAndStatsAgreeWithPurge(t *testing.T) {
+func testInspectAndStatsAgreeWithPurge(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
 		const retention = time.Hour
 		s := e.store(idem.WithRetention(retention))
@@ -135,7 +135,7 @@ func TestInspectAndStatsAgreeWithPurge(t *testing.T) {
 // it does not walk again the rows earlier batches deleted; a record the
 // batches passed over is purged by the next sweep, which starts from the
 // oldest record after a batch that came back short.
-func TestPurgeSweeps(t *testing.T) {
+func testPurgeSweeps(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
 		const retention = time.Hour
 		s := e.store(idem.WithRetention(retention))
@@ -174,7 +174,7 @@ func TestPurgeSweeps(t *testing.T) {
 // window after the dense four finds nothing in its span and must read on
 // past the gap instead of ending the sweep, and the first window past it
 // must not carry the dense records' span into the sparse ones.
-func TestPurgeAcrossGaps(t *testing.T) {
+func testPurgeAcrossGaps(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
 		const retention = time.Hour
 		s := e.store(idem.WithRetention(retention))
@@ -223,11 +223,11 @@ func (e *env) countLeft(s *store, keys []string) int {
 // (TiDB) or passes it over (skipsLocked: PostgreSQL's and MySQL's SKIP
 // LOCKED); a second batch started meanwhile deletes the next window at
 // once.
-func TestPurgeBatchesRunTogether(t *testing.T) {
+func testPurgeBatchesRunTogether(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
 		e = e.onOneNode()
-		if e.oneWriter {
-			t.Skipf("%s has one writer: batches run one after another, by design", e.name)
+		if e.OneWriter {
+			t.Skipf("%s has one writer: batches run one after another, by design", e.Name)
 		}
 		const retention = time.Hour
 		s := e.store(idem.WithRetention(retention))
@@ -244,14 +244,14 @@ func TestPurgeBatchesRunTogether(t *testing.T) {
 			first <- result{n, err}
 		}()
 		var one result
-		if e.skipsLocked {
+		if e.SkipsLocked {
 			one = <-first
 			must(t, one.err)
 		} else {
 			// The first batch's DELETE itself, not any statement on the
 			// table: its window read must be over before the second batch
 			// starts.
-			for deadline := time.Now().Add(10 * time.Second); e.onEveryNode(e.waitingQuery, "DELETE%"+s.Table()+"%") == 0; time.Sleep(5 * time.Millisecond) {
+			for deadline := time.Now().Add(10 * time.Second); e.onEveryNode(e.WaitingQuery, "DELETE%"+s.Table()+"%") == 0; time.Sleep(5 * time.Millisecond) {
 				if time.Now().After(deadline) {
 					t.Fatalf("the first batch's DELETE did not start within 10s")
 				}
@@ -264,7 +264,7 @@ func TestPurgeBatchesRunTogether(t *testing.T) {
 			t.Fatalf("a second batch, while the first waited for a row: %v; it waited for the first batch's window", err)
 		}
 		must(t, hold.Rollback())
-		if !e.skipsLocked {
+		if !e.SkipsLocked {
 			one = <-first
 			must(t, one.err)
 			if one.n != 2 || two != 2 {
@@ -293,7 +293,7 @@ func TestPurgeBatchesRunTogether(t *testing.T) {
 // server whose clock is behind), held by a transaction, so fresh claims
 // sort just before it. Ten claims run beside the batch; each must finish
 // within 5 s.
-func TestPurgeBatchDoesNotBlockClaims(t *testing.T) {
+func testPurgeBatchDoesNotBlockClaims(t *testing.T) {
 	const (
 		rows   = 100_000
 		claims = 10
@@ -301,11 +301,11 @@ func TestPurgeBatchDoesNotBlockClaims(t *testing.T) {
 	)
 	forEach(t, func(t *testing.T, e *env) {
 		e = e.onOneNode()
-		if e.oneWriter {
-			t.Skipf("%s has one writer: a purge batch holds up every claim for its duration, by design", e.name)
+		if e.OneWriter {
+			t.Skipf("%s has one writer: a purge batch holds up every claim for its duration, by design", e.Name)
 		}
-		if e.heavyWrites != "" {
-			t.Skip(e.heavyWrites)
+		if e.HeavyWrites != "" {
+			t.Skip(e.HeavyWrites)
 		}
 		s := e.store(idem.WithRetention(time.Hour))
 		e.seed(s, scopeExpired, rows, 2*time.Hour, -2*time.Hour, "completed")

@@ -48,7 +48,7 @@ const (
 func (e *env) seed(s *store, scope string, n int, ago, lease time.Duration, status string) {
 	e.t.Helper()
 	r := idemtest.Records{Scope: scope, Status: status, Ago: ago, Lease: lease}
-	if e.expiryInKey {
+	if e.ExpiryInKey {
 		r.Retention = s.Retention()
 	}
 	e.seedAll(s, r, n)
@@ -67,7 +67,7 @@ func (e *env) seedAll(s *store, r idemtest.Records, n int) {
 	const chunk = 100_000
 	for from := 0; from < n; from += chunk {
 		r.From, r.To = from, from+min(chunk, n-from)
-		q, args := e.seedRecords(r, s.Table())
+		q, args := e.SeedRecords(r, s.Table())
 		e.exec(q, args...)
 	}
 }
@@ -143,7 +143,7 @@ func percentile(samples []sample, from, to time.Time, p float64) (time.Duration,
 // retention and no live claim is deleted, every expired record is, and the
 // purgers' counts add up. It logs the purge rate and the workers' latency
 // with and without the purge running.
-func TestPurgeUnderLoad(t *testing.T) {
+func testPurgeUnderLoad(t *testing.T) {
 	rows := envInt(t, "IDEM_PURGE_ROWS", 20_000)
 	batch := envInt(t, "IDEM_PURGE_BATCH", 1_000)
 	purgers := envInt(t, "IDEM_PURGERS", 2)
@@ -175,8 +175,8 @@ func TestPurgeUnderLoad(t *testing.T) {
 		e.seed(s, scopeRecent, recent, retention/2, -retention/2, "completed")
 		e.seed(s, scopeLiveClaim, liveClaims, 3*retention, time.Hour, "processing")
 		t.Logf("seeded %d expired records in %v", rows+claims, time.Since(seeded).Round(time.Millisecond))
-		if e.purgeStats != "" {
-			e.exec(e.purgeStats + s.Table())
+		if e.PurgeStats != "" {
+			e.exec(e.PurgeStats + s.Table())
 		}
 
 		stopWorkers := load(workers, func(w, i int) error {
@@ -219,8 +219,8 @@ func TestPurgeUnderLoad(t *testing.T) {
 			}
 		}
 		runs := o.calls.Load()
-		if e.rerunsFn != "" {
-			t.Logf("%d executions for %d requests: %s", runs, len(all), e.rerunsFn)
+		if e.RerunsFn != "" {
+			t.Logf("%d executions for %d requests: %s", runs, len(all), e.RerunsFn)
 			runs = int64(len(all))
 		}
 		if n := e.int64("SELECT COUNT(*) FROM " + o.biz); n != int64(len(all)) || n != runs {

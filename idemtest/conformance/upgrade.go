@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -14,7 +15,7 @@ import (
 )
 
 // The table every release of idem before schema versions made (schema
-// version 1), verbatim, per database (facts.release1): what Migrate finds
+// version 1), verbatim, per database (facts.Release1): what Migrate finds
 // at a user who upgrades. It is copied here, not read from package
 // schema, so that an edit of schema/*/0001_create.up.sql cannot change
 // what the upgrade tests upgrade from.
@@ -90,11 +91,11 @@ CREATE INDEX IF NOT EXISTS idempotency_keys_created_at_idx ON idempotency_keys (
 func (e *env) createRelease1(opts ...idem.Option) *store {
 	e.t.Helper()
 	table := randName("idem")
-	for _, stmt := range strings.Split(e.release1, ";\n") {
+	for _, stmt := range strings.Split(e.Release1, ";\n") {
 		e.exec(strings.ReplaceAll(stmt, "idempotency_keys", table))
 	}
 	e.dropLater(table)
-	s, err := idem.New(e.dialect, append([]idem.Option{idem.WithTable(table)}, opts...)...)
+	s, err := idem.New(e.Dialect, append([]idem.Option{idem.WithTable(table)}, opts...)...)
 	must(e.t, err)
 	return e.onDriver(s)
 }
@@ -103,40 +104,39 @@ func (e *env) createRelease1(opts ...idem.Option) *store {
 // written T, so that two tables of one layout compare equal.
 func (e *env) layout(table string) string {
 	e.t.Helper()
-	return strings.ReplaceAll(e.showLayout(e, table), table, "T")
+	def, err := e.ShowLayout(ctx, e.db.runner(nil), table)
+	must(e.t, err)
+	return strings.ReplaceAll(def, table, "T")
 }
 
 // mysqlLayout is SHOW CREATE TABLE.
-func mysqlLayout(e *env, table string) string {
-	e.t.Helper()
+func mysqlLayout(ctx context.Context, db idem.Conn, table string) (string, error) {
 	var name, def string
-	must(e.t, e.db.QueryRow("SHOW CREATE TABLE "+table).Scan(&name, &def))
-	return def
+	err := db.QueryRow(ctx, idem.Query{SQL: "SHOW CREATE TABLE " + table}, &name, &def)
+	return def, err
 }
 
 // sqliteLayout is the DDL SQLite keeps of the table and its indexes,
 // without the quotes it keeps too.
-func sqliteLayout(e *env, table string) string {
-	e.t.Helper()
+func sqliteLayout(ctx context.Context, db idem.Conn, table string) (string, error) {
 	var def string
-	must(e.t, e.db.QueryRow(`SELECT group_concat(sql, ';') FROM (SELECT sql FROM sqlite_master WHERE tbl_name = ? ORDER BY name)`, table).Scan(&def))
-	return strings.ReplaceAll(def, `"`, "")
+	err := db.QueryRow(ctx, idem.Query{SQL: `SELECT group_concat(sql, ';') FROM (SELECT sql FROM sqlite_master WHERE tbl_name = ? ORDER BY name)`, Args: []any{table}}, &def)
+	return strings.ReplaceAll(def, `"`, ""), err
 }
 
 // pgLayout reads the catalog: columns, indexes, storage settings (the
 // table's and its TOAST table's) and comment.
-func pgLayout(e *env, table string) string {
-	e.t.Helper()
+func pgLayout(ctx context.Context, db idem.Conn, table string) (string, error) {
 	var def string
-	must(e.t, e.db.QueryRow(`SELECT concat_ws(' | ',
+	err := db.QueryRow(ctx, idem.Query{SQL: `SELECT concat_ws(' | ',
   (SELECT string_agg(attname || ' ' || format_type(atttypid, atttypmod) || CASE WHEN attnotnull THEN ' not null' ELSE '' END, ', ' ORDER BY attnum)
     FROM pg_attribute WHERE attrelid = c.oid AND attnum > 0 AND NOT attisdropped),
   (SELECT string_agg(indexdef, '; ' ORDER BY indexname) FROM pg_indexes WHERE schemaname = current_schema() AND tablename = c.relname),
   array_to_string(c.reloptions, ', '),
   'toast:' || COALESCE((SELECT array_to_string(reloptions, ', ') FROM pg_class WHERE oid = c.reltoastrelid), ''),
   'comment:' || COALESCE(obj_description(c.oid, 'pg_class'), ''))
-FROM pg_class c WHERE c.oid = $1::regclass`, table).Scan(&def))
-	return def
+FROM pg_class c WHERE c.oid = $1::regclass`, Args: []any{table}}, &def)
+	return def, err
 }
 
 // createAt makes a table of schema version v, empty, dropped when the test
@@ -146,7 +146,7 @@ FROM pg_class c WHERE c.oid = $1::regclass`, table).Scan(&def))
 func (e *env) createAt(v int, opts ...idem.Option) *store {
 	e.t.Helper()
 	s := e.createRelease1(opts...)
-	for _, m := range e.migrations[1:v] {
+	for _, m := range e.Migrations[1:v] {
 		for _, stmt := range strings.Split(m.SQL, ";\n") {
 			if stmt = strings.TrimSpace(stmt); strings.Trim(stmt, "-+ goseUpNOTRANSACTION\n") != "" && !onlyComments(stmt) {
 				e.exec(strings.ReplaceAll(stmt, "idempotency_keys", s.Table()))
@@ -169,10 +169,8 @@ func onlyComments(stmt string) bool {
 // hasColumns reports whether s's table has the columns.
 func (e *env) hasColumns(s *store, columns ...string) bool {
 	e.t.Helper()
-	rows, err := e.db.Query("SELECT " + strings.Join(columns, ", ") + " FROM " + s.Table() + " WHERE 1 = 0")
-	if err == nil { // pgx reports a missing column when the rows close
-		err = rows.Close()
-	}
+	err := e.db.QueryRows("SELECT "+strings.Join(columns, ", ")+" FROM "+s.Table()+" WHERE 1 = 0", nil,
+		func(func(dest ...any) error) error { return nil })
 	return err == nil
 }
 
@@ -190,7 +188,7 @@ func (e *env) requestOf(s *store, scope, key string) idem.Request {
 // this release cannot write the older layout).
 func (e *env) olderWrites(s *store) func(w, i int) error {
 	return func(w, i int) error {
-		q, args := e.seedRecords(idemtest.Records{Scope: fmt.Sprintf("during-%d", w), Status: "completed", From: i, To: i + 1, Ago: 0, Lease: -time.Second}, s.Table())
+		q, args := e.SeedRecords(idemtest.Records{Scope: fmt.Sprintf("during-%d", w), Status: "completed", From: i, To: i + 1, Ago: 0, Lease: -time.Second}, s.Table())
 		// Retried as its release's RunTx would: Galera runs ALTER TABLE in
 		// total order, aborting the writes in flight on the table (error
 		// 1213) where InnoDB's online DDL lets them finish.
@@ -210,17 +208,17 @@ func (e *env) olderWrites(s *store) func(w, i int) error {
 // replayed: each completed one replays its stored response without
 // running fn, the live claim is in flight, the claim whose lease ended
 // runs once; the old records expire by the Store's retention, as they did.
-func TestUpgradeFromEarlierVersions(t *testing.T) {
+func testUpgradeFromEarlierVersions(t *testing.T) {
 	const (
 		seeded  = 1_000 // completed records written in bulk
 		workers = 4     // the release before's writes during the upgrade
 	)
 	forEach(t, func(t *testing.T, e *env) {
-		if e.heavyWrites != "" {
-			t.Skip(e.heavyWrites)
+		if e.HeavyWrites != "" {
+			t.Skip(e.HeavyWrites)
 		}
 		versions := []int{1}
-		if v := len(e.migrations) - 1; v > 1 {
+		if v := len(e.Migrations) - 1; v > 1 {
 			versions = append(versions, v)
 		}
 		for _, v := range versions {
@@ -272,7 +270,7 @@ func TestUpgradeFromEarlierVersions(t *testing.T) {
 				if fresh := e.layout(e.store().Table()); upgraded != fresh {
 					t.Fatalf("the upgraded table's layout is not a new table's:\nupgraded: %s\nnew:      %s\n(version %d: %s)", upgraded, fresh, v, before)
 				}
-				for _, want := range e.upgraded {
+				for _, want := range e.Upgraded {
 					if !strings.Contains(upgraded, want) {
 						t.Errorf("the upgraded table's layout lacks %q:\n%s", want, upgraded)
 					}
@@ -283,14 +281,12 @@ func TestUpgradeFromEarlierVersions(t *testing.T) {
 				}
 
 				var old []idem.Request
-				rows, err := e.db.Query("SELECT scope, idem_key, operation, fingerprint FROM " + s.Table() + " WHERE status = 'completed'")
-				must(t, err)
-				for rows.Next() {
+				must(t, e.db.QueryRows("SELECT scope, idem_key, operation, fingerprint FROM "+s.Table()+" WHERE status = 'completed'", nil, func(scan func(dest ...any) error) error {
 					var req idem.Request
-					must(t, rows.Scan(&req.Scope, &req.Key, &req.Operation, &req.Fingerprint))
+					err := scan(&req.Scope, &req.Key, &req.Operation, &req.Fingerprint)
 					old = append(old, req)
-				}
-				must(t, errors.Join(rows.Err(), rows.Close()))
+					return err
+				}))
 				if want := seeded + len(during); len(old) != want {
 					t.Fatalf("read %d completed records, want %d", len(old), want)
 				}
@@ -355,7 +351,7 @@ func TestUpgradeFromEarlierVersions(t *testing.T) {
 // unusable, and CREATE INDEX CONCURRENTLY IF NOT EXISTS would pass over
 // it: Migrate drops it and builds it. The failed build here is a unique
 // index of the name on a column with duplicates, as PostgreSQL leaves it.
-func TestMigrateRebuildsAFailedIndexBuild(t *testing.T) {
+func testMigrateRebuildsAFailedIndexBuild(t *testing.T) {
 	forDialect(t, idem.Postgres, func(t *testing.T, e *env) {
 		s := e.createAt(2) // the version before the one that builds the expires_at index
 		e.seedOlder(s, "seeded", 10, time.Minute, -time.Minute, "completed")
@@ -376,13 +372,13 @@ func TestMigrateRebuildsAFailedIndexBuild(t *testing.T) {
 // Migrate leaves a table whose comment records a newer schema version
 // than it knows as it is, and says nothing: a release rolled back to, or
 // running beside a newer one, must not fail at its start.
-func TestMigrateLeavesNewerLayout(t *testing.T) {
+func testMigrateLeavesNewerLayout(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
-		if e.commentSQL == nil {
-			t.Skipf("%s's tables have no comment to record a version in; its table has one version so far", e.name)
+		if e.CommentSQL == nil {
+			t.Skipf("%s's tables have no comment to record a version in; its table has one version so far", e.Name)
 		}
 		s := e.store() // today's layout, as a newer release's would hold its columns
-		e.exec(e.commentSQL(s.Table(), "idem schema 99"))
+		e.exec(e.CommentSQL(s.Table(), "idem schema 99"))
 		before := e.layout(s.Table())
 		must(t, s.Migrate(ctx, e.db))
 		if after := e.layout(s.Table()); after != before {
@@ -400,7 +396,7 @@ func TestMigrateLeavesNewerLayout(t *testing.T) {
 // newest instead, to measure the newest step alone. It is a
 // measurement, so it runs only with IDEM_UPGRADE_ROWS set;
 // docs/operations.md quotes it.
-func TestUpgradeUnderLoad(t *testing.T) {
+func testUpgradeUnderLoad(t *testing.T) {
 	if os.Getenv("IDEM_UPGRADE_ROWS") == "" {
 		t.Skip("set IDEM_UPGRADE_ROWS (e.g. 1000000) to measure the upgrade of a table that size")
 	}
@@ -410,23 +406,23 @@ func TestUpgradeUnderLoad(t *testing.T) {
 		around  = 3 * time.Second
 	)
 	forEach(t, func(t *testing.T, e *env) {
-		if !e.measure {
+		if !e.Measure {
 			t.Skip("measured once per server and driver family, through pgx on PostgreSQL")
 		}
-		if len(e.migrations) < 2 {
-			t.Skipf("%s has no schema version to upgrade to", e.name)
+		if len(e.Migrations) < 2 {
+			t.Skipf("%s has no schema version to upgrade to", e.Name)
 		}
 		from := 1
 		switch f := os.Getenv("IDEM_UPGRADE_FROM"); f {
 		case "", "1":
 		case "previous":
-			from = len(e.migrations) - 1
+			from = len(e.Migrations) - 1
 		default:
 			t.Fatalf("IDEM_UPGRADE_FROM=%q: want 1 or previous", f)
 		}
 		s := e.createAt(from)
 		e.seedOlder(s, "seeded", rows, time.Hour, -time.Hour, "completed")
-		e.exec(e.settle + s.Table())
+		e.exec(e.Settle + s.Table())
 		stopWorkers := load(workers, e.olderWrites(s))
 		time.Sleep(around)
 		migStart := time.Now()

@@ -1,0 +1,2 @@
+// Package conformance is idem's conformance suite.
+package conformance
