@@ -7,6 +7,7 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -451,10 +452,10 @@ func testRelayKey(t *testing.T) {
 // whatever the application's time is, and a lease that ended by the
 // database clock is taken over, although no application time passed.
 func testDatabaseClockOnly(t *testing.T) {
-	files, err := filepath.Glob("../*.go") // the root package, seen from integration_test
+	files, err := filepath.Glob(filepath.Join(rootDir(t), "*.go"))
 	must(t, err)
 	if len(files) == 0 {
-		t.Fatal("found none of the root package's files in ..")
+		t.Fatal("found none of the root package's files")
 	}
 	fset := token.NewFileSet()
 	for _, f := range files {
@@ -587,4 +588,15 @@ func testLockTimeout(t *testing.T) {
 			}
 		}
 	})
+}
+
+// rootDir is the directory of idem's root package, as the go command
+// builds the test: the repository's, or the module cache's.
+func rootDir(t *testing.T) string {
+	t.Helper()
+	out, err := exec.Command("go", "list", "-f", "{{.Dir}}", "github.com/idemkit/idem").Output()
+	if err != nil {
+		t.Fatalf("go list github.com/idemkit/idem: %v", err)
+	}
+	return strings.TrimSpace(string(out))
 }
