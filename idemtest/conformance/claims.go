@@ -502,7 +502,7 @@ func testDatabaseClockOnly(t *testing.T) {
 // WithLockTimeout: a duplicate waiting on another open transaction's claim
 // gives up after the bound with *InFlightError; its transaction stays
 // usable, keeps its own rows and its session settings. Where idem cannot
-// bound the wait (boundsLockWaits: SQLite) the option is refused with an
+// bound the wait (BoundsLockWaits: SQLite) the option is refused with an
 // error that says so.
 func testLockTimeout(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {

@@ -43,7 +43,7 @@ func (e *env) nodesOn(dsn string, conns int) []pool {
 // onOneNode is e with its pool, and its DSN, on the first node of the
 // server alone, for a test whose transactions must meet on a row lock or
 // a session of one node: where locks and sessions are each node's
-// (locksPerNode: Galera), a lock taken on one node does not hold up a
+// (LocksPerNode: Galera), a lock taken on one node does not hold up a
 // statement on another, which certification decides at COMMIT instead,
 // and a session's id names a session on its own node only. Elsewhere it
 // is e.

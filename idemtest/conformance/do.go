@@ -329,7 +329,7 @@ func testKeys(t *testing.T) {
 
 // 8. A caller whose snapshot predates the winner's commit still sees it:
 // a replay on MySQL, a retryable error on Postgres and SQLite (which
-// RunTx turns into a replay): snapshotRetryable.
+// RunTx turns into a replay): SnapshotRetryable.
 func testOldSnapshotSeesWinner(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
 		s, o := e.store(), e.op()
@@ -361,7 +361,7 @@ func testOldSnapshotSeesWinner(t *testing.T) {
 
 // oldSnapshot begins a transaction whose snapshot, taken at its first
 // read of a table, can predate another's commit: at REPEATABLE READ, or
-// by hand with snapshotBegin (SQLite's BEGIN DEFERRED). It is rolled
+// by hand with SnapshotBegin (SQLite's BEGIN DEFERRED). It is rolled
 // back at cleanup if it is still open.
 func (e *env) oldSnapshot() txn {
 	e.t.Helper()
@@ -564,7 +564,7 @@ const freshStatements = 2
 // path freshStatements, one on the replay path of a Store that has
 // seen the key completed (the record read), two on the replay and
 // in-flight paths of another (the claim, then the existing record read);
-// on every path settingsCheck more before the claim (TiDB's check of the
+// on every path SettingsCheck more before the claim (TiDB's check of the
 // transaction's settings). On the fresh path no statement reads the
 // record back: not the claim (RETURNING), nor a SELECT of the table.
 func testStatementCounts(t *testing.T) {

@@ -25,7 +25,7 @@ func (e *env) lockRows(n int) string {
 }
 
 // waitingOn reports whether a statement on table waits for a lock, as
-// waitingQuery counts them (on MySQL: is running, its lock views being a
+// WaitingQuery counts them (on MySQL: is running, its lock views being a
 // slow cache).
 func (e *env) waitingOn(table string) (bool, error) {
 	n, err := e.sumNodes(e.WaitingQuery, "%"+table+"%")
@@ -37,8 +37,8 @@ func (e *env) waitingOn(table string) (bool, error) {
 // back the transaction that changed least, picks tx) locks row 2, tx waits
 // for row 2, and the other one closes the cycle by asking for row 1.
 // Where the victim must be the transaction that closes the cycle
-// (cycleCloser: TiDB, and Postgres, where tx's shorter deadlock_timeout
-// from deadlockSetup makes it check first) tx asks last
+// (CycleCloser: TiDB, and Postgres, where tx's shorter deadlock_timeout
+// from DeadlockSetup makes it check first) tx asks last
 // (deadlockAskingLast). It returns tx's error and, once the other
 // transaction has committed, that one's.
 func (e *env) deadlock(tx txn, locks string) (txErr, otherErr error) {
@@ -93,7 +93,7 @@ func (e *env) deadlock(tx txn, locks string) (txErr, otherErr error) {
 }
 
 // deadlockAskingLast is deadlock where the victim must close the cycle
-// (cycleCloser): other asks for row 1 first and waits (cycleCloser's lock
+// (CycleCloser): other asks for row 1 first and waits (CycleCloser's lock
 // view shows it), then tx asks for row 2. The database rolls back tx
 // (Postgres keeps it open and aborted, its locks released), so other
 // gets row 1 and commits.
@@ -196,7 +196,7 @@ func (o *op) escape(t *testing.T, s *store, db pool, req idem.Request, swallow b
 // with an error RunTx retries; the retry replays the duplicate's result.
 // fn returns the deadlock (the "failed" case) or swallows it and returns
 // a response anyway (the "swallowed" case). Where an error aborts the
-// transaction (errorAborts: Postgres) it stays open and aborted, and the
+// transaction (ErrorAborts: Postgres) it stays open and aborted, and the
 // duplicate waits for its rollback; the outcome must be the same: one
 // business row, one result.
 func testDeadlockInFn(t *testing.T) {

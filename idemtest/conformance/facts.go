@@ -34,7 +34,7 @@ type Facts struct {
 	PlusMicros func(expr string) string // the time expr plus as many microseconds as the statement's next argument
 	Bindvar    int                      // the placeholders of the tests' statements, in sqlx's terms: ? or $n (rebind)
 	AutoID     string                   // the column type of an auto-increment primary key, for business tables
-	// sessionProbe reads, in one string, the session state idem must
+	// SessionProbe reads, in one string, the session state idem must
 	// leave as it found it: the last inserted id, the isolation level,
 	// the lock and statement bounds and the other settings a statement
 	// of idem could touch.
@@ -42,40 +42,40 @@ type Facts struct {
 	SessionQuery string                // the server's id of the session that runs it; "" in process
 	KillQuery    func(id int64) string // ends session id from another session, rolling back its transaction
 	AliveQuery   string                // counts the sessions with the id of its argument: 0 once a killed one has gone
-	// waitingQuery counts the other sessions' statements whose text is
+	// WaitingQuery counts the other sessions' statements whose text is
 	// LIKE its argument that wait for a lock. Postgres shows the lock wait
 	// itself (pg_stat_activity); MySQL's lock views are a cache that is
 	// not refreshed while anyone reads it more often than every 100 ms,
-	// so there it counts the statements that are running, and waitSettle
+	// so there it counts the statements that are running, and WaitSettle
 	// gives a running one time to return early before it counts as
 	// waiting. "" in process: SQLite's waiter waits in BEGIN, which
-	// nothing shows, and waitSettle alone stands for the wait.
+	// nothing shows, and WaitSettle alone stands for the wait.
 	WaitingQuery string
 	WaitSettle   time.Duration
-	// locksPerNode says why a row lock, and a session, is one node's (a
+	// LocksPerNode says why a row lock, and a session, is one node's (a
 	// Galera cluster: a lock is not replicated, and certification decides
 	// between transactions of different nodes at COMMIT); "" where the
 	// server is one. The tests that hold a lock for another transaction
 	// to meet, or kill a session, run on one node there (onOneNode).
 	LocksPerNode string
-	// withoutStreaming is a DSN of the server whose sessions do not
+	// WithoutStreaming is a DSN of the server whose sessions do not
 	// stream their statements (a Galera node's with
 	// wsrep_trx_fragment_size = 0, the servers' default), where idem
 	// refuses Do and Apply; nil where no session needs to.
 	WithoutStreaming func(dsn string) string
-	// fencedPassesLocks says why a fenced statement whose token no longer
+	// FencedPassesLocks says why a fenced statement whose token no longer
 	// matches, and the read after it, do not wait for a lock another
 	// transaction holds on the record; "" where they wait.
 	FencedPassesLocks string
-	// suiteOnRequest says why the target runs only the tests written for
+	// SuiteOnRequest says why the target runs only the tests written for
 	// it (cluster.go) in the default suite, and the whole suite when
 	// IDEM_TEST_CLUSTER_SUITE=1; "" where it runs the whole suite always.
 	SuiteOnRequest string
-	// heavyWrites says why the tests that write a table of 100,000
+	// HeavyWrites says why the tests that write a table of 100,000
 	// records, or upgrade one online under load, are too slow for the
 	// default suite; "" where they are not.
 	HeavyWrites string
-	// rerunsFn says why a transaction in which fn ran may be rolled back
+	// RerunsFn says why a transaction in which fn ran may be rolled back
 	// by the database where no duplicate of its key ran (Galera:
 	// certification conflicts and brute-force aborts between concurrent
 	// transactions of different keys), so that RunTx runs fn again, as
@@ -83,68 +83,68 @@ type Facts struct {
 	// such conflict. The tests under load then count business rows
 	// against keys, not against fn's runs.
 	RerunsFn string
-	// withoutCausalReads is a DSN of the server whose sessions' reads
+	// WithoutCausalReads is a DSN of the server whose sessions' reads
 	// may miss what other nodes acknowledged (a Galera node's with
 	// wsrep_sync_wait = 0, the servers' default), which idem refuses; nil
 	// where every session sees what was acknowledged.
 	WithoutCausalReads func(dsn string) string
-	// shortLockWait bounds the session's lock waits to about a second;
+	// ShortLockWait bounds the session's lock waits to about a second;
 	// "" where a session cannot bound them (SQLite's busy timeout is the
 	// connection's, set in the DSN).
 	ShortLockWait string
-	// timeoutQueries, run in order in a transaction, end the last of
+	// TimeoutQueries, run in order in a transaction, end the last of
 	// them with a statement timeout after 20 ms; nil where the database
 	// has none the fault history can use.
 	TimeoutQueries []string
 	DeadlockSetup  string // run first in a deadlock's victim, so that it is the one that detects the deadlock; "" where it needs nothing
-	// cycleCloser is set where the victim must be the transaction whose
+	// CycleCloser is set where the victim must be the transaction whose
 	// lock request closes the cycle, which deadlock then makes the
 	// victim's: TiDB's detector rolls that one back, and Postgres checks
-	// a wait once, deadlock_timeout after it begins (deadlockSetup makes
+	// a wait once, deadlock_timeout after it begins (DeadlockSetup makes
 	// the victim's the shorter), so the victim's check finds the cycle
 	// only if it was closed when the victim began to wait. nil where the
 	// detector picks by what each transaction changed (InnoDB rolls back
 	// the one that changed least).
 	CycleCloser *LockView
-	// qualifiedTable names a fresh table in a schema other than the
+	// QualifiedTable names a fresh table in a schema other than the
 	// unqualified name's, which the test may use: made where it must be,
 	// and dropped when the test ends.
 	// It returns the name, and the statement that drops the table and
 	// what was made for it, which the suite runs when the test ends.
 	QualifiedTable func(ctx context.Context, db idem.Conn) (table, drop string, err error)
-	// seedRecords is the set-based INSERT of seeded records.
+	// SeedRecords is the set-based INSERT of seeded records.
 	SeedRecords func(r idemtest.Records, table string) (string, []any)
 	// settle, followed by a table's name, brings a bulk-loaded table's
 	// statistics (and Postgres's hint bits) up to date, as a day of
 	// traffic would, before a measurement.
 	Settle string
-	// purgeStats, followed by a table's name, gathers the statistics the
+	// PurgeStats, followed by a table's name, gathers the statistics the
 	// purge is planned with after TestPurgeUnderLoad's bulk insert, which
 	// autovacuum would gather only later: Postgres's ANALYZE. "" where
 	// the test leaves them to the database: InnoDB and TiDB gather them
 	// as a table changes; SQLite has none until ANALYZE runs, and plans
 	// the purge on the schema's indexes.
 	PurgeStats string
-	// showLayout is a table's definition: columns, keys, indexes,
+	// ShowLayout is a table's definition: columns, keys, indexes,
 	// storage settings, comment.
 	ShowLayout func(ctx context.Context, db idem.Conn, table string) (string, error)
-	// commentSQL gives a table a comment, as a migration that records a
+	// CommentSQL gives a table a comment, as a migration that records a
 	// version does; nil where tables have none (SQLite).
 	CommentSQL func(table, text string) string
-	// parseAddr reads where a DSN of the database's Go driver points
-	// ("tcp" or "unix", and the address), and redirectDSN points one at
+	// ParseAddr reads where a DSN of the database's Go driver points
+	// ("tcp" or "unix", and the address), and RedirectDSN points one at
 	// another TCP address: the proxy that cuts connections sits there.
 	// nil in process.
 	ParseAddr   func(dsn string) (network, addr string, err error)
 	RedirectDSN func(dsn, addr string) (string, error)
 	Migrations  []schema.Migration // the schema files the dialect migrates with (package schema): MariaDB's are MySQL's
-	// release1 is the table every release of idem before schema versions
+	// Release1 is the table every release of idem before schema versions
 	// made there, verbatim (upgrade.go), and upgraded what the newest
-	// layout shows of it in showLayout: the features an upgrade from it
+	// layout shows of it in ShowLayout: the features an upgrade from it
 	// must give a table.
 	Release1 string
 	Upgraded []string
-	// expiryInKey reports that every record of the newest layout has an
+	// ExpiryInKey reports that every record of the newest layout has an
 	// expiry, which leads the primary key (MySQL's version 4): seeded
 	// records get theirs by the Store's retention, as this release
 	// writes them. Elsewhere a seeded record has none, as the releases
@@ -154,11 +154,11 @@ type Facts struct {
 
 	// What idem costs there.
 
-	// settingsCheck is what Do and Begin run before the claim to check
+	// SettingsCheck is what Do and Begin run before the claim to check
 	// the transaction's settings: TiDB's one (its optimistic mode would
 	// let duplicates through).
 	SettingsCheck int64
-	// lockTimeoutStatements is what WithLockTimeout adds on every path:
+	// LockTimeoutStatements is what WithLockTimeout adds on every path:
 	// Postgres opens a savepoint around the claim, reads lock_timeout
 	// and sets it for the transaction, sets it back and releases the
 	// savepoint; MySQL reads innodb_lock_wait_timeout, sets it for the
@@ -168,50 +168,50 @@ type Facts struct {
 
 	// How the database behaves.
 
-	// boundsLockWaits reports that WithLockTimeout is supported. On
+	// BoundsLockWaits reports that WithLockTimeout is supported. On
 	// SQLite a duplicate waits at BEGIN IMMEDIATE, before idem runs, for
 	// as long as busy_timeout says; idem cannot bound that wait, so the
 	// option is refused with an error that says so.
 	BoundsLockWaits bool
-	// refusedLevels are the isolation levels of isolationLevels the
+	// RefusedLevels are the isolation levels of isolationLevels the
 	// database refuses to begin, each with why.
 	RefusedLevels map[sql.IsolationLevel]string
-	// snapshotRetryable reports what Do gets in a transaction whose
+	// SnapshotRetryable reports what Do gets in a transaction whose
 	// snapshot predates the winner's commit: a retryable error (Postgres
 	// aborts it with a serialization failure; SQLite's write fails with
 	// SQLITE_BUSY_SNAPSHOT), which RunTx turns into a replay; else the
 	// replay itself (MySQL's locking read sees the latest committed row).
 	SnapshotRetryable bool
-	// snapshotBegin begins such a transaction by hand, on a connection of
+	// SnapshotBegin begins such a transaction by hand, on a connection of
 	// its own: SQLite's BEGIN DEFERRED takes its snapshot at its first
 	// read (a transaction begun as the dialect documents, IMMEDIATE,
 	// holds the write lock, so no other can commit while it is open).
 	// "": BeginTx at REPEATABLE READ.
 	SnapshotBegin string
 	Faults        []string // the faults the fault history injects (faults_history.go), each said there
-	// readLocks reports that the read of an existing record locks it to
+	// ReadLocks reports that the read of an existing record locks it to
 	// the end of the transaction (MySQL's LOCK IN SHARE MODE, TiDB's FOR
 	// UPDATE; SQLite's transaction holds the write lock from BEGIN), so a
 	// Complete of the claim's old owner waits behind a takeover that has
 	// read it. Postgres's read locks nothing: it sees the latest
 	// committed row under READ COMMITTED.
 	ReadLocks bool
-	// errorAborts reports that an error (a deadlock) leaves the
+	// ErrorAborts reports that an error (a deadlock) leaves the
 	// transaction open and aborted until ROLLBACK (Postgres); elsewhere
 	// the database rolls it back whole and the session runs on outside
 	// it, which Do must notice and say ("rolled back").
 	ErrorAborts bool
-	// skipsLocked reports that a purge batch passes over the rows a live
+	// SkipsLocked reports that a purge batch passes over the rows a live
 	// transaction holds (Postgres and MySQL: SKIP LOCKED); elsewhere it
 	// waits for them (TiDB, and SQLite's one writer).
 	SkipsLocked bool
-	// oneWriter reports a database that runs one writer at a time
+	// OneWriter reports a database that runs one writer at a time
 	// (SQLite): purge batches and claims queue for the write lock.
 	OneWriter bool
-	// inProcess reports an embedded database (SQLite): there is no
+	// InProcess reports an embedded database (SQLite): there is no
 	// network connection to cut and no server session to kill.
 	InProcess bool
-	// pooled reports a pooler in transaction mode between the driver and
+	// Pooled reports a pooler in transaction mode between the driver and
 	// the server (PgBouncer): a client connection has a server session
 	// for one transaction at a time, any of the pool's, so what a test
 	// reads or does to "the session" (its id, a kill, a setting) is the

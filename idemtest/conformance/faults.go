@@ -227,7 +227,7 @@ func statement(q string) string {
 // Fault 4: the old owner completes between the new owner's read of the
 // expired claim and its takeover. Exactly one result wins and the loser is
 // told: where the read locks nothing (Postgres) the takeover finds the
-// claim completed and replays it; where it locks the record (readLocks:
+// claim completed and replays it; where it locks the record (ReadLocks:
 // MySQL) the two collide, and whichever the deadlock detector rolls back
 // retries and is told (a replay, or ErrLeaseLost). The reverse order, a
 // Complete arriving while a takeover is uncommitted, waits for it and gets

@@ -30,7 +30,7 @@ const (
 const (
 	FaultDeadlock      = "deadlock victim"       // MySQL 1213, Postgres 40P01
 	FaultSerialization = "serialization failure" // Postgres 40001 under REPEATABLE READ
-	FaultTimeout       = "statement timeout"     // Postgres statement_timeout, MariaDB max_statement_time: timeoutQueries
+	FaultTimeout       = "statement timeout"     // Postgres statement_timeout, MariaDB max_statement_time: TimeoutQueries
 	FaultInterrupt     = "interrupted write"     // SQLite: the context's deadline passes mid-write
 	FaultKill          = "backend terminated"    // pg_terminate_backend, MySQL KILL
 	FaultCut           = "connection dropped"    // the proxy cuts the connection at COMMIT

@@ -154,7 +154,7 @@ func (e *env) age(s *store, key string, d time.Duration) {
 // waitBlocked waits until a statement on table waits for a row lock, as a
 // duplicate behind a claim the test holds open should, and fails the test
 // if done receives first (the statement did not wait) or no statement
-// waits within 10 s: until waitingQuery counts it, then for waitSettle
+// waits within 10 s: until WaitingQuery counts it, then for WaitSettle
 // (facts.go says why each database needs what it has).
 func waitBlocked[T any](e *env, table string, done chan T) {
 	e.t.Helper()

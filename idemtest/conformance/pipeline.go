@@ -83,7 +83,7 @@ func (e *env) pipelinedTx(opts *sql.TxOptions) (txn, error) {
 
 // pipelinedDo runs Do for req with fn in a pipelinedTx, and commits it,
 // or rolls it back when Do fails: its error is Do's, or else the
-// commit's, which on a native target is the completion's too.
+// commit's, which on a pipelined transaction is the completion's too.
 func (e *env) pipelinedDo(ctx context.Context, s *store, opts *sql.TxOptions, req idem.Request, fn func(tx handle) func(context.Context) (idem.Response, error)) (idem.Result, error) {
 	tx, err := e.pipelinedTx(opts)
 	if err != nil {
@@ -599,9 +599,9 @@ func testPipelinedHandlerError(t *testing.T) {
 	})
 }
 
-// The round trips of a Do in a pipelined transaction on a native target,
-// direct and behind PgBouncer in exec mode, counted by a proxy between
-// pgx and the server: BEGIN with the claim, and with the read of an
+// The round trips of a Do in a pipelined transaction, on a PostgreSQL
+// target whose Runner pipelines (pgx's, direct and behind PgBouncer in
+// exec mode), counted by a proxy between the driver and the server: BEGIN with the claim, and with the read of an
 // existing record under READ COMMITTED, in one; the handler's statement;
 // the completion with COMMIT in one. A transaction of pgx's own spends a
 // round trip on each.

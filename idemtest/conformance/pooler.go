@@ -10,7 +10,7 @@ import (
 	"github.com/idemkit/idem"
 )
 
-// Behind a pooler in transaction mode (pooled: PgBouncer) each
+// Behind a pooler in transaction mode (Pooled: PgBouncer) each
 // transaction runs on whichever server session of the pool is free, after
 // any other client's transactions: what one leaves in the session, the
 // next finds. The tests here run on the pooled targets only.
@@ -62,7 +62,7 @@ const sessionState = `SELECT concat_ws(' | ', 'backend ' || pg_backend_pid(),
   (SELECT string_agg(name || '=' || setting, ', ' ORDER BY name) FROM pg_settings))`
 
 // idem leaves nothing in a pooled server session: through a pool of one
-// server connection (testdb.PgBouncerSingle), in the target's driver
+// server connection (Target.PoolOfOne: PgBouncer's), in the target's driver
 // settings, every call of idem's, WithLockTimeout's bounded wait
 // included, is followed by a transaction that finds the session as it
 // was before the first, on the same backend: lock_timeout at the

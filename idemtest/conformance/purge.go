@@ -220,7 +220,7 @@ func (e *env) countLeft(s *store, keys []string) int {
 // Batches of one Store that run at once delete consecutive windows: a
 // batch does not wait for the rows of the batch that started before it. A
 // transaction holds the oldest record, so the first batch waits for it
-// (TiDB) or passes it over (skipsLocked: PostgreSQL's and MySQL's SKIP
+// (TiDB) or passes it over (SkipsLocked: PostgreSQL's and MySQL's SKIP
 // LOCKED); a second batch started meanwhile deletes the next window at
 // once.
 func testPurgeBatchesRunTogether(t *testing.T) {

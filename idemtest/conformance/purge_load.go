@@ -39,11 +39,11 @@ const (
 )
 
 // seed inserts n rows of scope with set-based SQL (no Do per row, the
-// statement of seedRecords): created ago before the database's now, one
+// statement of SeedRecords): created ago before the database's now, one
 // millisecond apart going back, with the given status and lease end
 // relative to now. Completed rows carry a 200-byte body and a small
 // header, like a typical JSON response. Where the newest layout needs
-// every record's expiry (expiryInKey), each gets the one the Store's
+// every record's expiry (ExpiryInKey), each gets the one the Store's
 // retention gives it; elsewhere none, as seedOlder.
 func (e *env) seed(s *store, scope string, n int, ago, lease time.Duration, status string) {
 	e.t.Helper()

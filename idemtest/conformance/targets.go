@@ -128,7 +128,7 @@ func forDialect(t *testing.T, d idem.Dialect, body func(t *testing.T, e *env)) {
 
 // forEachOnClusters is forEach for a test written for a cluster's nodes
 // (cluster.go): it runs on every target, those whose Facts keep the rest
-// of the suite for a run on request (suiteOnRequest) included.
+// of the suite for a run on request (SuiteOnRequest) included.
 func forEachOnClusters(t *testing.T, body func(t *testing.T, e *env)) {
 	t.Helper()
 	forTargetsOf(t, func(Target) bool { return true }, true, body)
@@ -145,12 +145,12 @@ func forEachSQLOnClusters(t *testing.T, body func(t *testing.T, e *env)) {
 }
 
 // clusterSuite is the variable that runs the whole suite on the targets
-// whose Facts keep it for a run on request (suiteOnRequest).
+// whose Facts keep it for a run on request (SuiteOnRequest).
 const clusterSuite = "IDEM_TEST_CLUSTER_SUITE"
 
 // forTargets runs body as a parallel subtest per target that runs says
 // to. On a target whose Facts keep the suite for a run on request
-// (suiteOnRequest), the subtest skips, saying why, unless clusterSuite is
+// (SuiteOnRequest), the subtest skips, saying why, unless clusterSuite is
 // 1.
 func forTargets(t *testing.T, runs func(Target) bool, body func(t *testing.T, e *env)) {
 	t.Helper()
@@ -256,7 +256,7 @@ func (e *env) exec(query string, args ...any) {
 	}
 }
 
-// rebind turns ? placeholders into the database's (bindvar).
+// rebind turns ? placeholders into the database's (Bindvar).
 func (e *env) rebind(query string) string { return sqlx.Rebind(e.Bindvar, query) }
 
 // count returns the number of rows in table where k = key.

@@ -100,7 +100,7 @@ func (e *env) createRelease1(opts ...idem.Option) *store {
 	return e.onDriver(s)
 }
 
-// layout describes a table's definition (showLayout), with its name
+// layout describes a table's definition (ShowLayout), with its name
 // written T, so that two tables of one layout compare equal.
 func (e *env) layout(table string) string {
 	e.t.Helper()
