@@ -94,12 +94,15 @@ func rowsOn(ctx context.Context, h handle, q idem.Query, each func(scan func(des
 }
 
 // adapterDB is the adapter's pool as the suite opens it: Runner is all
-// the suite needs.
+// the suite needs; Waits (conformance.WaitCounter) lets it check that
+// duplicates wait in memory, not for a connection.
 type adapterDB struct{ db *sql.DB }
 
 func (d adapterDB) Runner(opts *sql.TxOptions) idem.Runner { return adapter{d.db, opts} }
 
 func (d adapterDB) Close() { _ = d.db.Close() }
+
+func (d adapterDB) Waits() int64 { return d.db.Stats().WaitCount }
 
 // adapterTarget is SQLite through the adapter, on a database file in
 // dir, opened with the DSN settings docs/dialects.md asks for.
