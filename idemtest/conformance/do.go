@@ -725,6 +725,7 @@ func testMigrate(t *testing.T) {
 // (Facts.QualifiedTable), dropped when the test ends.
 func (e *env) qualifiedTable() string {
 	e.t.Helper()
+	e.needFact("QualifiedTable", e.QualifiedTable != nil)
 	table, drop, err := e.QualifiedTable(ctx, e.db.runner(nil))
 	must(e.t, err)
 	e.t.Cleanup(func() {

@@ -52,6 +52,7 @@ func (e *env) killSession(id int64) error {
 func testKillMidDo(t *testing.T) {
 	forEach(t, func(t *testing.T, e *env) {
 		e.needServer("server session")
+		e.needFact("KillQuery", e.KillQuery != nil && e.SessionQuery != "" && e.AliveQuery != "")
 		e = e.onOneNode()
 		s, o := e.store(), e.op()
 		req := charge("killed", "100")

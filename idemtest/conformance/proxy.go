@@ -157,6 +157,7 @@ func (p *proxy) open(e *env, conns int) pool {
 // serverAddr is where the target's DSN points.
 func (e *env) serverAddr() (network, addr string) {
 	e.t.Helper()
+	e.needFact("ParseAddr", e.ParseAddr != nil)
 	network, addr, err := e.ParseAddr(e.dsn)
 	if err != nil {
 		e.t.Fatalf("parse %s: %v", e.dsn, err)
@@ -167,6 +168,7 @@ func (e *env) serverAddr() (network, addr string) {
 // proxiedDSN is the target's DSN pointed at addr instead.
 func (e *env) proxiedDSN(addr string) string {
 	e.t.Helper()
+	e.needFact("RedirectDSN", e.RedirectDSN != nil)
 	dsn, err := e.RedirectDSN(e.dsn, addr)
 	if err != nil {
 		e.t.Fatalf("parse %s: %v", e.dsn, err)

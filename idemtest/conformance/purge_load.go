@@ -64,6 +64,7 @@ func (e *env) seedOlder(s *store, scope string, n int, ago, lease time.Duration,
 // seedAll inserts records 0 to n of r, in chunks.
 func (e *env) seedAll(s *store, r idemtest.Records, n int) {
 	e.t.Helper()
+	e.needFact("SeedRecords", e.SeedRecords != nil)
 	const chunk = 100_000
 	for from := 0; from < n; from += chunk {
 		r.From, r.To = from, from+min(chunk, n-from)

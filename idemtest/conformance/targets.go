@@ -101,6 +101,15 @@ func (e *env) needServer(fault string) {
 	}
 }
 
+// needFact skips the test where the target's facts lack the one named,
+// saying so: set reports whether they have it.
+func (e *env) needFact(name string, set bool) {
+	e.t.Helper()
+	if !set {
+		e.t.Skipf("%s's facts have no %s (Facts.%s), which this test needs", e.Name, name, name)
+	}
+}
+
 // forEach runs body as a parallel subtest per target.
 func forEach(t *testing.T, body func(t *testing.T, e *env)) {
 	t.Helper()

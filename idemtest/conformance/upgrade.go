@@ -90,6 +90,7 @@ CREATE INDEX IF NOT EXISTS idempotency_keys_created_at_idx ON idempotency_keys (
 // test ends, and returns a Store on it that has not migrated it.
 func (e *env) createRelease1(opts ...idem.Option) *store {
 	e.t.Helper()
+	e.needFact("Release1", e.Release1 != "")
 	table := randName("idem")
 	for _, stmt := range strings.Split(e.Release1, ";\n") {
 		e.exec(strings.ReplaceAll(stmt, "idempotency_keys", table))
@@ -104,6 +105,7 @@ func (e *env) createRelease1(opts ...idem.Option) *store {
 // written T, so that two tables of one layout compare equal.
 func (e *env) layout(table string) string {
 	e.t.Helper()
+	e.needFact("ShowLayout", e.ShowLayout != nil)
 	def, err := e.ShowLayout(ctx, e.db.runner(nil), table)
 	must(e.t, err)
 	return strings.ReplaceAll(def, table, "T")
@@ -145,6 +147,7 @@ FROM pg_class c WHERE c.oid = $1::regclass`, Args: []any{table}}, &def)
 // it.
 func (e *env) createAt(v int, opts ...idem.Option) *store {
 	e.t.Helper()
+	e.needFact("Migrations", len(e.Migrations) >= v)
 	s := e.createRelease1(opts...)
 	for _, m := range e.Migrations[1:v] {
 		for _, stmt := range strings.Split(m.SQL, ";\n") {
@@ -187,6 +190,7 @@ func (e *env) requestOf(s *store, scope, key string) idem.Request {
 // older layout, key k-i of scope "during-w", by set-based SQL (the code of
 // this release cannot write the older layout).
 func (e *env) olderWrites(s *store) func(w, i int) error {
+	e.needFact("SeedRecords", e.SeedRecords != nil)
 	return func(w, i int) error {
 		q, args := e.SeedRecords(idemtest.Records{Scope: fmt.Sprintf("during-%d", w), Status: "completed", From: i, To: i + 1, Ago: 0, Lease: -time.Second}, s.Table())
 		// Retried as its release's RunTx would: Galera runs ALTER TABLE in
