@@ -150,11 +150,12 @@ type facts struct {
 	// the transaction's settings: TiDB's one (its optimistic mode would
 	// let duplicates through).
 	settingsCheck int64
-	// lockTimeoutStatements is what WithLockTimeout adds on every path:
-	// Postgres opens a savepoint around the claim, reads lock_timeout
-	// and sets it for the transaction, sets it back and releases the
-	// savepoint; MySQL reads innodb_lock_wait_timeout, sets it for the
-	// session and sets it back.
+	// lockTimeoutStatements is what WithLockTimeout adds on every path
+	// that claims: Postgres opens a savepoint around the claim, reads
+	// lock_timeout and sets it for the transaction, sets it back and
+	// releases the savepoint; MySQL reads innodb_lock_wait_timeout, sets
+	// it for the session and sets it back. On Postgres a replay that the
+	// read first finds runs none of them (TestLockTimeout).
 	lockTimeoutStatements int64
 	lockWaitUnit          time.Duration // what WithLockTimeout rounds its bound up to: MySQL's innodb_lock_wait_timeout counts whole seconds
 
