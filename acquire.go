@@ -75,13 +75,28 @@ func (s *Store) acquire(ctx context.Context, c conn, req Request, by caller, don
 	if !s.hasLockWait {
 		return s.take(ctx, c, req, by, done)
 	}
+	// Where the read first waits for no holder (a plain read, on
+	// PostgreSQL), it runs before the bound: a replay it finds costs none of
+	// the bound's statements.
+	read := false
+	if s.st.readFirstWhenReplaying {
+		replay, cl, tried, err := s.readFirst(ctx, c, req)
+		if replay != nil || err != nil {
+			return replay, cl, err
+		}
+		read = tried
+	}
 	var (
 		replay  *Result
 		cl      claimed
 		takeErr error
 	)
 	timedOut, err := s.dialect.(lockWaiter).boundLockWait(ctx, c, s.lockWait, func() error {
-		replay, cl, takeErr = s.take(ctx, c, req, by, done)
+		if s.st.readFirstWhenReplaying {
+			replay, cl, takeErr = s.claim(ctx, c, req, by, done, read)
+		} else {
+			replay, cl, takeErr = s.take(ctx, c, req, by, done)
+		}
 		return takeErr
 	})
 	switch {
@@ -122,27 +137,46 @@ const restampAfter = 10 * time.Millisecond
 // done stored, and the claim says so; a record taken over is a
 // PROCESSING claim as Do's, which Apply completes after fn.
 func (s *Store) take(ctx context.Context, c conn, req Request, by caller, done *stored) (replay *Result, cl claimed, err error) {
-	lease, start := micros(s.lease), startWatch()
-	known := s.completed.has(req) || retryHinted(ctx)
-	readFirst := known || s.st.readFirstWhenReplaying && s.completed.replaysMostly()
-	if !known && !readFirst {
-		defer func() { s.completed.saw(replay != nil) }()
+	replay, cl, read, err := s.readFirst(ctx, c, req)
+	if replay != nil || err != nil {
+		return replay, cl, err
 	}
-	if readFirst {
-		rec, found, err := s.readCompleted(ctx, c, req)
-		if err != nil {
-			return nil, claimed{}, err
-		}
-		if !known {
-			s.completed.saw(found && rec.matches(req))
-		}
-		if found {
-			replay, cl, err := s.replayed(req, rec)
-			if err == nil {
-				s.cacheRead(c, req, rec, replay.Response)
-			}
-			return replay, cl, err
-		}
+	return s.claim(ctx, c, req, by, done, read)
+}
+
+// readFirst is take's read before the claim: of a key the Store has
+// served lately, of a request ctx says is a retry, and, where the
+// dialect's read locks nothing, of any key while most keys the Store did
+// not know replayed. It returns the replay of a completed record within
+// retention, or the error of a request that does not match it; read
+// reports whether it read, to no replay.
+func (s *Store) readFirst(ctx context.Context, c conn, req Request) (replay *Result, cl claimed, read bool, err error) {
+	known := s.completed.has(req) || retryHinted(ctx)
+	if !known && !(s.st.readFirstWhenReplaying && s.completed.replaysMostly()) {
+		return nil, claimed{}, false, nil
+	}
+	rec, found, err := s.readCompleted(ctx, c, req)
+	if err != nil {
+		return nil, claimed{}, true, err
+	}
+	if !known {
+		s.completed.saw(found && rec.matches(req))
+	}
+	if !found {
+		return nil, claimed{}, true, nil
+	}
+	if replay, cl, err = s.replayed(req, rec); err == nil {
+		s.cacheRead(c, req, rec, replay.Response)
+	}
+	return replay, cl, true, err
+}
+
+// claim is take's claim of req's key, after readFirst (read: it read the
+// record first, and found nothing to replay).
+func (s *Store) claim(ctx context.Context, c conn, req Request, by caller, done *stored, read bool) (replay *Result, cl claimed, err error) {
+	lease, start := micros(s.lease), startWatch()
+	if !read {
+		defer func() { s.completed.saw(replay != nil) }()
 	}
 	for range maxContention {
 		var (

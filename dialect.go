@@ -215,7 +215,9 @@ type statements struct {
 	// readFirstWhenReplaying: readCompleted of a key that has no record
 	// locks nothing (no gap lock that a concurrent claim of another key
 	// could deadlock on), so take reads a key it does not know first while
-	// most such keys are replays (completed.replaysMostly).
+	// most such keys are replays (completed.replaysMostly); and it waits
+	// for no transaction that holds the key, so with WithLockTimeout
+	// acquire reads first before the bound (a plain read, as PostgreSQL's).
 	readFirstWhenReplaying bool
 	// state reads a record's status and token as last committed, to
 	// explain why a fenced statement changed nothing.

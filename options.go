@@ -84,7 +84,10 @@ const MaxLockTimeout = 24 * time.Hour
 // lock_timeout set for it (PostgreSQL), or with innodb_lock_wait_timeout
 // set for it, in whole seconds, rounded up (MySQL), and sets the session's
 // own value back. This costs four more statements per Do on PostgreSQL
-// and three on MySQL. d must be positive and at most [MaxLockTimeout].
+// and three on MySQL; on PostgreSQL a replay of a key the Store reads
+// first (one it has served, or a retry: [WithRetryHint]) costs none,
+// since that read waits for no other transaction and runs before the
+// bound. d must be positive and at most [MaxLockTimeout].
 //
 // Without it, a duplicate waits as long as the database lets it: for ever
 // on PostgreSQL unless lock_timeout, statement_timeout or

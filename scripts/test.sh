@@ -27,12 +27,26 @@ fi
 # shellcheck disable=SC1091
 . "$logs/servers.sh"
 
+# named prints the PostgreSQL DSN in IDEM_TEST_POSTGRES_DSN (a URL) with
+# application_name $1, so that the connections of each module's tests
+# are counted by their name in pg_stat_activity (DEVELOPERS.md).
+named() {
+	case $IDEM_TEST_POSTGRES_DSN in
+	postgres://* | postgresql://*) ;;
+	*) printf '%s' "$IDEM_TEST_POSTGRES_DSN"; return ;;
+	esac
+	case $IDEM_TEST_POSTGRES_DSN in
+	*\?*) printf '%s&application_name=%s' "$IDEM_TEST_POSTGRES_DSN" "$1" ;;
+	*) printf '%s?application_name=%s' "$IDEM_TEST_POSTGRES_DSN" "$1" ;;
+	esac
+}
+
 # run tests module $1 with the race detector into its log: the packages
 # $2 (a pattern or a list; default ./...).
 run() {
 	local name=${1//\//-}
 	# shellcheck disable=SC2086 # $2 is a list of packages
-	if ! (cd "$1" && go test -race -count=1 -timeout 20m ${2:-./...}) >>"$logs/$name.log" 2>&1; then
+	if ! (cd "$1" && IDEM_TEST_POSTGRES_DSN=$(named "$name") go test -race -count=1 -timeout 20m ${2:-./...}) >>"$logs/$name.log" 2>&1; then
 		touch "$logs/$name.failed"
 	fi
 }
@@ -51,7 +65,7 @@ integration=integration_test
 others="idemtest idemtest/containers $(ls contrib/*/go.mod 2>/dev/null | xargs -r -n1 dirname | sort)"
 
 echo "== ."
-go test -race -count=1 -timeout 20m ./...
+IDEM_TEST_POSTGRES_DSN=$(named root) go test -race -count=1 -timeout 20m ./...
 failed=$?
 
 integration_run &

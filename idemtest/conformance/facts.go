@@ -158,11 +158,12 @@ type Facts struct {
 	// the transaction's settings: TiDB's one (its optimistic mode would
 	// let duplicates through).
 	SettingsCheck int64
-	// LockTimeoutStatements is what WithLockTimeout adds on every path:
-	// Postgres opens a savepoint around the claim, reads lock_timeout
-	// and sets it for the transaction, sets it back and releases the
-	// savepoint; MySQL reads innodb_lock_wait_timeout, sets it for the
-	// session and sets it back.
+	// LockTimeoutStatements is what WithLockTimeout adds on every path
+	// that claims: Postgres opens a savepoint around the claim, reads
+	// lock_timeout and sets it for the transaction, sets it back and
+	// releases the savepoint; MySQL reads innodb_lock_wait_timeout, sets
+	// it for the session and sets it back. On Postgres a replay that the
+	// read first finds runs none of them (TestLockTimeout).
 	LockTimeoutStatements int64
 	LockWaitUnit          time.Duration // what WithLockTimeout rounds its bound up to: MySQL's innodb_lock_wait_timeout counts whole seconds
 

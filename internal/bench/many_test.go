@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/idemkit/idem"
 )
@@ -67,14 +68,15 @@ func manyOrder(w int) func() string {
 // instance again) once it has replayed them all.
 type instance struct {
 	e     *Env
+	opts  []idem.Option // the Store's, beside its table
 	mu    sync.Mutex
 	s     *idem.Store
 	order []int
 	r     *rand.Rand
 }
 
-func (e *Env) instance() *instance {
-	return &instance{e: e, r: rand.New(rand.NewPCG(44, 44))}
+func (e *Env) instance(opts ...idem.Option) *instance {
+	return &instance{e: e, opts: opts, r: rand.New(rand.NewPCG(44, 44))}
 }
 
 // next is the Store and the key of the next replay.
@@ -82,7 +84,7 @@ func (in *instance) next() (*idem.Store, string, error) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	if len(in.order) == 0 {
-		s, err := idem.New(in.e.dialect, idem.WithTable(in.e.store.Table()))
+		s, err := idem.New(in.e.dialect, append([]idem.Option{idem.WithTable(in.e.store.Table())}, in.opts...)...)
 		if err != nil {
 			return nil, "", fmt.Errorf("bench: %w", err)
 		}
@@ -97,6 +99,25 @@ func (in *instance) next() (*idem.Store, string, error) {
 // hinted (idem.WithRetryHint).
 func (in *instance) replayer(hinted bool) func(int) func(context.Context) error {
 	return func(int) func(context.Context) error { return replayCross(in.next, hinted, in.e.doOn) }
+}
+
+// requestTimeout is the deadline of the context each operation of
+// BenchmarkReplayMany runs in.
+const requestTimeout = 30 * time.Second
+
+// inRequest runs each operation of worker in a context of its own with a
+// deadline, as a service's handler runs in its request's: database/sql
+// then watches that context through each transaction and each result set
+// (a goroutine each), which it does not for a context that cannot end.
+func inRequest(worker func(int) func(context.Context) error) func(int) func(context.Context) error {
+	return func(w int) func(context.Context) error {
+		op := worker(w)
+		return func(ctx context.Context) error {
+			ctx, cancel := context.WithTimeout(ctx, requestTimeout)
+			defer cancel()
+			return op(ctx)
+		}
+	}
 }
 
 // manyReader is the one-read transaction on the floor's table of worker
@@ -118,8 +139,13 @@ func (e *Env) manyReader(w int) func(context.Context) error {
 // speedup, the read's time over the replay's). other-instance sends the
 // replays as a client that does not say it retries; other-instance-retry
 // in a context that says so (idem.WithRetryHint), as idemhttp's is for
-// idemclient's resends, through a Store of its own. fresh is a fresh Do
-// beside the floor's hand-written transaction, the same way. A Store
+// idemclient's resends, through a Store of its own;
+// other-instance-retry-lock-timeout the same through a Store with
+// idem.WithLockTimeout, as docs/http.md and docs/grpc.md advise in
+// transaction mode. fresh is a fresh Do beside the floor's hand-written
+// transaction, the same way, and fresh-lock-timeout the same through a
+// Store with WithLockTimeout. Each operation runs in a context with a
+// deadline of its own (inRequest), as a service's handler does. A Store
 // replays each key once; past manyKeys replays a new one takes over, so
 // keep -benchtime times -count near 2 x manyKeys.
 //
@@ -133,14 +159,26 @@ func BenchmarkReplayMany(b *testing.B) {
 			if err := e.seedMany(ctx, conc); err != nil {
 				b.Fatal(err)
 			}
-			unhinted, hinted := e.instance(), e.instance()
+			bound := idem.WithLockTimeout(2 * time.Second)
+			unhinted, hinted, bounded := e.instance(), e.instance(), e.instance(bound)
+			freshBounded, err := idem.New(tg.dialect, idem.WithTable(e.store.Table()), bound)
+			if err != nil {
+				b.Fatal(err)
+			}
 			for _, p := range []cachePair{
 				{"other-instance", e.manyReader, unhinted.replayer(false)},
 				{"other-instance-retry", e.manyReader, hinted.replayer(true)},
+				{"other-instance-retry-lock-timeout", e.manyReader, bounded.replayer(true)},
 				{"fresh",
 					func(int) func(context.Context) error { return e.Floor },
 					func(int) func(context.Context) error { return e.Fresh }},
+				{"fresh-lock-timeout",
+					func(int) func(context.Context) error { return e.Floor },
+					func(int) func(context.Context) error {
+						return func(ctx context.Context) error { return e.doOn(ctx, freshBounded, e.Key(), false) }
+					}},
 			} {
+				p.base, p.of = inRequest(p.base), inRequest(p.of)
 				b.Run(p.name, func(b *testing.B) { p.run(b, conc) })
 			}
 		})

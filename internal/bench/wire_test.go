@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"text/tabwriter"
+	"time"
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/idemkit/idem"
@@ -233,6 +234,15 @@ func TestRoundTrips(t *testing.T) {
 			// cross once its Store has replayed more keys it did not know
 			// than it claimed fresh ones: on PostgreSQL it reads them first.
 			bodies = append(bodies, counted{"cross, replaying", e.crossReplayer(0, false), 64})
+			// A Store with WithLockTimeout, as docs/http.md and
+			// docs/grpc.md advise in transaction mode.
+			bounded, err := idem.New(tg.dialect, idem.WithTable(e.store.Table()), idem.WithLockTimeout(2*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			bodies = append(bodies,
+				counted{"fresh, lock timeout", func(ctx context.Context) error { return e.doOn(ctx, bounded, e.Key(), false) }, 2},
+				counted{"replay, lock timeout", func(ctx context.Context) error { return e.doOn(ctx, bounded, replayKey(0), true) }, 2})
 			for _, p := range bodies {
 				body := p.body
 				for range p.warm {
@@ -267,11 +277,15 @@ func TestRoundTrips(t *testing.T) {
 			// statement more, and a retry in another instance one read.
 			// cross is a statement more only until its Store has seen
 			// most of the keys it did not know replay, on PostgreSQL.
-			replaying := 3.0
+			// WithLockTimeout adds its statements to the claim: four on
+			// PostgreSQL, where a replay's read first runs before them,
+			// and three on MySQL, whose read first they bound too.
+			replaying, bound, boundReplay := 3.0, 4.0, 3.0
 			if tg.dialect != idem.Postgres {
-				replaying = 4
+				replaying, bound, boundReplay = 4, 3, 6
 			}
-			for path, want := range map[string]float64{"fresh": trips["bare"] + 2, "replay": 3, "cross": 4, "retry": 3, "cross, replaying": replaying} {
+			for path, want := range map[string]float64{"fresh": trips["bare"] + 2, "replay": 3, "cross": 4, "retry": 3, "cross, replaying": replaying,
+				"fresh, lock timeout": trips["bare"] + 2 + bound, "replay, lock timeout": boundReplay} {
 				if trips[path] != want {
 					t.Errorf("%s: %.1f round trips a transaction, want %.1f", path, trips[path], want)
 				}
