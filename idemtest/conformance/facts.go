@@ -166,6 +166,11 @@ type Facts struct {
 	// read first finds runs none of them (TestLockTimeout).
 	LockTimeoutStatements int64
 	LockWaitUnit          time.Duration // what WithLockTimeout rounds its bound up to: MySQL's innodb_lock_wait_timeout counts whole seconds
+	// ReadFirstUnbounded reports that the read of an existing record
+	// before the claim waits for no holder (PostgreSQL's plain read), so
+	// that a Store with WithLockTimeout runs it before the bound, and a
+	// replay it finds runs none of LockTimeoutStatements.
+	ReadFirstUnbounded bool
 
 	// How the database behaves.
 
@@ -264,6 +269,7 @@ var postgresFacts = Facts{
 
 	LockTimeoutStatements: 4,
 	LockWaitUnit:          time.Millisecond,
+	ReadFirstUnbounded:    true,
 
 	BoundsLockWaits:   true,
 	SnapshotRetryable: true,
