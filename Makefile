@@ -9,7 +9,7 @@
 # missing skips its tests with a message, or fails them under
 # IDEM_TEST_REQUIRE=1 (as in CI). A stock PostgreSQL's 100 connections
 # are enough.
-MODULES := . idemtest idemtest/containers integration_test $(patsubst %/go.mod,%,$(sort $(wildcard contrib/*/go.mod)))
+MODULES := . idemtest idemtest/containers idemtest/conformance integration_test $(patsubst %/go.mod,%,$(sort $(wildcard contrib/*/go.mod)))
 export GOWORK := off
 
 .PHONY: test check api api-check install-check license-check release

@@ -2,9 +2,12 @@
 // its transactions in must pass with idem, written once and run on real
 // database servers: by the tests of idem's integrations under contrib/
 // (GORM, bun, ent, chi, echo, gin), by idem's own (sqlc, net/http's
-// ServeMux), and by the tests of an adapter or ORM of anyone else's, as
-// river's riverdrivertest is for river's drivers. The servers come from
-// package [github.com/idemkit/idem/idemtest/testdb].
+// ServeMux), and by the tests of an ORM or router of anyone else's. They
+// check a stack around idem's Store; idem's own behaviour on a driver or
+// a database is the conformance suite's, module idemtest/conformance,
+// whose Exercise a driver's adapter or a dialect runs, as river's
+// riverdrivertest is for river's drivers. The servers come from package
+// [github.com/idemkit/idem/idemtest/testdb].
 //
 // An ORM or query builder is a [Stack]: a function that charges one
 // request as its users would write it (idem's Do inside the stack's own

@@ -6,6 +6,7 @@ require (
 	github.com/go-sql-driver/mysql v1.10.1
 	github.com/idemkit/idem v0.1.0
 	github.com/idemkit/idem/idemtest v0.1.0
+	github.com/idemkit/idem/idemtest/conformance v0.1.0
 	github.com/idemkit/idem/idemtest/containers v0.1.0
 	github.com/jackc/pgx/v5 v5.13.0
 	github.com/jmoiron/sqlx v1.4.0
@@ -60,5 +61,6 @@ require (
 replace (
 	github.com/idemkit/idem => ../
 	github.com/idemkit/idem/idemtest => ../idemtest
+	github.com/idemkit/idem/idemtest/conformance => ../idemtest/conformance
 	github.com/idemkit/idem/idemtest/containers => ../idemtest/containers
 )
