@@ -44,7 +44,7 @@ type acquired struct {
 // like one of take's. done, for Apply, is the response to store with a
 // new record's claim (see take).
 func (s *Store) acquire(ctx context.Context, c conn, req Request, by caller, done *storedResponse) (*Result, acquired, error) {
-	if err := s.dialect.checkSession(ctx, c); err != nil {
+	if err := s.dialect.checkSession(ctx, c.c); err != nil {
 		return nil, acquired{}, err
 	}
 	if !s.hasLockWait {

@@ -217,7 +217,7 @@ func (c *Claim) fenced(ctx context.Context, sc conn, q Query, what, advice strin
 	if n == 1 {
 		return nil
 	}
-	if err := c.s.dialect.causalReads(ctx, sc); err != nil {
+	if err := c.s.dialect.causalReads(ctx, sc.c); err != nil {
 		return err
 	}
 	var (

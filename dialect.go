@@ -57,7 +57,10 @@ type Dialect interface {
 	// where a duplicate would not wait for the claim (TiDB's optimistic
 	// transactions), with an error that names the setting and how to
 	// change it. Where no mode is unsafe it runs no statement and returns
-	// nil.
+	// nil. c is the handle's Conn as its driver's adapter gave it: the
+	// reads of checkSession and causalReads take no arguments, so no
+	// dialect writes them into the text (literals), and the Store does
+	// not wrap c for them on every claim.
 	checkSession(ctx context.Context, c Conn) error
 	// causalReads refuses a session whose transactions may begin before
 	// its node has applied what the database acknowledged elsewhere (a
