@@ -14,31 +14,6 @@ import (
 // (the record vanished, or another request took it over first).
 const maxContention = 4
 
-// record is a row of the table as acquire reads it.
-type record struct {
-	operation   string
-	fingerprint string
-	status      Status
-	token       int64
-	forgotten   bool          // past its expiry (and key memory): counts as absent
-	expired     bool          // its response is gone (past its expiry, or kept by the key memory)
-	leaseLeft   time.Duration // by the database clock; <= 0 once expired
-	code        sql.NullInt64 // the response's status code
-	header      []byte        // the stored header (NULL when sealed)
-	body        []byte        // the stored body, or header and body sealed
-	sealedKey   sql.NullString
-	ref         []byte // the stored reference (result_ref), as sealRef made it
-	// until is how long the replay cache may hold the record, as read by
-	// readCompleted; zero for any other read.
-	until time.Time
-}
-
-// matches reports whether rec was made by a request like req: the same
-// operation and fingerprint.
-func (rec record) matches(req Request) bool {
-	return rec.operation == req.Operation && rec.fingerprint == req.Fingerprint
-}
-
 // caller is which of the Store's calls a claim is made for.
 type caller bool
 
@@ -51,10 +26,10 @@ const (
 	forBegin caller = true
 )
 
-// claimed is a claim that acquire made: its token, and whether its
+// acquired is a claim that acquire made: its token, and whether its
 // record is completed already (done: Apply's claim of a new record, which
 // stored its response with it).
-type claimed struct {
+type acquired struct {
 	token int64
 	done  bool
 }
@@ -68,9 +43,9 @@ type claimed struct {
 // left as it was before. A statement of the bound that fails is reported
 // like one of take's. done, for Apply, is the response to store with a
 // new record's claim (see take).
-func (s *Store) acquire(ctx context.Context, c conn, req Request, by caller, done *stored) (*Result, claimed, error) {
-	if err := s.dialect.checkSession(ctx, c); err != nil {
-		return nil, claimed{}, err
+func (s *Store) acquire(ctx context.Context, c conn, req Request, by caller, done *storedResponse) (*Result, acquired, error) {
+	if err := s.dialect.checkSession(ctx, c.c); err != nil {
+		return nil, acquired{}, err
 	}
 	if !s.hasLockWait {
 		return s.take(ctx, c, req, by, done)
@@ -88,7 +63,7 @@ func (s *Store) acquire(ctx context.Context, c conn, req Request, by caller, don
 	}
 	var (
 		replay  *Result
-		cl      claimed
+		cl      acquired
 		takeErr error
 	)
 	timedOut, err := s.dialect.(lockWaiter).boundLockWait(ctx, c, s.lockWait, func() error {
@@ -101,9 +76,9 @@ func (s *Store) acquire(ctx context.Context, c conn, req Request, by caller, don
 	})
 	switch {
 	case timedOut:
-		return nil, claimed{}, inFlight(s.lockWait)
+		return nil, acquired{}, inFlight(s.lockWait)
 	case err != nil && err != takeErr:
-		return nil, claimed{}, s.stmtErr("claim", req, err)
+		return nil, acquired{}, s.stmtErr("claim", req, err)
 	}
 	return replay, cl, err
 }
@@ -136,7 +111,7 @@ const restampAfter = 10 * time.Millisecond
 // Apply (done is its response), a new record is inserted completed, with
 // done stored, and the claim says so; a record taken over is a
 // PROCESSING claim as Do's, which Apply completes after fn.
-func (s *Store) take(ctx context.Context, c conn, req Request, by caller, done *stored) (replay *Result, cl claimed, err error) {
+func (s *Store) take(ctx context.Context, c conn, req Request, by caller, done *storedResponse) (replay *Result, cl acquired, err error) {
 	replay, cl, read, err := s.readFirst(ctx, c, req)
 	if replay != nil || err != nil {
 		return replay, cl, err
@@ -150,20 +125,20 @@ func (s *Store) take(ctx context.Context, c conn, req Request, by caller, done *
 // not know replayed. It returns the replay of a completed record within
 // retention, or the error of a request that does not match it; read
 // reports whether it read, to no replay.
-func (s *Store) readFirst(ctx context.Context, c conn, req Request) (replay *Result, cl claimed, read bool, err error) {
-	known := s.completed.has(req) || retryHinted(ctx)
+func (s *Store) readFirst(ctx context.Context, c conn, req Request) (replay *Result, cl acquired, read bool, err error) {
+	known := s.completed.has(req.Scope, req.Key) || retryHinted(ctx)
 	if !known && !(s.st.readFirstWhenReplaying && s.completed.replaysMostly()) {
-		return nil, claimed{}, false, nil
+		return nil, acquired{}, false, nil
 	}
 	rec, found, err := s.readCompleted(ctx, c, req)
 	if err != nil {
-		return nil, claimed{}, true, err
+		return nil, acquired{}, true, err
 	}
 	if !known {
 		s.completed.saw(found && rec.matches(req))
 	}
 	if !found {
-		return nil, claimed{}, true, nil
+		return nil, acquired{}, true, nil
 	}
 	if replay, cl, err = s.replayed(req, rec); err == nil {
 		s.cacheRead(c, req, rec, replay.Response)
@@ -173,7 +148,7 @@ func (s *Store) readFirst(ctx context.Context, c conn, req Request) (replay *Res
 
 // claim is take's claim of req's key, after readFirst (read: it read the
 // record first, and found nothing to replay).
-func (s *Store) claim(ctx context.Context, c conn, req Request, by caller, done *stored, read bool) (replay *Result, cl claimed, err error) {
+func (s *Store) claim(ctx context.Context, c conn, req Request, by caller, done *storedResponse, read bool) (replay *Result, cl acquired, err error) {
 	lease, start := micros(s.lease), startWatch()
 	if !read {
 		defer func() { s.completed.saw(replay != nil) }()
@@ -183,7 +158,7 @@ func (s *Store) claim(ctx context.Context, c conn, req Request, by caller, done 
 			ok     bool
 			token  int64
 			waited time.Duration
-			rec    record
+			rec    keyRecord
 			found  bool
 			err    error
 		)
@@ -193,14 +168,14 @@ func (s *Store) claim(ctx context.Context, c conn, req Request, by caller, done 
 			err = s.stmtErr("claim", req, err)
 		}
 		if err != nil {
-			return nil, claimed{}, err
+			return nil, acquired{}, err
 		}
 		if ok {
-			return nil, claimed{token: token, done: done != nil}, s.restamp(ctx, c, req, by, token, waited)
+			return nil, acquired{token: token, done: done != nil}, s.restamp(ctx, c, req, by, token, waited)
 		}
 		if !found { // not read with the claim, or the read found none
 			if rec, found, err = s.read(ctx, c, req); err != nil {
-				return nil, claimed{}, err
+				return nil, acquired{}, err
 			}
 			if !found {
 				continue // deleted since the insert saw it: claim it afresh
@@ -209,29 +184,29 @@ func (s *Store) claim(ctx context.Context, c conn, req Request, by caller, done 
 		if !rec.forgotten {
 			switch {
 			case !rec.matches(req):
-				return nil, claimed{}, mismatch(req, rec)
+				return nil, acquired{}, mismatchError(req, rec)
 			case rec.expired:
-				return nil, claimed{}, s.expired(req, rec)
+				return nil, acquired{}, s.expired(req, rec)
 			case rec.status == StatusCompleted:
 				return s.replayed(req, rec)
 			case rec.status == StatusProcessing && rec.leaseLeft > 0:
-				return nil, claimed{}, inFlight(rec.leaseLeft)
+				return nil, acquired{}, inFlight(rec.leaseLeft)
 			}
 		}
 		takeover := s.st.query(s.st.takeover, &values{req: req, token: rec.token, lease: lease, expiry: s.expiry(req, by),
 			retention: micros(s.retention), keyMemory: micros(s.keyMemory)})
 		ok, token, waited, err = s.claimRow(ctx, c, req, takeover, byTakeover, by)
 		if err != nil {
-			return nil, claimed{}, s.stmtErr("take over", req, err)
+			return nil, acquired{}, s.stmtErr("take over", req, err)
 		}
 		if ok {
 			s.observe(ctx, Event{Kind: EventTakeover, Scope: req.Scope, Key: req.Key, Operation: req.Operation, Duration: start.elapsed(), Token: rec.token})
-			return nil, claimed{token: token}, s.restamp(ctx, c, req, by, token, waited)
+			return nil, acquired{token: token}, s.restamp(ctx, c, req, by, token, waited)
 		}
 		// Another request took the record over, or its owner completed or
 		// extended it, since the read: look again.
 	}
-	return nil, claimed{}, &Error{Op: "claim", Scope: req.Scope, Key: req.Key, Err: errContended,
+	return nil, acquired{}, &Error{Op: "claim", Scope: req.Scope, Key: req.Key, Err: errContended,
 		Detail: "the key changed hands repeatedly while being claimed: each time, another request took it over or it was deleted first",
 		Hint:   hintRetry}
 }
@@ -239,36 +214,16 @@ func (s *Store) claim(ctx context.Context, c conn, req Request, by caller, done 
 // replayed returns the response of rec, a completed record within
 // retention, for req, and remembers the key as completed; or the error of
 // a request that does not match it, which opens nothing.
-func (s *Store) replayed(req Request, rec record) (*Result, claimed, error) {
+func (s *Store) replayed(req Request, rec keyRecord) (*Result, acquired, error) {
 	if !rec.matches(req) {
-		return nil, claimed{}, mismatch(req, rec)
+		return nil, acquired{}, mismatchError(req, rec)
 	}
 	resp, err := s.response(req, rec)
 	if err != nil {
-		return nil, claimed{}, err
+		return nil, acquired{}, err
 	}
-	s.completed.add(req)
-	return &Result{Response: resp, Replayed: true}, claimed{}, nil
-}
-
-// response is the stored response of rec, opened when it is sealed.
-func (s *Store) response(req Request, rec record) (Response, error) {
-	header, body, err := s.open(req, rec.sealedKey.String, rec.header, rec.body)
-	if err != nil {
-		return Response{}, err
-	}
-	h, err := decodeHeader(header)
-	if err != nil {
-		return Response{}, &Error{Op: "read the record", Scope: req.Scope, Key: req.Key, Err: err,
-			Detail: "its stored response header is corrupt (not written by idem?)",
-			Hint:   "delete the record by hand (docs/operations.md) or wait for it to pass retention"}
-	}
-	ref, err := s.openRef(req, rec.ref)
-	if err != nil {
-		return Response{}, &Error{Op: "open the stored reference", Scope: req.Scope, Key: req.Key, Err: err,
-			Hint: "give the Store a sealer that has the key (WithSealer), or delete the record by hand if its key is lost (docs/operations.md, Sealing)"}
-	}
-	return Response{StatusCode: int(rec.code.Int64), Header: h, Body: body, Reference: ref}, nil
+	s.completed.add(req.Scope, req.Key)
+	return &Result{Response: resp, Replayed: true}, acquired{}, nil
 }
 
 // expiry is the expiry of a new claim of req for by from now, in µs.
@@ -290,7 +245,7 @@ func (s *Store) expiry(req Request, by caller) int64 {
 // followed by no read; Begin's takes its token from the database clock,
 // which claimRow reads. With done (Apply's), the record is inserted
 // completed, with done stored.
-func (s *Store) claimNew(ctx context.Context, c conn, req Request, lease int64, by caller, done *stored) (ok bool, token int64, waited time.Duration, err error) {
+func (s *Store) claimNew(ctx context.Context, c conn, req Request, lease int64, by caller, done *storedResponse) (ok bool, token int64, waited time.Duration, err error) {
 	if by == forBegin {
 		return s.claimRow(ctx, c, req, s.st.query(s.st.insert, &values{req: req, lease: lease, expiry: s.expiry(req, by)}), byInsert, by)
 	}
@@ -301,7 +256,7 @@ func (s *Store) claimNew(ctx context.Context, c conn, req Request, lease int64, 
 
 // ownClaim is the statement of a new claim of Do's (insertOwn) with
 // token, or of Apply's (insertDone), which stores done with it.
-func (s *Store) ownClaim(req Request, token, lease int64, done *stored) Query {
+func (s *Store) ownClaim(req Request, token, lease int64, done *storedResponse) Query {
 	v := &values{req: req, token: token, lease: lease, expiry: s.expiry(req, forDo), memory: micros(s.keyMemoryOf(req))}
 	if done == nil {
 		return s.st.query(s.st.insertOwn, v)
@@ -317,7 +272,7 @@ func (s *Store) ownClaim(req Request, token, lease int64, done *stored) Query {
 // rec is what it read. Where the read cannot see the record (not READ
 // COMMITTED), or it went in the meantime, found is false, and take reads
 // it on its own.
-func (s *Store) claimAndRead(ctx context.Context, c conn, req Request, lease int64, done *stored) (ok bool, token int64, rec record, found bool, err error) {
+func (s *Store) claimAndRead(ctx context.Context, c conn, req Request, lease int64, done *storedResponse) (ok bool, token int64, rec keyRecord, found bool, err error) {
 	token = ownToken()
 	qs := []Query{
 		c.sent(s.ownClaim(req, token, lease, done)),
@@ -348,7 +303,7 @@ func (s *Store) claimAndRead(ctx context.Context, c conn, req Request, lease int
 		if read {
 			what = "read the record"
 		}
-		return false, 0, record{}, false, s.stmtErr(what, req, err)
+		return false, 0, keyRecord{}, false, s.stmtErr(what, req, err)
 	}
 	return ok, token, rec, found, nil
 }
@@ -426,23 +381,16 @@ func (s *Store) restamp(ctx context.Context, c conn, req Request, by caller, tok
 	return nil
 }
 
-// into is where a row of read goes: into rec, and the lease left, in µs,
-// into leaseLeft.
-func (rec *record) into(leaseLeft *int64) []any {
-	return []any{&rec.operation, &rec.fingerprint, &rec.status, &rec.token, &rec.forgotten, &rec.expired, leaseLeft,
-		&rec.code, &rec.header, &rec.body, &rec.sealedKey, &rec.ref}
-}
-
 // read reads the record of (Scope, Key); found is false when there is none.
-func (s *Store) read(ctx context.Context, c conn, req Request) (rec record, found bool, err error) {
+func (s *Store) read(ctx context.Context, c conn, req Request) (rec keyRecord, found bool, err error) {
 	var leaseLeft int64
 	q := s.st.query(s.st.read, &values{req: req, retention: micros(s.retention), keyMemory: micros(s.keyMemory)})
 	err = c.queryRow(ctx, q, rec.into(&leaseLeft)...)
 	if errors.Is(err, sql.ErrNoRows) {
-		return record{}, false, nil
+		return keyRecord{}, false, nil
 	}
 	if err != nil {
-		return record{}, false, s.stmtErr("read the record", req, err)
+		return keyRecord{}, false, s.stmtErr("read the record", req, err)
 	}
 	rec.leaseLeft = time.Duration(leaseLeft) * time.Microsecond
 	return rec, true, nil
@@ -451,16 +399,16 @@ func (s *Store) read(ctx context.Context, c conn, req Request) (rec record, foun
 // readCompleted reads the record of (Scope, Key) when it is completed and
 // within its expiry, with what its replay needs; found is false for any
 // other record, and when there is none.
-func (s *Store) readCompleted(ctx context.Context, c conn, req Request) (rec record, found bool, err error) {
+func (s *Store) readCompleted(ctx context.Context, c conn, req Request) (rec keyRecord, found bool, err error) {
 	var left int64      // µs until its expiry
 	sent := monotonic() // the replay cache's deadline counts from before the read
 	err = c.queryRow(ctx, s.st.query(s.st.readCompleted, &values{req: req, retention: micros(s.retention)}),
 		&rec.operation, &rec.fingerprint, &rec.code, &rec.header, &rec.body, &rec.sealedKey, &left, &rec.ref)
 	if errors.Is(err, sql.ErrNoRows) {
-		return record{}, false, nil
+		return keyRecord{}, false, nil
 	}
 	if err != nil {
-		return record{}, false, s.stmtErr("read the record", req, err)
+		return keyRecord{}, false, s.stmtErr("read the record", req, err)
 	}
 	rec.status = StatusCompleted
 	if c.commit != nil {
@@ -475,13 +423,13 @@ func (s *Store) readCompleted(ctx context.Context, c conn, req Request) (rec rec
 // token. A claim that is gone means the database ended the transaction.
 // Through a Pipeline, the completion waits to go with the COMMIT (Defer),
 // as completeLast, whose failure then is the commit's.
-func (s *Store) store(ctx context.Context, c conn, req Request, token int64, out stored) error {
+func (s *Store) store(ctx context.Context, c conn, req Request, token int64, out storedResponse) error {
 	if c.p != nil {
 		q := s.completion(s.st.completeLast, req, token, out, forDo)
 		c.p.Defer(c.sent(q), func(err error) error {
 			switch {
 			case err == nil:
-				s.completed.add(req)
+				s.completed.add(req.Scope, req.Key)
 				return nil
 			case s.dialect.(pipelinedDialect).claimGone(err):
 				return txEnded("store the response", req, token, nil)
@@ -497,7 +445,7 @@ func (s *Store) store(ctx context.Context, c conn, req Request, token int64, out
 	case n != 1:
 		return txEnded("store the response", req, token, nil)
 	}
-	s.completed.add(req)
+	s.completed.add(req.Scope, req.Key)
 	return nil
 }
 
@@ -505,7 +453,7 @@ func (s *Store) store(ctx context.Context, c conn, req Request, token int64, out
 // final result of req's claim with token, made for by: Do's keeps the
 // expiry its claim set (see expiry), a Claim's counts its retention from
 // now.
-func (s *Store) completion(st statement, req Request, token int64, out stored, by caller) Query {
+func (s *Store) completion(st statement, req Request, token int64, out storedResponse, by caller) Query {
 	v := &values{req: req, token: token, resp: out.resp, header: out.header, body: out.body, sealedKey: out.keyID, ref: out.ref,
 		memory: micros(s.keyMemoryOf(req))}
 	if by == forBegin {
@@ -551,19 +499,16 @@ func txEnded(what string, req Request, token int64, cause error) error {
 	return e
 }
 
-// mismatch reports that req's key has a record of another request.
-func mismatch(req Request, rec record) error {
-	what := "payload (Fingerprint)"
-	if rec.operation != req.Operation {
-		what = fmt.Sprintf("operation %q", rec.operation)
+// expired reports that req's key has a record whose response is gone,
+// kept by the key memory, with the reference it kept (rec's).
+func (s *Store) expired(req Request, rec keyRecord) error {
+	ee := &ExpiredError{}
+	ee.Reference, ee.ReferenceErr = s.openRef(req, rec.ref)
+	hint := "do not retry with this key: look the outcome up another way, or send a new request with a new key"
+	if ee.Reference != "" {
+		hint = "do not retry with this key: fetch what it created (" + ee.Reference + "), or send a new request with a new key"
 	}
-	if rec.operation == req.Operation && FingerprintVersion(rec.fingerprint) != FingerprintVersion(req.Fingerprint) {
-		return &Error{Op: "claim", Scope: req.Scope, Key: req.Key, Err: ErrFingerprintChanged,
-			Detail: fmt.Sprintf("the key's record was fingerprinted with version %q, this request with %q: which fields of a request count changed since the key was first used; nothing ran",
-				FingerprintVersion(rec.fingerprint), FingerprintVersion(req.Fingerprint)),
-			Hint: "the record's response stays stored until its retention passes; look the outcome up another way, or send a new request with a new key"}
-	}
-	return &Error{Op: "claim", Scope: req.Scope, Key: req.Key, Err: ErrMismatch,
-		Detail: "idempotency key reused with a different request: the key was first used with another " + what,
-		Hint:   "use a new key for a new request"}
+	return &Error{Op: "claim", Scope: req.Scope, Key: req.Key, Err: ee,
+		Detail: "the key was used and its response is gone: its retention has passed, and the Store keeps the key for its key memory; nothing ran",
+		Hint:   hint}
 }

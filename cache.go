@@ -2,10 +2,8 @@ package idem
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
-	"reflect"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -37,47 +35,6 @@ type ReplayCache struct {
 // strings, header and body: the entry, its place in the map and in the
 // recency list, measured (internal/bench, TestCacheMemory).
 const CacheEntryOverhead = 512
-
-// WithReplayCache answers replays of completed records from this
-// process's memory, without a round trip to the database: the cache holds
-// up to c's bound of completed records, and evicts the least recently
-// used first. Off by default. See docs/semantics.md, The replay cache.
-//
-// A record enters the cache only once it is known committed: when a
-// transaction that completed it, or read it completed, commits, where
-// idem knows of the commit: a transaction idem runs ([RunTx], [InTx],
-// [InPipelinedTx], idempgx.RunTx, the serving layers idemhttp, idemgrpc
-// and the consumer middleware, Begin's own), or a caller's own that it
-// tracks with [TrackCommit]. A Do inside an untracked transaction of the
-// caller's reads the cache but adds nothing to it: Do cannot know that
-// the transaction committed, and a completion that was rolled back must
-// never be replayed. A record in flight (a claim) never enters it.
-//
-// An entry lives no longer than its record's expiry (the request's
-// Retention, else the Store's), counted conservatively on the
-// application's monotonic clock from before the statement that set or
-// read the expiry, minus 1/64 of it and a millisecond, so that the
-// application's clock drifting from the database's cannot keep it past
-// the record's: past its deadline the database decides, so that key
-// memory, Purge and a key reused after its retention behave as without
-// the cache. A hit whose Operation or Fingerprint differs from the
-// record's is [ErrMismatch], as from the database.
-//
-// A hit answers Do (DoOn, Apply) without a statement, Begin without its
-// transaction, and the serving layers (idemhttp, idemgrpc, the consumer
-// middleware) without opening a transaction, through [Store.Cached]; a
-// caller that opens its own transaction can call Cached before it.
-// Hits, misses and evictions are reported to the [Observer]
-// ([EventCacheHit], [EventCacheMiss], [EventCacheEvicted]).
-//
-// What the cache cannot see: a record deleted by hand before its expiry
-// is still replayed by a process that holds it, until the entry's
-// deadline; a database clock stepped forward by more than the margin
-// ends a record sooner than the cache knows. Leave the cache off where
-// records are deleted by hand while their keys may still be retried.
-func WithReplayCache(c ReplayCache) Option {
-	return func(s *Store) { s.cache = &replayCache{cfg: c} }
-}
 
 // configureCache checks the bound of the Store's cache, if any, and
 // readies it.
@@ -117,7 +74,7 @@ type cacheEntry struct {
 	// resp is the response, in the clear; or, when sealed is not nil, its
 	// status code alone, with the sealed record in sealed.
 	resp       Response
-	sealed     *record
+	sealed     *keyRecord
 	size       int64
 	prev, next *cacheEntry
 }
@@ -241,7 +198,7 @@ func (s *Store) fromCache(ctx context.Context, req Request, countMiss bool) (res
 	case !ok:
 	case e.operation != req.Operation || e.fingerprint != req.Fingerprint:
 		s.observe(ctx, Event{Kind: EventCacheHit, Scope: req.Scope, Key: req.Key, Operation: req.Operation})
-		return nil, true, mismatch(req, record{operation: e.operation, fingerprint: e.fingerprint})
+		return nil, true, mismatchError(req, keyRecord{operation: e.operation, fingerprint: e.fingerprint})
 	case e.sealed != nil:
 		var err error
 		if resp, err = s.response(req, *e.sealed); err != nil {
@@ -292,45 +249,6 @@ func cloneResponse(r Response) Response {
 	return out
 }
 
-// cacheCompleted adds the record of req, completed through c with out
-// (resp as stored), to the cache once c's transaction commits, when it is
-// tracked; its expiry is its retention from a statement sent after sent.
-func (s *Store) cacheCompleted(c conn, req Request, out stored, sent time.Time) {
-	if c.commit == nil {
-		return
-	}
-	e := &cacheEntry{id: cacheID(req), operation: req.Operation, fingerprint: req.Fingerprint,
-		deadline: sent.Add(life(s.retentionOf(req)))}
-	keyID, sealed := out.keyID.(string)
-	if sealed && !s.cache.cfg.KeepOpened {
-		e.resp.StatusCode = out.resp.StatusCode
-		e.sealed = &record{code: sql.NullInt64{Int64: int64(out.resp.StatusCode), Valid: true}, body: out.body,
-			sealedKey: sql.NullString{String: keyID, Valid: true}}
-		e.sealed.ref, _ = out.ref.([]byte)
-	} else {
-		e.resp = cloneResponse(out.resp)
-	}
-	c.commit.add(s, e)
-}
-
-// cacheRead adds rec, read completed through c by readCompleted with the
-// response resp (opened), to the cache once c's transaction commits,
-// when it is tracked.
-func (s *Store) cacheRead(c conn, req Request, rec record, resp Response) {
-	if c.commit == nil || rec.until.IsZero() {
-		return
-	}
-	e := &cacheEntry{id: cacheID(req), operation: rec.operation, fingerprint: rec.fingerprint, deadline: rec.until}
-	if rec.sealedKey.String != "" && !s.cache.cfg.KeepOpened {
-		e.resp.StatusCode = resp.StatusCode
-		sealed := rec
-		e.sealed = &sealed
-	} else {
-		e.resp = cloneResponse(resp)
-	}
-	c.commit.add(s, e)
-}
-
 // sizeOf is what MaxBytes counts of e.
 func (e *cacheEntry) sizeOf() int64 {
 	n := CacheEntryOverhead + 2*len(e.id) + len(e.operation) + len(e.fingerprint) + len(e.resp.Body)
@@ -346,135 +264,48 @@ func (e *cacheEntry) sizeOf() int64 {
 	return int64(n)
 }
 
+// WithReplayCache answers replays of completed records from this
+// process's memory, without a round trip to the database: the cache holds
+// up to c's bound of completed records, and evicts the least recently
+// used first. Off by default. See docs/semantics.md, The replay cache.
+//
+// A record enters the cache only once it is known committed: when a
+// transaction that completed it, or read it completed, commits, where
+// idem knows of the commit: a transaction idem runs ([RunTx], [InTx],
+// [InPipelinedTx], idempgx.RunTx, the serving layers idemhttp, idemgrpc
+// and the consumer middleware, Begin's own), or a caller's own that it
+// tracks with [TrackCommit]. A Do inside an untracked transaction of the
+// caller's reads the cache but adds nothing to it: Do cannot know that
+// the transaction committed, and a completion that was rolled back must
+// never be replayed. A record in flight (a claim) never enters it.
+//
+// An entry lives no longer than its record's expiry (the request's
+// Retention, else the Store's), counted conservatively on the
+// application's monotonic clock from before the statement that set or
+// read the expiry, minus 1/64 of it and a millisecond, so that the
+// application's clock drifting from the database's cannot keep it past
+// the record's: past its deadline the database decides, so that key
+// memory, Purge and a key reused after its retention behave as without
+// the cache. A hit whose Operation or Fingerprint differs from the
+// record's is [ErrMismatch], as from the database.
+//
+// A hit answers Do (DoOn, Apply) without a statement, Begin without its
+// transaction, and the serving layers (idemhttp, idemgrpc, the consumer
+// middleware) without opening a transaction, through [Store.Cached]; a
+// caller that opens its own transaction can call Cached before it.
+// Hits, misses and evictions are reported to the [Observer]
+// ([EventCacheHit], [EventCacheMiss], [EventCacheEvicted]).
+//
+// What the cache cannot see: a record deleted by hand before its expiry
+// is still replayed by a process that holds it, until the entry's
+// deadline; a database clock stepped forward by more than the margin
+// ends a record sooner than the cache knows. Leave the cache off where
+// records are deleted by hand while their keys may still be retried.
+func WithReplayCache(c ReplayCache) Option {
+	return func(s *Store) { s.cache = &replayCache{cfg: c} }
+}
+
 // cachesOn is set once a Store with a replay cache is made: from then on
 // the transactions that idem runs are tracked, so that what they
 // complete or read completed enters a cache when they commit.
 var cachesOn atomic.Bool
-
-// commits are the tracked transactions, by txID, each to its txCommit.
-var commits sync.Map
-
-// txCommit holds the cache entries of a tracked transaction until it
-// ends: they enter their Stores' caches when it commits, and are
-// dropped when it does not.
-type txCommit struct {
-	mu      sync.Mutex
-	pending []pendingEntry
-}
-
-type pendingEntry struct {
-	s *Store
-	e *cacheEntry
-}
-
-func (tc *txCommit) add(s *Store, e *cacheEntry) {
-	e.size = e.sizeOf()
-	tc.mu.Lock()
-	tc.pending = append(tc.pending, pendingEntry{s, e})
-	tc.mu.Unlock()
-}
-
-// txID is the name of a transaction in commits: the handle of database/
-// sql's, the Tx value of another driver's; ok is false for a value that
-// cannot be a map key.
-func txID(tx any) (id any, ok bool) {
-	if t, isSQL := tx.(sqlTx); isSQL {
-		tx = t.db
-	}
-	if tx == nil || !reflect.ValueOf(tx).Comparable() {
-		return nil, false
-	}
-	return tx, true
-}
-
-// track starts tracking tx's commit, when a Store of the process has a
-// cache and tx is not tracked already; nil otherwise. Its end must be
-// called once tx has ended.
-func track(tx any) *tracked {
-	if !cachesOn.Load() {
-		return nil
-	}
-	id, ok := txID(tx)
-	if !ok {
-		return nil
-	}
-	t := &tracked{id: id, tc: new(txCommit)}
-	if _, already := commits.LoadOrStore(id, t.tc); already {
-		return nil // tracked already (TrackCommit inside RunTx): its tracker ends it
-	}
-	return t
-}
-
-// tracked is a transaction in commits.
-type tracked struct {
-	id any
-	tc *txCommit
-}
-
-// end stops tracking the transaction, and when it committed, puts its
-// entries into their caches, reporting evictions on ctx.
-func (t *tracked) end(ctx context.Context, committed bool) {
-	if t == nil {
-		return
-	}
-	commits.CompareAndDelete(t.id, t.tc)
-	t.tc.mu.Lock()
-	pending := t.tc.pending
-	t.tc.pending = nil
-	t.tc.mu.Unlock()
-	if !committed {
-		return
-	}
-	for _, p := range pending {
-		if n := p.s.cache.put(p.e); n > 0 {
-			p.s.observe(ctx, Event{Kind: EventCacheEvicted, Rows: n})
-		}
-	}
-}
-
-// committing is the txCommit of c when c is a tracked transaction.
-func committing(c Conn) *txCommit {
-	id, ok := txID(c)
-	if !ok {
-		return nil
-	}
-	if tc, ok := commits.Load(id); ok {
-		return tc.(*txCommit)
-	}
-	return nil
-}
-
-// TrackCommit tracks the commit of tx, a database/sql transaction of the
-// caller's, for the replay caches ([WithReplayCache]): what Do, Apply and
-// [Claim.Complete] complete through tx, and what they read completed
-// through it, enters the cache of its [Store] when the caller reports that
-// tx committed, by calling end with the commit's error (nil: committed),
-// and is dropped when it reports any other outcome. end must be called
-// once tx has ended, committed or not; until then tx is held in a table
-// of the process. Without it, a Do in a caller's transaction only reads
-// the cache. The transactions that idem runs ([RunTx], [InTx], the
-// serving layers) need none, and there it does nothing: their own
-// tracking ends with their commit. When no [Store] of the process has a
-// cache, it does nothing.
-//
-//	tx, err := db.BeginTx(ctx, nil)
-//	...
-//	end := idem.TrackCommit(tx)
-//	res, err := store.Do(ctx, tx, req, fn)
-//	...
-//	err = tx.Commit()
-//	end(err)
-func TrackCommit(tx DBTX) (end func(commitErr error)) {
-	t, err := txOf(tx, "TrackCommit")
-	if err != nil {
-		return func(error) {}
-	}
-	return TrackCommitOn(sqlTx{sqlConn{t}})
-}
-
-// TrackCommitOn is [TrackCommit] of tx, the caller's transaction through
-// any driver's adapter (idempgx.Tx of a pgx.Tx), as [Store.DoOn] takes it.
-func TrackCommitOn(tx Tx) (end func(commitErr error)) {
-	t := track(tx)
-	return func(err error) { t.end(context.Background(), err == nil) }
-}

@@ -64,7 +64,7 @@ func (s *Store) BeginOn(ctx context.Context, r Runner, req Request) (claim *Clai
 	var token int64
 	err = InTx(ctx, r, sql.LevelDefault, func(tx Tx) error {
 		var err error
-		var cl claimed
+		var cl acquired
 		replay, cl, err = s.acquire(ctx, s.conn(tx), req, forBegin, nil)
 		token = cl.token
 		return err
@@ -162,7 +162,7 @@ func (c *Claim) CompleteOn(ctx context.Context, tx Tx, resp Response) (err error
 	if err := c.fenced(ctx, sc, q, "complete", "roll back this transaction"); err != nil {
 		return err
 	}
-	c.s.completed.add(c.req)
+	c.s.completed.add(c.req.Scope, c.req.Key)
 	c.s.cacheCompleted(sc, c.req, out, sent)
 	return nil
 }
@@ -217,7 +217,7 @@ func (c *Claim) fenced(ctx context.Context, sc conn, q Query, what, advice strin
 	if n == 1 {
 		return nil
 	}
-	if err := c.s.dialect.causalReads(ctx, sc); err != nil {
+	if err := c.s.dialect.causalReads(ctx, sc.c); err != nil {
 		return err
 	}
 	var (

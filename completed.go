@@ -43,7 +43,7 @@ const completedSlots = 1 << 14
 // completedSeed seeds the hashes of every Store in the process.
 var completedSeed = maphash.MakeSeed()
 
-// completed remembers, by a hash of scope and key, keys whose record this
+// completedKeys remembers, by a hash of scope and key, keys whose record this
 // Store has seen completed: it stored their response (in Do or through a
 // Claim) or replayed it. acquire reads such a key's record before it
 // claims the key, so that a replay of a key this process has served is
@@ -58,7 +58,7 @@ var completedSeed = maphash.MakeSeed()
 // keys lately were replays (share): then, where the dialect's read of a
 // missing key locks nothing, it is read first too. A slot holds the hash
 // of the last key put there; 0 is empty.
-type completed struct {
+type completedKeys struct {
 	slots [completedSlots]atomic.Uint64
 	// share is the part of the keys acquire did not know (neither in
 	// slots nor hinted as retries) whose record it found completed and
@@ -76,7 +76,7 @@ const (
 
 // saw counts a key acquire did not know: replayed, when its record was
 // found completed and replayed.
-func (c *completed) saw(replayed bool) {
+func (c *completedKeys) saw(replayed bool) {
 	target := int64(0)
 	if replayed {
 		target = shareOne
@@ -94,28 +94,28 @@ func (c *completed) saw(replayed bool) {
 // so, replays reaching an instance that did not serve them. acquire then
 // reads such a key first, as a hinted one, where a read of a key that
 // has no record costs one statement and locks nothing.
-func (c *completed) replaysMostly() bool {
+func (c *completedKeys) replaysMostly() bool {
 	return c.share.Load() > shareOne/2
 }
 
-// keyHash is the hint's name for req's key: never 0.
-func keyHash(req Request) uint64 {
+// keyHash is the hint's name for the key (scope, key): never 0.
+func keyHash(scope, key string) uint64 {
 	var h maphash.Hash
 	h.SetSeed(completedSeed)
-	_, _ = h.WriteString(req.Scope)
+	_, _ = h.WriteString(scope)
 	_ = h.WriteByte(0)
-	_, _ = h.WriteString(req.Key)
+	_, _ = h.WriteString(key)
 	return h.Sum64() | 1
 }
 
-// add remembers that req's key is completed.
-func (c *completed) add(req Request) {
-	h := keyHash(req)
+// add remembers that the key (scope, key) is completed.
+func (c *completedKeys) add(scope, key string) {
+	h := keyHash(scope, key)
 	c.slots[h%completedSlots].Store(h)
 }
 
-// has reports whether req's key may be completed.
-func (c *completed) has(req Request) bool {
-	h := keyHash(req)
+// has reports whether the key (scope, key) may be completed.
+func (c *completedKeys) has(scope, key string) bool {
+	h := keyHash(scope, key)
 	return c.slots[h%completedSlots].Load() == h
 }

@@ -3,8 +3,6 @@ package idem
 import (
 	"context"
 	"database/sql"
-	"errors"
-	"fmt"
 	"reflect"
 	"regexp"
 	"strings"
@@ -59,8 +57,11 @@ type Dialect interface {
 	// where a duplicate would not wait for the claim (TiDB's optimistic
 	// transactions), with an error that names the setting and how to
 	// change it. Where no mode is unsafe it runs no statement and returns
-	// nil.
-	checkSession(ctx context.Context, c conn) error
+	// nil. c is the handle's Conn as its driver's adapter gave it: the
+	// reads of checkSession and causalReads take no arguments, so no
+	// dialect writes them into the text (literals), and the Store does
+	// not wrap c for them on every claim.
+	checkSession(ctx context.Context, c Conn) error
 	// causalReads refuses a session whose transactions may begin before
 	// its node has applied what the database acknowledged elsewhere (a
 	// Galera node without wsrep_sync_wait), where a Claim made on one node
@@ -70,7 +71,7 @@ type Dialect interface {
 	// galeraCausalGuard does, at no statement's cost). It names the setting and how to change it.
 	// Where every read sees what was acknowledged it runs no statement
 	// and returns nil.
-	causalReads(ctx context.Context, c conn) error
+	causalReads(ctx context.Context, c Conn) error
 }
 
 // lockWaiter is a Dialect that can bound a lock wait inside a
@@ -81,7 +82,7 @@ type lockWaiter interface {
 	// d, and leaves the session's own bound as it found it. timedOut
 	// reports that fn failed because a wait ran out; c is then usable,
 	// with nothing fn did in it.
-	boundLockWait(ctx context.Context, c conn, d time.Duration, fn func() error) (timedOut bool, err error)
+	boundLockWait(ctx context.Context, c Conn, d time.Duration, fn func() error) (timedOut bool, err error)
 }
 
 // pipelinedDialect is a Dialect whose Do can send its statements in
@@ -393,87 +394,6 @@ const (
 	argIndexName              // the name of an index a migration builds
 )
 
-// values are what the engine binds a statement's arguments to.
-type values struct {
-	req                                        Request
-	token, lease, retention, expiry, keyMemory int64
-	memory                                     int64
-	keep                                       any // int64, or nil
-	from, upto, to                             int64
-	limit                                      int
-	resp                                       Response
-	header, body                               []byte
-	sealedKey                                  any
-	ref                                        any // []byte, or nil
-	indexName                                  string
-	// passed is set by a purge batch that passed over rows another
-	// transaction held.
-	passed bool
-}
-
-// query binds st's arguments to v, for the Store's table.
-func (s *statements) query(st statement, v *values) Query {
-	if len(st.args) == 0 {
-		return Query{SQL: st.sql}
-	}
-	args := make([]any, len(st.args))
-	for i, a := range st.args {
-		switch a {
-		case argScope:
-			args[i] = v.req.Scope
-		case argKey:
-			args[i] = v.req.Key
-		case argOperation:
-			args[i] = v.req.Operation
-		case argFingerprint:
-			args[i] = v.req.Fingerprint
-		case argToken:
-			args[i] = v.token
-		case argLease:
-			args[i] = v.lease
-		case argRetention:
-			args[i] = v.retention
-		case argKeep:
-			args[i] = v.keep
-		case argExpiry:
-			args[i] = v.expiry
-		case argKeyMemory:
-			args[i] = v.keyMemory
-		case argMemory:
-			args[i] = v.memory
-		case argSealedKey:
-			args[i] = v.sealedKey
-		case argStatus:
-			args[i] = v.resp.StatusCode
-		case argHeader:
-			args[i] = v.header
-		case argBody:
-			args[i] = v.body
-		case argRef:
-			args[i] = v.ref
-		case argFrom:
-			args[i] = v.from
-		case argUpto:
-			args[i] = v.upto
-		case argTo:
-			args[i] = v.to
-		case argLimit:
-			args[i] = v.limit
-		case argSchema:
-			args[i] = s.table.schema()
-		case argBase:
-			args[i] = s.table.base()
-		case argQuoted:
-			args[i] = s.table.quoted
-		case argIndex:
-			args[i] = s.table.base() + "_expires_at_idx"
-		case argIndexName:
-			args[i] = v.indexName
-		}
-	}
-	return Query{SQL: st.sql, Args: args}
-}
-
 // rendered returns s with the table's name in every statement's text and
 // every migration, in place of the template's.
 func (s *statements) rendered(t table, ddl []schema.Migration) *statements {
@@ -514,53 +434,6 @@ const (
 	noSchema                         // the table's schema does not exist (MySQL: its database; SQLite: the attached database)
 )
 
-// advice says what to do about err, an error of a statement on the
-// Store's table: about the table when the dialect reads err as one about
-// it (schemaAdvice), else the fix the dialect names for err (fix), else
-// otherwise. It is the Hint of the Error of every failed statement.
-func (s *Store) advice(err error, otherwise string) string {
-	if a := s.schemaAdvice(err); a != "" {
-		return a
-	}
-	if fix := fixFor(err); fix != "" {
-		return fix
-	}
-	return otherwise
-}
-
-// next is advice for a statement inside a transaction (Do's, a Claim's):
-// roll it back, or run it again whole where a retry may cure err.
-func (s *Store) next(err error) string {
-	switch a := s.advice(err, ""); {
-	case a != "":
-		return a + "; " + hintRollBack
-	case IsRetryable(err):
-		return hintRetry
-	}
-	return hintRollBack
-}
-
-// schemaAdvice says what to do about err, an error of a statement on the
-// Store's table, when the dialect reads it as one about the table itself;
-// "" when it does not.
-func (s *Store) schemaAdvice(err error) string {
-	fault := s.dialect.schemaFault(err)
-	if errors.As(err, new(notIdem)) {
-		fault = notIdemTable
-	}
-	switch fault {
-	case noTable:
-		return fmt.Sprintf("table %s does not exist: create it with Store.Migrate or idem migrate --table %s, or name the table idem uses (WithTable, --table)", s.table, s.table)
-	case notIdemTable:
-		return fmt.Sprintf("table %s is not idem's: its columns are not those of idem's table; name the table idem uses (WithTable, --table): running this again will not help", s.table)
-	case olderTable:
-		return fmt.Sprintf("table %s lacks a column of idem's table of this release: if it is idem's, of an older release, upgrade it with Store.Migrate or idem migrate --table %s (which refuses a table that is not idem's)", s.table, s.table)
-	case noSchema:
-		return fmt.Sprintf("the schema of table %s does not exist: create it first (CREATE SCHEMA on PostgreSQL, CREATE DATABASE on MySQL, ATTACH DATABASE on SQLite), or name a table in a schema that exists", s.table)
-	}
-	return ""
-}
-
 // laterColumns are the columns of idem's table added after its first
 // schema version: an error naming one of them as missing is about a table
 // of an older release (olderTable), not another's.
@@ -584,23 +457,6 @@ func missingFault(msg string) schemaFault {
 type notIdem struct{ error }
 
 func (e notIdem) Unwrap() error { return e.error }
-
-// probed is err marked notIdem when the dialect reads it as a later
-// column missing (olderTable) and the columns probe, run on c (a handle
-// outside the failed statement's transaction, whose statements after
-// the error may fail), finds a column of the first version missing too;
-// else err named as an error of a table of an earlier schema version
-// (named).
-func (s *Store) probed(ctx context.Context, c conn, err error) error {
-	if s.dialect.schemaFault(err) != olderTable {
-		return err
-	}
-	noRows := func(func(...any) error) error { return nil }
-	if perr := c.queryRows(ctx, s.st.query(s.st.columns, &values{}), noRows); perr != nil && s.dialect.schemaFault(perr) == notIdemTable {
-		return notIdem{err}
-	}
-	return s.named(err)
-}
 
 // columnsProbe is every dialect's columns statement: it names each column
 // that idem's table has had since its first schema version, and reads no

@@ -1,7 +1,6 @@
 package idem
 
 import (
-	"context"
 	"fmt"
 	"strings"
 )
@@ -105,7 +104,7 @@ const erRegexp = 1139
 // errGaleraCausal is the Err of the refusal of a session on a Galera node
 // without causal reads, where a Claim needs them.
 var errGaleraCausal = fmt.Errorf("%w: this session is on a Galera node (wsrep_on) without causal reads (wsrep_sync_wait lacks 1): a transaction may begin before its node has applied "+
-	"what other nodes committed, so a Claim completed on another node than its Begin's could miss its own claim, and idem could not tell it from a lost one", errUnsafeSession)
+	"what other nodes committed, so a claim completed on another node than its Begin's could miss its own claim, and idem could not tell it from a lost one", errUnsafeSession)
 
 // galeraCausalFix is what to do about errGaleraCausal.
 const galeraCausalFix = "add wsrep_sync_wait=1 to the DSN (go-sql-driver/mysql sets it on every connection: ?wsrep_sync_wait=1), or set it on the servers, then run the transaction again"
@@ -124,30 +123,6 @@ const galeraTxModeFix = "use claim mode (Begin, the operation, then Complete in 
 // has neither variable, it reads FALSE.
 const galeraCausalOff = `SELECT /*M! @@wsrep_on AND (@@wsrep_sync_wait & 1) = 0 OR */ FALSE`
 
-// causalReads refuses a session on a Galera node whose transactions do
-// not wait, at their start, for the node to apply what the cluster
-// committed before. A causal wait set for one statement (galeraCausal)
-// holds for a statement outside a transaction, and for the first of
-// one, only. Measured on MariaDB 10.11.19 and galera 26.4.23, a read on
-// node B right after a commit on node A, 300 times: outside a
-// transaction it missed the row 14 times without the setting and never
-// with it for the statement; inside a transaction, with it for the
-// statement, a locking read missed it twice and an UPDATE missed it (or
-// was aborted) 64 times; with it set for the session before BEGIN,
-// never. So a Claim's Complete, in the caller's transaction on another
-// node than its Begin's, needs the session's own causal reads: its
-// transaction then begins once its node has applied the claim.
-func (mysqlDialect) causalReads(ctx context.Context, c conn) error {
-	var off bool
-	if err := c.queryRow(ctx, Query{SQL: galeraCausalOff}, &off); err != nil {
-		return &Error{Op: "read the Galera session's settings", Err: err, Hint: hintRollBack}
-	}
-	if !off {
-		return nil
-	}
-	return &Error{Op: "check the Galera session's settings", Err: errGaleraCausal, Hint: galeraCausalFix}
-}
-
 // wsrepNotReady is MariaDB Galera's error 1047 (ER_UNKNOWN_COM_ERROR),
 // "WSREP has not yet prepared node for application use": the node is not
 // in the cluster's primary component, or not synced with it. It refused
@@ -157,5 +132,5 @@ const wsrepNotReady = 1047
 // galeraFix is the hint for error 1047: where to run the transaction
 // again.
 const galeraFix = "this Galera node is not ready (error 1047: it is not in the primary component or not synced): it refused the statement and nothing ran; " +
-	"run the whole transaction again on a connection to another node (RunTx and Retry do so on a new connection of the pool: give the pool " +
+	"run the whole transaction again on a connection to another node (idem.RunTx and idem.Retry do so on a new connection of the pool: give the pool " +
 	"more than one node, or put a proxy in front that sends connections only to nodes whose wsrep_ready is ON)"

@@ -277,10 +277,8 @@ const sqSize = `SELECT (SELECT SUM(pgsize) FROM dbstat(?) WHERE name = ?),
 
 func (sqliteDialect) inserted(n int64, err error) (bool, error) { return n == 1, err }
 
-func (sqliteDialect) literals(Conn) func(Query) Query { return nil }
-
 // checkSession runs nothing: SQLite has one writer at a time.
-func (sqliteDialect) checkSession(context.Context, conn) error { return nil }
+func (sqliteDialect) checkSession(context.Context, Conn) error { return nil }
 
 // SQLite's primary result codes that mean "retry the transaction"; an
 // extended code carries one of them in its low byte.
@@ -369,4 +367,4 @@ func (sqliteDialect) schemaFault(err error) schemaFault {
 
 // causalReads runs nothing: every read sees what the database
 // acknowledged.
-func (sqliteDialect) causalReads(context.Context, conn) error { return nil }
+func (sqliteDialect) causalReads(context.Context, Conn) error { return nil }

@@ -2,7 +2,6 @@ package idem
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 
@@ -153,12 +152,12 @@ const (
 
 // checkSession refuses a transaction whose settings would let a duplicate
 // through: see [TiDB]. Each error names the setting and how to change it.
-func (tidbDialect) checkSession(ctx context.Context, c conn) error {
+func (tidbDialect) checkSession(ctx context.Context, c Conn) error {
 	var (
 		mode, isolation, first string
 		inPlace, skipCheck     bool
 	)
-	if err := c.queryRow(ctx, Query{SQL: tidbSettings}, &mode, &inPlace, &isolation, &skipCheck, &first); err != nil {
+	if err := c.QueryRow(ctx, Query{SQL: tidbSettings}, &mode, &inPlace, &isolation, &skipCheck, &first); err != nil {
 		return &Error{Op: "read the TiDB transaction's settings", Err: err, Hint: hintRollBack}
 	}
 	refuse := func(detail, hint string) error {
@@ -185,9 +184,6 @@ func (tidbDialect) checkSession(ctx context.Context, c conn) error {
 	}
 	return nil
 }
-
-// errUnsafeSession is the Err of checkSession's refusals.
-var errUnsafeSession = errors.New("idem: the transaction's settings would let a duplicate through")
 
 // TiDB's error numbers idem reads, beside MySQL's deadlock and lock wait
 // timeout. Each means the transaction was rolled back, or must be, and
@@ -219,4 +215,4 @@ func (tidbDialect) retryable(err error) bool {
 
 // causalReads runs nothing: every read sees what the database
 // acknowledged.
-func (tidbDialect) causalReads(context.Context, conn) error { return nil }
+func (tidbDialect) causalReads(context.Context, Conn) error { return nil }

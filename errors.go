@@ -148,47 +148,9 @@ func reason(err error) string {
 	return err.Error()
 }
 
-// The hints of the Errors of a statement inside a transaction.
-const (
-	hintRollBack = "roll back the transaction"
-	hintRetry    = "roll back and run the whole transaction again (RunTx and Retry do so)"
-)
+// hintRollBack is the hint of the Errors of a statement inside a
+// transaction; hintRetry (tx.go) that of those a retry may cure.
+const hintRollBack = "roll back the transaction"
 
-// olderSchema is the Err of an Error of a statement on a table of an
-// earlier schema version of idem's: its message names the table as such,
-// before the database's own ("column expires_at does not exist"), so
-// that a service that logs only err.Error() sees the cause; the Error's
-// Hint says how to upgrade it. errors.Is and errors.As see through it to
-// the database's error.
-type olderSchema struct {
-	table string
-	err   error
-}
-
-func (e *olderSchema) Error() string {
-	return fmt.Sprintf("table %s is of an earlier schema version of idem than this release uses (upgrade it with Store.Migrate or idem migrate): %v", e.table, e.err)
-}
-
-func (e *olderSchema) Unwrap() error { return e.err }
-
-// named is err, an error of a statement on the Store's table, as an
-// olderSchema when the dialect reads it as a column added since the
-// first schema version missing (olderTable) and nothing showed that the
-// table is another's (notIdem); err itself otherwise.
-func (s *Store) named(err error) error {
-	if s.dialect.schemaFault(err) != olderTable || errors.As(err, new(notIdem)) || errors.As(err, new(*olderSchema)) {
-		return err
-	}
-	return &olderSchema{table: s.table, err: err}
-}
-
-// fixFor is what a dialect says to change for err, or "", asking every
-// dialect as IsRetryable does.
-func fixFor(err error) string {
-	for _, d := range dialects {
-		if fix := d.fix(err); fix != "" {
-			return fix
-		}
-	}
-	return ""
-}
+// errUnsafeSession is the Err of checkSession's refusals.
+var errUnsafeSession = errors.New("idem: the transaction's settings would let a duplicate through")

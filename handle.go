@@ -2,6 +2,7 @@ package idem
 
 import (
 	"database/sql"
+	sqldriver "database/sql/driver"
 	"fmt"
 	"reflect"
 	"strings"
@@ -64,7 +65,7 @@ func notTxType(t reflect.Type) string {
 			break
 		}
 	}
-	return fmt.Sprintf("got %v: %s; %s", t, what, instead(t))
+	return fmt.Sprintf("got %v: %s; %s", t, what, insteadOf(t))
 }
 
 // beginners are the names of the methods that begin a transaction or take
@@ -72,9 +73,9 @@ func notTxType(t reflect.Type) string {
 // GORM, bun and ent.
 var beginners = []string{"BeginTx", "Begin", "Beginx", "BeginTxx", "RunInTx", "Transaction", "Tx", "Conn", "Acquire"}
 
-// instead says what to pass in place of a handle of type t, by the
+// insteadOf says what to pass in place of a handle of type t, by the
 // package t comes from.
-func instead(t reflect.Type) string {
+func insteadOf(t reflect.Type) string {
 	pkg := t.PkgPath()
 	if t.Kind() == reflect.Pointer {
 		pkg = t.Elem().PkgPath()
@@ -95,3 +96,101 @@ var hints = []struct{ pkg, instead string }{
 	{"github.com/uptrace/bun", "inside db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error { ... }), pass tx (docs/orm.md)"},
 	{"entgo.io/ent", "pass ent's *Tx, from client.Tx or client.BeginTx, generated with the sql/execquery feature (docs/orm.md)"},
 }
+
+// txOf returns the handle that method (Do, Complete) runs its statements
+// through inside the caller's transaction tx: tx itself, or the *sql.Tx
+// inside a handle that would not run them as sent (rewriterTx). It
+// refuses, before any statement, a nil tx of any type (isNil) and a tx
+// that is not a transaction (notTx).
+func txOf(tx DBTX, method string) (DBTX, error) {
+	if sqlTx, ok := tx.(*sql.Tx); ok && sqlTx != nil {
+		return sqlTx, nil
+	}
+	if isNil(tx) {
+		return nil, fmt.Errorf("idem: %s needs an open transaction, got nil", method)
+	}
+	if sqlTx, ok := rewriterTx(tx); ok {
+		return sqlTx, nil
+	}
+	if why := notTx(tx); why != "" {
+		return nil, fmt.Errorf("idem: %s needs an open transaction, %s", method, why)
+	}
+	return tx, nil
+}
+
+// rewriters are the transactions, by package and type name, that would
+// not run idem's statements as idem sends them, and whose *sql.Tx (their
+// field Tx) idem uses instead. A bun.Tx formats a statement itself,
+// argument values written into its text, and passes the driver none,
+// which PostgreSQL's $1 cannot do without. GORM's *gorm.PreparedStmtTX
+// (PrepareStmt) prepares each statement text it runs and caches it (by
+// default for a day, without a bound): a prepare more per statement,
+// and on MySQL, whose dialect writes the arguments into the text,
+// statements more in the cache for every key.
+var rewriters = map[[2]string]bool{
+	{"github.com/uptrace/bun", "Tx"}:   true,
+	{"gorm.io/gorm", "PreparedStmtTX"}: true,
+}
+
+// rewriterTx returns the *sql.Tx of a handle of one of the rewriters,
+// read by reflection, without importing bun or GORM.
+func rewriterTx(tx DBTX) (*sql.Tx, bool) {
+	v := reflect.ValueOf(tx)
+	if v.Kind() == reflect.Pointer {
+		if v.IsNil() {
+			return nil, false
+		}
+		v = v.Elem()
+	}
+	if t := v.Type(); v.Kind() != reflect.Struct || !rewriters[[2]string{t.PkgPath(), t.Name()}] {
+		return nil, false
+	}
+	f := v.FieldByName("Tx")
+	if f.Kind() == reflect.Interface {
+		f = f.Elem() // GORM's Tx is an interface, holding the *sql.Tx
+	}
+	if !f.IsValid() || f.Type() != reflect.TypeFor[*sql.Tx]() || f.IsNil() {
+		return nil, false
+	}
+	return f.Interface().(*sql.Tx), true
+}
+
+// embeddedTx is db as a *sql.Tx, or the *sql.Tx in an exported field of
+// the struct db points to (*sqlx.Tx embeds one); nil when it is neither.
+func embeddedTx(db DBTX) *sql.Tx {
+	if tx, ok := db.(*sql.Tx); ok {
+		return tx
+	}
+	v := reflect.ValueOf(db)
+	if v.Kind() != reflect.Pointer || v.IsNil() || v.Elem().Kind() != reflect.Struct {
+		return nil
+	}
+	v = v.Elem()
+	for i := range v.NumField() {
+		if f := v.Field(i); f.Type() == txType && f.CanInterface() && !f.IsNil() {
+			return f.Interface().(*sql.Tx)
+		}
+	}
+	return nil
+}
+
+var txType = reflect.TypeFor[*sql.Tx]()
+
+// driverField is the value of the first field of the struct c whose type is
+// driver.Driver, with its dynamic type; the zero Value when there is none.
+func driverField(c reflect.Value) reflect.Value {
+	for i := range c.NumField() {
+		if f := c.Field(i); f.Type() == driverType && !f.IsNil() {
+			return f.Elem()
+		}
+	}
+	return reflect.Value{}
+}
+
+// The fields onLibPQ reads: Tx.db and DB.connector, or no Index where
+// database/sql has no such field.
+var (
+	txDB, _        = reflect.TypeFor[sql.Tx]().FieldByName("db")
+	dbConnector, _ = reflect.TypeFor[sql.DB]().FieldByName("connector")
+	driverType     = reflect.TypeFor[sqldriver.Driver]()
+)

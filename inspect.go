@@ -159,7 +159,7 @@ func (s *Store) fill(c *recordColumns, rec *Record) error {
 	if rec.Status != StatusCompleted || rec.SealedKey != "" && s.sealer == nil {
 		return nil
 	}
-	resp, err := s.response(req, record{code: c.status, header: c.header, body: c.body, sealedKey: sql.NullString{String: rec.SealedKey, Valid: rec.SealedKey != ""}, ref: c.ref})
+	resp, err := s.response(req, keyRecord{code: c.status, header: c.header, body: c.body, sealedKey: sql.NullString{String: rec.SealedKey, Valid: rec.SealedKey != ""}, ref: c.ref})
 	if err != nil {
 		return err
 	}

@@ -253,24 +253,24 @@ var dollarPlaceholder = regexp.MustCompile(`\$([0-9]+)`)
 // The completed-key hint knows a key once added, tells scopes apart, and
 // holds one key per slot: a later key in the same slot replaces it.
 func TestCompletedHint(t *testing.T) {
-	var c completed
+	var c completedKeys
 	a := Request{Scope: "tenant-1", Key: "k"}
 	b := Request{Scope: "tenant-2", Key: "k"}
-	if c.has(a) {
+	if c.has(a.Scope, a.Key) {
 		t.Fatal("an empty hint has a key")
 	}
-	c.add(a)
-	if !c.has(a) || c.has(b) {
-		t.Fatalf("after adding a: has(a) %v, has(b) %v; want true, false", c.has(a), c.has(b))
+	c.add(a.Scope, a.Key)
+	if !c.has(a.Scope, a.Key) || c.has(b.Scope, b.Key) {
+		t.Fatalf("after adding a: has(a) %v, has(b) %v; want true, false", c.has(a.Scope, a.Key), c.has(b.Scope, b.Key))
 	}
 	for i := 0; ; i++ {
 		r := Request{Scope: "tenant-1", Key: strconv.Itoa(i)}
-		if keyHash(r)%completedSlots == keyHash(a)%completedSlots && keyHash(r) != keyHash(a) {
-			c.add(r)
+		if keyHash(r.Scope, r.Key)%completedSlots == keyHash(a.Scope, a.Key)%completedSlots && keyHash(r.Scope, r.Key) != keyHash(a.Scope, a.Key) {
+			c.add(r.Scope, r.Key)
 			break
 		}
 	}
-	if c.has(a) {
+	if c.has(a.Scope, a.Key) {
 		t.Fatal("a key evicted from its slot is still there")
 	}
 }

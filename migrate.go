@@ -215,3 +215,17 @@ func commentVersion(comment string) int {
 	}
 	return 1
 }
+
+// Migrate creates the table if it is absent, and brings a table made by an
+// earlier release of idem to the newest layout this release knows, with
+// the migrations of package schema for the [Store]'s dialect and table
+// name. It is safe to run again, and from several processes at once, and
+// beside live traffic; it leaves a table of a newer layout as it is.
+// docs/operations.md says what each migration locks and for how long. On
+// MySQL, DDL commits any transaction open on db.
+func (s *Store) Migrate(ctx context.Context, db DBTX) error {
+	if isNil(db) {
+		return errors.New("idem: Migrate needs a database handle, got nil")
+	}
+	return s.MigrateOn(ctx, sqlConn{db})
+}

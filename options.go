@@ -13,9 +13,6 @@ const (
 	DefaultRetention = 24 * time.Hour
 )
 
-// Option configures a [Store].
-type Option func(*Store)
-
 // WithTable sets the table's name (default "idempotency_keys"). It must be
 // an identifier, optionally schema-qualified: letters, digits and
 // underscores, not starting with a digit, at most 48 bytes a part. Any other
@@ -56,13 +53,6 @@ func WithRetention(d time.Duration) Option { return func(s *Store) { s.retention
 // applies to the records that stored none: those of a release before
 // this one. docs/operations.md, Key memory, gives its storage cost.
 func WithKeyMemory(d time.Duration) Option { return func(s *Store) { s.keyMemory = d } }
-
-// MaxDuration is the largest lease, retention or Extend that idem accepts:
-// 100 years. Durations are sent to the database in microseconds and added
-// to its clock; a larger one could overflow that arithmetic (Go's
-// time.Duration near its maximum) or a DATETIME column (year 9999 on
-// MySQL), and would then mean a lease or retention already over.
-const MaxDuration = 100 * 365 * 24 * time.Hour
 
 // checkDuration refuses a duration that is not positive or exceeds
 // MaxDuration, naming what it is for.
@@ -106,12 +96,6 @@ func WithLockTimeout(d time.Duration) Option {
 // reported. By default there is no [Observer].
 // Use [SlogObserver] to log the events, or count them into your own metrics.
 func WithObserver(o Observer) Option { return func(s *Store) { s.observer = o } }
-
-// micros is d in whole microseconds, rounded up: how durations are sent to
-// the database. MaxDuration keeps it from overflowing.
-func micros(d time.Duration) int64 {
-	return int64((d + time.Microsecond - 1) / time.Microsecond)
-}
 
 // parseTable splits a table name into its identifier parts, or explains
 // why it is not one.

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"sync/atomic"
 	"time"
 )
 
@@ -199,15 +198,6 @@ func (s *Store) purgeDue(ctx context.Context, c conn, v *values, tombstones bool
 	v.passed = true
 	purge, strip = s.st.query(s.st.purgeHeld, v), s.st.query(s.st.stripHeld, v)
 	return p, run()
-}
-
-// sweep is the purge's walk through the records in one order: the
-// cursor where the next batch starts (an expires_at, or for the records
-// without one a created_at, in µs since the Unix epoch, 0 for the
-// beginning), and, where a window's read is bounded ahead (spanned), the
-// span the last full window needed.
-type sweep struct {
-	cursor, span atomic.Int64
 }
 
 // window is a part of a sweep that a batch takes: from the cursor where

@@ -40,15 +40,6 @@ func (e *ExpiredError) Error() string {
 // Is makes errors.Is(err, [ErrExpired]) true.
 func (e *ExpiredError) Is(target error) bool { return target == ErrExpired }
 
-// The first byte of a stored reference (result_ref): in the clear, or
-// sealed by the Store's sealer with the record's additional data, as its
-// response is. It says which by itself, since the purge drops sealed_key
-// from the tombstone that keeps the reference.
-const (
-	refClear  = 0
-	refSealed = 1
-)
-
 // checkReference reports a reference that a record cannot keep.
 func checkReference(ref string) error {
 	switch {
@@ -63,63 +54,4 @@ func checkReference(ref string) error {
 		}
 	}
 	return nil
-}
-
-// sealRef returns what result_ref stores of ref for req's record: nil
-// for none.
-func (s *Store) sealRef(req Request, ref string) (any, error) {
-	if ref == "" {
-		return nil, nil
-	}
-	if err := checkReference(ref); err != nil {
-		return nil, err
-	}
-	if s.sealer == nil {
-		return append([]byte{refClear}, ref...), nil
-	}
-	sealed, err := s.sealer.Seal([]byte(ref), s.sealAD(req))
-	if err != nil {
-		return nil, err
-	}
-	return append([]byte{refSealed}, sealed...), nil
-}
-
-// openRef returns the reference stored as b in req's record, opened
-// when it is sealed.
-func (s *Store) openRef(req Request, b []byte) (string, error) {
-	if len(b) == 0 {
-		return "", nil
-	}
-	switch b[0] {
-	case refClear:
-		return string(b[1:]), nil
-	case refSealed:
-		id, _, ok := sealedKeyID(b[1:])
-		if !ok {
-			id = "sealed"
-		}
-		if s.sealer == nil {
-			return "", &UnsealableError{KeyID: id}
-		}
-		plain, err := s.sealer.Open(b[1:], s.sealAD(req))
-		if err != nil {
-			return "", &UnsealableError{KeyID: id, Err: err}
-		}
-		return string(plain), nil
-	}
-	return "", fmt.Errorf("idem: the stored reference is of an unknown form %d (not written by idem?)", b[0])
-}
-
-// expired reports that req's key has a record whose response is gone,
-// kept by the key memory, with the reference it kept (rec's).
-func (s *Store) expired(req Request, rec record) error {
-	ee := &ExpiredError{}
-	ee.Reference, ee.ReferenceErr = s.openRef(req, rec.ref)
-	hint := "do not retry with this key: look the outcome up another way, or send a new request with a new key"
-	if ee.Reference != "" {
-		hint = "do not retry with this key: fetch what it created (" + ee.Reference + "), or send a new request with a new key"
-	}
-	return &Error{Op: "claim", Scope: req.Scope, Key: req.Key, Err: ee,
-		Detail: "the key was used and its response is gone: its retention has passed, and the Store keeps the key for its key memory; nothing ran",
-		Hint:   hint}
 }

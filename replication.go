@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"reflect"
 	"strconv"
-	"sync"
 	"time"
 )
 
@@ -174,33 +173,6 @@ func isTx(c Conn) bool {
 // hintUnknownOutcome is the Hint of a wait for the standbys that failed.
 const hintUnknownOutcome = "the commit stands on the primary but may not survive a failover: answer that the outcome is unknown, and let the client retry with the same key"
 
-// standbyWaiter is one WaitReplicatedOn waiting: for want standbys to
-// have flushed WAL up to at (bytes). done receives nil when they have,
-// or the error of a read of their positions.
-type standbyWaiter struct {
-	at      uint64
-	want    int
-	reached int // how many had, at the last read (under standbyWatches.mu)
-	done    chan error
-}
-
-// standbyWatches are a Store's reads of the standbys' positions, one
-// loop per handle that answers are waiting on: each read serves every
-// wait on the handle at once, so that a primary is read once a pause
-// however many answers wait on it.
-type standbyWatches struct {
-	mu sync.Mutex
-	// on holds each handle's waits, while it has any: by the handle,
-	// where it is comparable, else by the wait's own key.
-	on map[any]*standbyWatch
-}
-
-// standbyWatch is the waits on one handle, and the wake of its loop.
-type standbyWatch struct {
-	waiters map[*standbyWaiter]struct{}
-	wake    chan struct{} // buffered 1: a wait was added
-}
-
 // add adds w to the waits on c, starting their loop when it is the
 // first.
 func (ws *standbyWatches) add(s *Store, c Conn, w *standbyWaiter) {
@@ -224,17 +196,6 @@ func (ws *standbyWatches) add(s *Store, c Conn, w *standbyWaiter) {
 	watch := &standbyWatch{waiters: map[*standbyWaiter]struct{}{w: {}}, wake: make(chan struct{}, 1)}
 	ws.on[key] = watch
 	go ws.loop(s, s.conn(c), key, watch)
-}
-
-// remove gives up w, and returns how many standbys had reached its
-// position at the last read.
-func (ws *standbyWatches) remove(w *standbyWaiter) int {
-	ws.mu.Lock()
-	defer ws.mu.Unlock()
-	for _, watch := range ws.on {
-		delete(watch.waiters, w)
-	}
-	return w.reached
 }
 
 // loop reads the standbys' positions on c until no wait is left on it,

@@ -2,6 +2,7 @@ package idem
 
 import (
 	"fmt"
+	"time"
 	"unicode/utf8"
 )
 
@@ -95,3 +96,10 @@ const (
 	// request with it is refused ([ErrExpired], or [ErrMismatch]).
 	StatusExpired Status = "expired"
 )
+
+// MaxDuration is the largest lease, retention or Extend that idem accepts:
+// 100 years. Durations are sent to the database in microseconds and added
+// to its clock; a larger one could overflow that arithmetic (Go's
+// time.Duration near its maximum) or a DATETIME column (year 9999 on
+// MySQL), and would then mean a lease or retention already over.
+const MaxDuration = 100 * 365 * 24 * time.Hour

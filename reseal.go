@@ -141,7 +141,7 @@ func (s *Store) resealBatch(ctx context.Context, r Runner, current string, from 
 		type sealedRecord struct {
 			req            Request
 			token, expires int64
-			rec            record
+			rec            keyRecord
 		}
 		var recs []sealedRecord
 		q := s.st.query(s.st.resealRead, &values{from: from, sealedKey: current, limit: limit})

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"reflect"
 	"time"
 )
 
@@ -39,64 +38,6 @@ var (
 	_ DBTX = (*sql.Conn)(nil)
 )
 
-// txOf returns the handle that method (Do, Complete) runs its statements
-// through inside the caller's transaction tx: tx itself, or the *sql.Tx
-// inside a handle that would not run them as sent (rewriterTx). It
-// refuses, before any statement, a nil tx of any type (isNil) and a tx
-// that is not a transaction (notTx).
-func txOf(tx DBTX, method string) (DBTX, error) {
-	if sqlTx, ok := tx.(*sql.Tx); ok && sqlTx != nil {
-		return sqlTx, nil
-	}
-	if isNil(tx) {
-		return nil, fmt.Errorf("idem: %s needs an open transaction, got nil", method)
-	}
-	if sqlTx, ok := rewriterTx(tx); ok {
-		return sqlTx, nil
-	}
-	if why := notTx(tx); why != "" {
-		return nil, fmt.Errorf("idem: %s needs an open transaction, %s", method, why)
-	}
-	return tx, nil
-}
-
-// rewriters are the transactions, by package and type name, that would
-// not run idem's statements as idem sends them, and whose *sql.Tx (their
-// field Tx) idem uses instead. A bun.Tx formats a statement itself,
-// argument values written into its text, and passes the driver none,
-// which PostgreSQL's $1 cannot do without. GORM's *gorm.PreparedStmtTX
-// (PrepareStmt) prepares each statement text it runs and caches it (by
-// default for a day, without a bound): a prepare more per statement,
-// and on MySQL, whose dialect writes the arguments into the text,
-// statements more in the cache for every key.
-var rewriters = map[[2]string]bool{
-	{"github.com/uptrace/bun", "Tx"}:   true,
-	{"gorm.io/gorm", "PreparedStmtTX"}: true,
-}
-
-// rewriterTx returns the *sql.Tx of a handle of one of the rewriters,
-// read by reflection, without importing bun or GORM.
-func rewriterTx(tx DBTX) (*sql.Tx, bool) {
-	v := reflect.ValueOf(tx)
-	if v.Kind() == reflect.Pointer {
-		if v.IsNil() {
-			return nil, false
-		}
-		v = v.Elem()
-	}
-	if t := v.Type(); v.Kind() != reflect.Struct || !rewriters[[2]string{t.PkgPath(), t.Name()}] {
-		return nil, false
-	}
-	f := v.FieldByName("Tx")
-	if f.Kind() == reflect.Interface {
-		f = f.Elem() // GORM's Tx is an interface, holding the *sql.Tx
-	}
-	if !f.IsValid() || f.Type() != reflect.TypeFor[*sql.Tx]() || f.IsNil() {
-		return nil, false
-	}
-	return f.Interface().(*sql.Tx), true
-}
-
 // IsRetryable reports whether err means the whole transaction should be
 // retried: a serialization failure, a deadlock or a lock wait timeout, from
 // any of the supported databases and drivers, or idem's own report that a
@@ -117,9 +58,6 @@ func IsRetryable(err error) bool {
 	return false
 }
 
-// dialects are the Dialects IsRetryable consults.
-var dialects = []Dialect{Postgres, MySQL, MariaDB, TiDB, SQLite}
-
 // RunTx runs fn in a transaction on db and commits it. When fn, the begin or
 // the commit fails with an error for which [IsRetryable] is true, the
 // transaction is rolled back and run again, as [Retry] runs it: up to 10
@@ -131,13 +69,7 @@ func RunTx(ctx context.Context, db *sql.DB, opts *sql.TxOptions, fn func(tx *sql
 	if db == nil || fn == nil {
 		return errors.New("idem: RunTx needs a *sql.DB and a function")
 	}
-	return Retry(ctx, func() error {
-		tx, err := db.BeginTx(ctx, opts)
-		if err != nil {
-			return err
-		}
-		return attempt(ctx, sqlTx{sqlConn{tx}}, func(sqlTx) error { return fn(tx) })
-	})
+	return Retry(ctx, func() error { return runSQLTx(ctx, db, opts, fn) })
 }
 
 // Retry is RunTx's retry loop around any function that runs one whole
@@ -160,13 +92,13 @@ func Retry(ctx context.Context, fn func() error) error {
 		return errors.New("idem: Retry needs a function")
 	}
 	backoff := baseBackoff
-	for attempt := 1; ; attempt++ {
+	for try := 1; ; try++ {
 		err := fn()
 		if err == nil || !IsRetryable(err) {
 			return err
 		}
-		if attempt == maxAttempts {
-			return gaveUp(attempt, err)
+		if try == maxAttempts {
+			return gaveUp(try, err)
 		}
 		t := time.NewTimer(backoff/2 + rand.N(backoff/2+1))
 		select {
@@ -192,3 +124,7 @@ func gaveUp(attempts int, err error) error {
 		Detail: fmt.Sprintf("gave up after %d attempts, each rolled back for an error that a retry may cure (IsRetryable): "+
 			"the key stayed contended, or something else kept failing the transaction; the last: %s", attempts, reason(err))}
 }
+
+// hintRetry is the hint of the Errors of a statement inside a
+// transaction that a retry of the whole transaction may cure.
+const hintRetry = "roll back and run the whole transaction again (RunTx and Retry do so)"

@@ -442,7 +442,7 @@ func testRelayKey(t *testing.T) {
 // skewed from inside a test, so this shows both halves of the argument:
 // (1) the package's code never reads the application's clock (no
 // time.Now, time.Since or time.Until outside tests, but for the stopwatch
-// in observe.go that times an Observer's events, cache.go's monotonic,
+// in event.go that times an Observer's events, cache.go's monotonic,
 // on which the replay cache counts a duration the database gave and
 // compares it with nothing but another of its readings, and the bound of
 // WaitReplicatedOn, the caller's own time to wait, which it compares with
@@ -465,7 +465,7 @@ func testDatabaseClockOnly(t *testing.T) {
 		file, err := parser.ParseFile(fset, f, nil, 0)
 		must(t, err)
 		ast.Inspect(file, func(n ast.Node) bool {
-			if fn, ok := n.(*ast.FuncDecl); ok && filepath.Base(f) == "observe.go" && (fn.Name.Name == "startWatch" || fn.Name.Name == "elapsed") {
+			if fn, ok := n.(*ast.FuncDecl); ok && filepath.Base(f) == "event.go" && (fn.Name.Name == "startWatch" || fn.Name.Name == "elapsed") {
 				return false // durations for the Observer, never compared with a lease
 			}
 			if fn, ok := n.(*ast.FuncDecl); ok && filepath.Base(f) == "cache.go" && fn.Name.Name == "monotonic" {
