@@ -62,7 +62,7 @@ integration_run() {
 }
 
 integration=integration_test
-others="idemtest idemtest/containers $(ls contrib/*/go.mod 2>/dev/null | xargs -r -n1 dirname | sort)"
+others="idemtest idemtest/containers idemtest/conformance $(ls contrib/*/go.mod 2>/dev/null | xargs -r -n1 dirname | sort)"
 
 echo "== ."
 IDEM_TEST_POSTGRES_DSN=$(named root) go test -race -count=1 -timeout 20m ./...
