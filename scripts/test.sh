@@ -27,18 +27,26 @@ fi
 # shellcheck disable=SC1091
 . "$logs/servers.sh"
 
-# named prints the PostgreSQL DSN in IDEM_TEST_POSTGRES_DSN (a URL) with
-# application_name $1, so that the connections of each module's tests
-# are counted by their name in pg_stat_activity (DEVELOPERS.md).
+# withName prints the PostgreSQL DSN $1 (a URL; any other form as it is)
+# with application_name $2.
+withName() {
+	case $1 in
+	postgres://*\?* | postgresql://*\?*) printf '%s&application_name=%s' "$1" "$2" ;;
+	postgres://* | postgresql://*) printf '%s?application_name=%s' "$1" "$2" ;;
+	*) printf '%s' "$1" ;;
+	esac
+}
+
+# named runs a command with the PostgreSQL DSNs (the server's and
+# PgBouncer's) naming their connections $1, so that pg_stat_activity
+# counts each module's tests by its name (DEVELOPERS.md).
 named() {
-	case $IDEM_TEST_POSTGRES_DSN in
-	postgres://* | postgresql://*) ;;
-	*) printf '%s' "$IDEM_TEST_POSTGRES_DSN"; return ;;
-	esac
-	case $IDEM_TEST_POSTGRES_DSN in
-	*\?*) printf '%s&application_name=%s' "$IDEM_TEST_POSTGRES_DSN" "$1" ;;
-	*) printf '%s?application_name=%s' "$IDEM_TEST_POSTGRES_DSN" "$1" ;;
-	esac
+	local name=$1
+	shift
+	IDEM_TEST_POSTGRES_DSN=$(withName "${IDEM_TEST_POSTGRES_DSN:-}" "$name") \
+		IDEM_TEST_PGBOUNCER_DSN=$(withName "${IDEM_TEST_PGBOUNCER_DSN:-}" "$name") \
+		IDEM_TEST_PGBOUNCER_SINGLE_DSN=$(withName "${IDEM_TEST_PGBOUNCER_SINGLE_DSN:-}" "$name") \
+		"$@"
 }
 
 # run tests module $1 with the race detector into its log: the packages
@@ -46,7 +54,7 @@ named() {
 run() {
 	local name=${1//\//-}
 	# shellcheck disable=SC2086 # $2 is a list of packages
-	if ! (cd "$1" && IDEM_TEST_POSTGRES_DSN=$(named "$name") go test -race -count=1 -timeout 20m ${2:-./...}) >>"$logs/$name.log" 2>&1; then
+	if ! (cd "$1" && named "$name" go test -race -count=1 -timeout 20m ${2:-./...}) >>"$logs/$name.log" 2>&1; then
 		touch "$logs/$name.failed"
 	fi
 }
@@ -65,7 +73,7 @@ integration=integration_test
 others="idemtest idemtest/containers idemtest/conformance $(ls contrib/*/go.mod 2>/dev/null | xargs -r -n1 dirname | sort)"
 
 echo "== ."
-IDEM_TEST_POSTGRES_DSN=$(named root) go test -race -count=1 -timeout 20m ./...
+named root go test -race -count=1 -timeout 20m ./...
 failed=$?
 
 integration_run &
