@@ -576,7 +576,7 @@ func testLockTimeout(t *testing.T) {
 			want := freshStatements + extra
 			if path == "replay" {
 				want = 1 + extra // s completed the key: it reads the record, no claim statement
-				if e.ReadFirstUnbounded {
+				if e.ReadFirstLocksNothing {
 					want = 1 + e.SettingsCheck
 				}
 			}

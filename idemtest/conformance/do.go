@@ -672,7 +672,7 @@ func testReadFirstWhileReplaying(t *testing.T) {
 			return res.Replayed, int64(len(sent))
 		}
 		claimFirst, readFirst, fresh := e.SettingsCheck+2, e.SettingsCheck+1, e.SettingsCheck+freshStatements
-		if e.Dialect != idem.Postgres {
+		if !e.ReadFirstLocksNothing {
 			readFirst = claimFirst
 		}
 		counts := make([]int64, keys)

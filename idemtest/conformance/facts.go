@@ -166,11 +166,13 @@ type Facts struct {
 	// read first finds runs none of them (TestLockTimeout).
 	LockTimeoutStatements int64
 	LockWaitUnit          time.Duration // what WithLockTimeout rounds its bound up to: MySQL's innodb_lock_wait_timeout counts whole seconds
-	// ReadFirstUnbounded reports that the read of an existing record
-	// before the claim waits for no holder (PostgreSQL's plain read), so
-	// that a Store with WithLockTimeout runs it before the bound, and a
-	// replay it finds runs none of LockTimeoutStatements.
-	ReadFirstUnbounded bool
+	// ReadFirstLocksNothing reports that the read of a record before the
+	// claim locks nothing and waits for no holder (PostgreSQL's plain
+	// read), so that a Store reads first any key it does not know while
+	// most such keys replayed (TestReadFirstWhileReplaying), and a Store
+	// with WithLockTimeout runs that read before the bound: a replay it
+	// finds runs none of LockTimeoutStatements.
+	ReadFirstLocksNothing bool
 
 	// How the database behaves.
 
@@ -269,7 +271,7 @@ var postgresFacts = Facts{
 
 	LockTimeoutStatements: 4,
 	LockWaitUnit:          time.Millisecond,
-	ReadFirstUnbounded:    true,
+	ReadFirstLocksNothing: true,
 
 	BoundsLockWaits:   true,
 	SnapshotRetryable: true,
