@@ -21,7 +21,7 @@ import (
 // REPEATABLE READ snapshot is older. No INSERT IGNORE: it would turn a
 // truncation into a warning. Times are UTC_TIMESTAMP(6), so the session's
 // time_zone does not matter.
-var MySQL = mustDialect(mysqlSpec("mysql", mysqlDialect{}.statements))
+var MySQL Dialect = mustDialect(mysqlSpec("mysql", mysqlDialect{}.statements))
 
 // mysqlSpec is the DialectSpec of MySQL and MariaDB, which differ in their
 // statements.
@@ -528,7 +528,7 @@ func (mysqlDialect) causalReads(ctx context.Context, c Conn) error {
 // The INSERT does not return how long it waited for the key: MariaDB's
 // clock functions are the statement's start throughout it. Begin, which
 // needs that to count its lease from the grant, reads it as MySQL does.
-var MariaDB = mustDialect(mysqlSpec("mariadb", mariadbDialect{}.statements))
+var MariaDB Dialect = mustDialect(mysqlSpec("mariadb", mariadbDialect{}.statements))
 
 type mariadbDialect struct{ mysqlDialect }
 

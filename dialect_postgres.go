@@ -25,7 +25,7 @@ import (
 // is that clock in microseconds since the Unix epoch, or one more than the
 // token before it, but for a new claim of Do's, whose token Do chose
 // (insertOwn).
-var Postgres = mustDialect(DialectSpec{
+var Postgres Dialect = mustDialect(DialectSpec{
 	Name:          "postgres",
 	statements:    postgresDialect{}.statements,
 	Inserted:      postgresDialect{}.inserted,

@@ -38,7 +38,7 @@ import (
 // waits at BEGIN IMMEDIATE, before idem runs, and busy_timeout bounds that
 // wait. Times are INTEGER microseconds since the Unix epoch from the
 // database clock, which has millisecond resolution. See docs/dialects.md.
-var SQLite = mustDialect(DialectSpec{
+var SQLite Dialect = mustDialect(DialectSpec{
 	Name:        "sqlite",
 	statements:  sqliteDialect{}.statements,
 	Inserted:    sqliteDialect{}.inserted,
