@@ -477,7 +477,7 @@ func (s *Store) unclaim(ctx context.Context, c conn, req Request, token int64, c
 // stmtErr reports that one of idem's statements failed: what idem was
 // doing, for which key, the database's error, and what to do next.
 func (s *Store) stmtErr(what string, req Request, err error) error {
-	return &Error{Op: what, Scope: req.Scope, Key: req.Key, Err: s.named(err), Hint: s.next(err)}
+	return &Error{Op: what, Scope: req.Scope, Key: req.Key, Err: s.named(err), Hint: s.next(err), retry: s.dialect.retryable(err)}
 }
 
 // txEnded reports that Do's statement after fn (what) found no claim of

@@ -26,7 +26,7 @@ func (s *Store) next(err error) string {
 	switch a := s.advice(err, ""); {
 	case a != "":
 		return a + "; " + hintRollBack
-	case IsRetryable(err):
+	case IsRetryable(err) || s.dialect.retryable(err):
 		return hintRetry
 	}
 	return hintRollBack

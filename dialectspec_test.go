@@ -180,6 +180,40 @@ func TestNewDialectFromOutside(t *testing.T) {
 	}
 }
 
+// TestNewDialectRetryable checks that an error of the Store's statement
+// that a dialect built outside reads as retryable is retryable to
+// IsRetryable, and so to RunTx, which does not know the dialect.
+func TestNewDialectRetryable(t *testing.T) {
+	spec := outsideSQLite("")
+	spec.Retryable = func(err error) bool { return strings.Contains(err.Error(), "no such table") }
+	d, err := idem.NewDialect(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(t.TempDir(), "retry.db")+"?_txlock=immediate")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	store, err := idem.New(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx, err := db.BeginTx(t.Context(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	req := idem.Request{Scope: "s", Key: "k", Operation: "op", Fingerprint: idem.Fingerprint(nil)}
+	_, err = store.Do(t.Context(), tx, req, func(context.Context) (idem.Response, error) { return idem.Response{}, nil })
+	if err == nil || !idem.IsRetryable(err) {
+		t.Fatalf("Do on a missing table, which the dialect reads as retryable: %v, retryable %v", err, idem.IsRetryable(err))
+	}
+	if idem.IsRetryable(errors.Unwrap(err)) {
+		t.Fatalf("the driver's error alone is retryable: %v", errors.Unwrap(err))
+	}
+}
+
 func count(t *testing.T, db *sql.DB, q string) int {
 	t.Helper()
 	var n int
