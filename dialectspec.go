@@ -76,8 +76,9 @@ type DialectSpec struct {
 // ResealWrite) are fenced: they change the record only while it is the
 // claim with the given token, and then always change a column, so that a
 // database that counts changed rows reports the match. Every Statement is
-// required but Claimed; docs/dialects.md describes each, and idem's own
-// (StatementsOf) show what each returns, in which order.
+// required but Claimed; the statements struct in idem's dialect.go
+// describes each at length, and idem's own (StatementsOf) show what each
+// returns, in which order.
 type Statements struct {
 	// Quoted is the table's whole name, quoted as the statements name it.
 	Quoted string
