@@ -52,8 +52,8 @@ type Dialect interface {
 	applied(err error) bool
 	// schemaFault reads an error of the database as one about the table a
 	// statement named (it does not exist, its columns are not those of
-	// idem's table, its schema does not exist), or noSchemaFault.
-	schemaFault(err error) schemaFault
+	// idem's table, its schema does not exist), or NoSchemaFault.
+	schemaFault(err error) SchemaFault
 	// checkSession refuses, before the claim, a transaction in a mode
 	// where a duplicate would not wait for the claim (TiDB's optimistic
 	// transactions), with an error that names the setting and how to
@@ -323,7 +323,7 @@ type statements struct {
 	inspectKey Statement
 	// columns reads no row but names every column of idem's table, so that
 	// on a table that is not idem's it fails with an error schemaFault
-	// reads as notIdemTable.
+	// reads as NotIdemTable.
 	columns Statement
 	// stats counts the records per status: status, count, oldest
 	// created_at (µs since the Unix epoch), how many are past their
@@ -427,33 +427,33 @@ func (s *statements) all() []*Statement {
 // args lists a statement's arguments in order.
 func args(a ...Arg) []Arg { return a }
 
-// schemaFault is what an error of the database says is wrong with the
-// table a statement named, as [Dialect]'s schemaFault reads it.
-type schemaFault int
+// SchemaFault is what an error of the database says is wrong with the
+// table a statement named, as a [DialectSpec]'s SchemaFault reads it.
+type SchemaFault int
 
 const (
-	noSchemaFault schemaFault = iota // the error is not about the table
-	noTable                          // the table does not exist
-	notIdemTable                     // a column of idem's table is missing, or of another type: the table is someone else's
-	olderTable                       // a column added since the first schema version is missing: the table is idem's, of an older release
-	noSchema                         // the table's schema does not exist (MySQL: its database; SQLite: the attached database)
+	NoSchemaFault SchemaFault = iota // the error is not about the table
+	NoTable                          // the table does not exist
+	NotIdemTable                     // a column of idem's table is missing, or of another type: the table is someone else's
+	OlderTable                       // a column added since the first schema version (expires_at, sealed_key, forget_at, result_ref) is missing: the table is idem's, of an older release
+	NoSchema                         // the table's schema does not exist (MySQL: its database; SQLite: the attached database)
 )
 
 // laterColumns are the columns of idem's table added after its first
 // schema version: an error naming one of them as missing is about a table
-// of an older release (olderTable), not another's.
+// of an older release (OlderTable), not another's.
 var laterColumns = []string{"expires_at", "sealed_key", "forget_at", "result_ref"}
 
 // missingFault is the schemaFault of a database's error that a column is
-// missing, msg its text: olderTable when it names one of laterColumns,
-// notIdemTable otherwise.
-func missingFault(msg string) schemaFault {
+// missing, msg its text: OlderTable when it names one of laterColumns,
+// NotIdemTable otherwise.
+func missingFault(msg string) SchemaFault {
 	for _, c := range laterColumns {
 		if strings.Contains(msg, c) {
-			return olderTable
+			return OlderTable
 		}
 	}
-	return notIdemTable
+	return NotIdemTable
 }
 
 // notIdem marks an error of a statement on a table that lacks a column of

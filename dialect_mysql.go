@@ -34,7 +34,7 @@ func mysqlSpec(name string, statements func([]string) *statements) DialectSpec {
 		Applied:       mysqlDialect{}.applied,
 		Fix:           mysqlDialect{}.fix,
 		CausalReads:   mysqlDialect{}.causalReads,
-		schemaFault:   mysqlDialect{}.schemaFault,
+		SchemaFault:   mysqlDialect{}.schemaFault,
 		literals:      mysqlDialect{}.literals,
 		boundLockWait: mysqlDialect{}.boundLockWait,
 		// No CheckSession: every InnoDB transaction makes a duplicate
@@ -463,17 +463,17 @@ func (mysqlDialect) applied(err error) bool {
 	return n == erDupFieldName || n == erDupKeyName || n == erCantDropKey
 }
 
-func (mysqlDialect) schemaFault(err error) schemaFault {
+func (mysqlDialect) schemaFault(err error) SchemaFault {
 	n, _ := mysqlErrno(err)
 	switch n {
 	case erNoSuchTable:
-		return noTable
+		return NoTable
 	case erBadField:
 		return missingFault(err.Error())
 	case erBadDB:
-		return noSchema
+		return NoSchema
 	}
-	return noSchemaFault
+	return NoSchemaFault
 }
 
 // retryable reports, beside InnoDB's, a Galera node that refused the

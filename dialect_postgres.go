@@ -32,7 +32,7 @@ var Postgres Dialect = mustDialect(DialectSpec{
 	Retryable:     postgresDialect{}.retryable,
 	Applied:       postgresDialect{}.applied,
 	Fix:           postgresDialect{}.fix,
-	schemaFault:   postgresDialect{}.schemaFault,
+	SchemaFault:   postgresDialect{}.schemaFault,
 	literals:      postgresDialect{}.literals,
 	boundLockWait: postgresDialect{}.boundLockWait,
 	claimGone:     postgresDialect{}.claimGone,
@@ -458,19 +458,19 @@ func (postgresDialect) applied(err error) bool {
 	return false
 }
 
-func (postgresDialect) schemaFault(err error) schemaFault {
+func (postgresDialect) schemaFault(err error) SchemaFault {
 	switch sqlStateOf(err) {
 	case "42P01": // undefined_table
-		return noTable
+		return NoTable
 	case "42703": // undefined_column
 		return missingFault(err.Error())
 	case "42883", // undefined_function: a column of idem's name and another type (created_at text >= timestamptz)
 		"42804": // datatype_mismatch
-		return notIdemTable
+		return NotIdemTable
 	case "3F000": // invalid_schema_name
-		return noSchema
+		return NoSchema
 	}
-	return noSchemaFault
+	return NoSchemaFault
 }
 
 // boundLockWait runs fn inside a savepoint with lock_timeout set to d for

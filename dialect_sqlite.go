@@ -44,7 +44,7 @@ var SQLite Dialect = mustDialect(DialectSpec{
 	Inserted:    sqliteDialect{}.inserted,
 	Retryable:   sqliteDialect{}.retryable,
 	Applied:     sqliteDialect{}.applied,
-	schemaFault: sqliteDialect{}.schemaFault,
+	SchemaFault: sqliteDialect{}.schemaFault,
 	// No Fix: it knows nothing better than the messages' own advice. No
 	// CheckSession: SQLite has one writer at a time. No CausalReads:
 	// every read sees what the database acknowledged. No literals: the
@@ -347,18 +347,18 @@ func (sqliteDialect) applied(err error) bool {
 	return e != nil && e.Code()&0xff == sqliteErrorCode && strings.Contains(e.Error(), "duplicate column name: ")
 }
 
-func (sqliteDialect) schemaFault(err error) schemaFault {
+func (sqliteDialect) schemaFault(err error) SchemaFault {
 	e := sqliteError(err)
 	if e == nil || e.Code()&0xff != sqliteErrorCode {
-		return noSchemaFault
+		return NoSchemaFault
 	}
 	switch msg := e.Error(); {
 	case strings.Contains(msg, "no such table: "):
-		return noTable
+		return NoTable
 	case strings.Contains(msg, "no such column: "), strings.Contains(msg, " has no column named "):
 		return missingFault(msg)
 	case strings.Contains(msg, "unknown database "):
-		return noSchema
+		return NoSchema
 	}
-	return noSchemaFault
+	return NoSchemaFault
 }

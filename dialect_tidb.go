@@ -59,7 +59,7 @@ var TiDB Dialect = mustDialect(DialectSpec{
 	Applied:       tidbDialect{}.applied,
 	Fix:           tidbDialect{}.fix,
 	CheckSession:  tidbDialect{}.checkSession,
-	schemaFault:   tidbDialect{}.schemaFault,
+	SchemaFault:   tidbDialect{}.schemaFault,
 	literals:      tidbDialect{}.literals,
 	boundLockWait: tidbDialect{}.boundLockWait,
 	// No CausalReads: every read sees what the database acknowledged.

@@ -16,12 +16,10 @@ import (
 // are built from one each; a caller builds one to add a database that
 // idem does not know, as goose's Querier does. Name, Statements, Inserted
 // and Retryable are required; a nil function of the others does nothing
-// (reports false, "", nil).
+// (reports false, "", nil, NoSchemaFault).
 //
 // Some capabilities stay with idem's own dialects, as fields a caller
-// cannot set: reading an error as one about the table (a missing table,
-// schema or column, for Migrate's and the errors' advice), writing the
-// arguments into a statement's text (MySQL, lib/pq), bounding lock waits
+// cannot set: writing the arguments into a statement's text (MySQL, lib/pq), bounding lock waits
 // ([WithLockTimeout]; a dialect without it refuses the option), sending
 // Do's statements through a [Pipeline], building an index beside the
 // traffic, reading a purge window ahead, passing over held rows in a
@@ -60,9 +58,14 @@ type DialectSpec struct {
 	// its node has applied what the database acknowledged elsewhere.
 	CausalReads func(ctx context.Context, c Conn) error
 
+	// SchemaFault reads an error of the database as one about the table a
+	// statement named (it does not exist, its columns are not those of
+	// idem's table or of an older release, its schema does not exist),
+	// for Migrate's and the errors' advice, or returns NoSchemaFault.
+	SchemaFault func(err error) SchemaFault
+
 	// The capabilities only idem's own dialects have.
 	statements    func(parts []string) *statements
-	schemaFault   func(err error) schemaFault
 	literals      func(c Conn) func(Query) Query
 	boundLockWait lockWaiter
 	claimGone     func(err error) bool
@@ -207,8 +210,8 @@ func NewDialect(spec DialectSpec) (Dialect, error) {
 	if spec.CausalReads == nil {
 		spec.CausalReads = func(context.Context, Conn) error { return nil }
 	}
-	if spec.schemaFault == nil {
-		spec.schemaFault = func(error) schemaFault { return noSchemaFault }
+	if spec.SchemaFault == nil {
+		spec.SchemaFault = func(error) SchemaFault { return NoSchemaFault }
 	}
 	if spec.literals == nil {
 		spec.literals = func(Conn) func(Query) Query { return nil }
@@ -322,7 +325,7 @@ func (d *dialect) retryable(err error) bool                       { return d.spe
 func (d *dialect) fix(err error) string                           { return d.spec.Fix(err) }
 func (d *dialect) literals(c Conn) func(Query) Query              { return d.spec.literals(c) }
 func (d *dialect) applied(err error) bool                         { return d.spec.Applied(err) }
-func (d *dialect) schemaFault(err error) schemaFault              { return d.spec.schemaFault(err) }
+func (d *dialect) schemaFault(err error) SchemaFault              { return d.spec.SchemaFault(err) }
 func (d *dialect) checkSession(ctx context.Context, c Conn) error { return d.spec.CheckSession(ctx, c) }
 func (d *dialect) causalReads(ctx context.Context, c Conn) error  { return d.spec.CausalReads(ctx, c) }
 func (d *dialect) lockWaiter() lockWaiter                         { return d.spec.boundLockWait }

@@ -34,6 +34,22 @@ func outsideSQLite(noWait string) idem.DialectSpec {
 		Applied: func(err error) bool {
 			return strings.Contains(err.Error(), "duplicate column name")
 		},
+		SchemaFault: func(err error) idem.SchemaFault {
+			switch msg := err.Error(); {
+			case strings.Contains(msg, "no such table: "):
+				return idem.NoTable
+			case strings.Contains(msg, "no such column: "), strings.Contains(msg, " has no column named "):
+				for _, c := range []string{"expires_at", "sealed_key", "forget_at", "result_ref"} {
+					if strings.Contains(msg, c) {
+						return idem.OlderTable
+					}
+				}
+				return idem.NotIdemTable
+			case strings.Contains(msg, "unknown database "):
+				return idem.NoSchema
+			}
+			return idem.NoSchemaFault
+		},
 	}
 }
 
