@@ -19,11 +19,12 @@ import (
 // (reports false, "", nil, NoSchemaFault).
 //
 // Some capabilities stay with idem's own dialects, as fields a caller
-// cannot set: writing the arguments into a statement's text (MySQL, lib/pq), bounding lock waits
-// ([WithLockTimeout]; a dialect without it refuses the option), sending
-// Do's statements through a [Pipeline], building an index beside the
-// traffic, reading a purge window ahead, passing over held rows in a
-// purge, and waiting for standbys ([Store.WaitReplicated]).
+// cannot set: writing the arguments into a statement's text (MySQL,
+// lib/pq), bounding lock waits ([WithLockTimeout]; a dialect without it
+// refuses the option), sending Do's statements through a [Pipeline],
+// building an index beside the traffic, reading a purge window ahead,
+// passing over held rows in a purge, and waiting for standbys
+// ([Store.WaitReplicated]).
 type DialectSpec struct {
 	// Name is the dialect's name, as [Dialect]'s Name and [Event]'s
 	// Dialect report it.
@@ -40,7 +41,9 @@ type DialectSpec struct {
 	// database reports for a duplicate key is read as false, nil).
 	Inserted func(n int64, err error) (bool, error)
 	// Retryable reports a serialization failure, deadlock or lock
-	// timeout of the database: [IsRetryable] and the retry loops read it.
+	// timeout of the database. [IsRetryable], and so [RunTx], asks it of
+	// the errors of the Store's statements (an [Error] carries its
+	// answer); idem's own dialects it asks of any error.
 	Retryable func(err error) bool
 	// Applied reports an error of a migration's statement that says it
 	// has run already (a column or index that exists, or one to drop that
@@ -57,7 +60,6 @@ type DialectSpec struct {
 	// CausalReads refuses a session whose transactions may begin before
 	// its node has applied what the database acknowledged elsewhere.
 	CausalReads func(ctx context.Context, c Conn) error
-
 	// SchemaFault reads an error of the database as one about the table a
 	// statement named (it does not exist, its columns are not those of
 	// idem's table or of an older release, its schema does not exist),
