@@ -66,7 +66,7 @@ func (s *Store) acquire(ctx context.Context, c conn, req Request, by caller, don
 		cl      acquired
 		takeErr error
 	)
-	timedOut, err := s.dialect.(lockWaiter).boundLockWait(ctx, c, s.lockWait, func() error {
+	timedOut, err := s.dialect.lockWaiter()(ctx, c, s.lockWait, func() error {
 		if s.st.readFirstWhenReplaying {
 			replay, cl, takeErr = s.claim(ctx, c, req, by, done, read)
 		} else {
@@ -339,9 +339,9 @@ func (s *Store) claimRow(ctx context.Context, c conn, req Request, q Query, stmt
 		returns = s.st.insertReturns
 	}
 	n := int64(1) // rows claimed; a row returned is one
-	if returns.token {
+	if returns.Token {
 		dest := []any{&token, &lag}
-		if !returns.lag {
+		if !returns.Lag {
 			dest = dest[:1]
 		}
 		if err = c.queryRow(ctx, q, dest...); errors.Is(err, sql.ErrNoRows) {
@@ -357,7 +357,7 @@ func (s *Store) claimRow(ctx context.Context, c conn, req Request, q Query, stmt
 	if err != nil || !ok {
 		return false, 0, 0, err
 	}
-	if !returns.token || by == forBegin && !returns.lag {
+	if !returns.Token || by == forBegin && !returns.Lag {
 		if err := c.queryRow(ctx, s.st.query(s.st.claimed, &values{req: req}), &token, &lag); err != nil {
 			return false, 0, 0, err
 		}
@@ -431,7 +431,7 @@ func (s *Store) store(ctx context.Context, c conn, req Request, token int64, out
 			case err == nil:
 				s.completed.add(req.Scope, req.Key)
 				return nil
-			case s.dialect.(pipelinedDialect).claimGone(err):
+			case s.dialect.claimGone()(err):
 				return txEnded("store the response", req, token, nil)
 			}
 			return s.stmtErr("store the response", req, err)
@@ -453,7 +453,7 @@ func (s *Store) store(ctx context.Context, c conn, req Request, token int64, out
 // final result of req's claim with token, made for by: Do's keeps the
 // expiry its claim set (see expiry), a Claim's counts its retention from
 // now.
-func (s *Store) completion(st statement, req Request, token int64, out storedResponse, by caller) Query {
+func (s *Store) completion(st Statement, req Request, token int64, out storedResponse, by caller) Query {
 	v := &values{req: req, token: token, resp: out.resp, header: out.header, body: out.body, sealedKey: out.keyID, ref: out.ref,
 		memory: micros(s.keyMemoryOf(req))}
 	if by == forBegin {
@@ -477,7 +477,7 @@ func (s *Store) unclaim(ctx context.Context, c conn, req Request, token int64, c
 // stmtErr reports that one of idem's statements failed: what idem was
 // doing, for which key, the database's error, and what to do next.
 func (s *Store) stmtErr(what string, req Request, err error) error {
-	return &Error{Op: what, Scope: req.Scope, Key: req.Key, Err: s.named(err), Hint: s.next(err)}
+	return &Error{Op: what, Scope: req.Scope, Key: req.Key, Err: s.named(err), Hint: s.next(err), retry: s.dialect.retryable(err)}
 }
 
 // txEnded reports that Do's statement after fn (what) found no claim of

@@ -26,7 +26,7 @@ func (s *Store) next(err error) string {
 	switch a := s.advice(err, ""); {
 	case a != "":
 		return a + "; " + hintRollBack
-	case IsRetryable(err):
+	case IsRetryable(err) || s.dialect.retryable(err):
 		return hintRetry
 	}
 	return hintRollBack
@@ -38,33 +38,33 @@ func (s *Store) next(err error) string {
 func (s *Store) schemaAdvice(err error) string {
 	fault := s.dialect.schemaFault(err)
 	if errors.As(err, new(notIdem)) {
-		fault = notIdemTable
+		fault = NotIdemTable
 	}
 	switch fault {
-	case noTable:
+	case NoTable:
 		return fmt.Sprintf("table %s does not exist: create it with Store.Migrate or idem migrate --table %s, or name the table idem uses (WithTable, --table)", s.table, s.table)
-	case notIdemTable:
+	case NotIdemTable:
 		return fmt.Sprintf("table %s is not idem's: its columns are not those of idem's table; name the table idem uses (WithTable, --table): running this again will not help", s.table)
-	case olderTable:
+	case OlderTable:
 		return fmt.Sprintf("table %s lacks a column of idem's table of this release: if it is idem's, of an older release, upgrade it with Store.Migrate or idem migrate --table %s (which refuses a table that is not idem's)", s.table, s.table)
-	case noSchema:
+	case NoSchema:
 		return fmt.Sprintf("the schema of table %s does not exist: create it first (CREATE SCHEMA on PostgreSQL, CREATE DATABASE on MySQL, ATTACH DATABASE on SQLite), or name a table in a schema that exists", s.table)
 	}
 	return ""
 }
 
 // probed is err marked notIdem when the dialect reads it as a later
-// column missing (olderTable) and the columns probe, run on c (a handle
+// column missing (OlderTable) and the columns probe, run on c (a handle
 // outside the failed statement's transaction, whose statements after
 // the error may fail), finds a column of the first version missing too;
 // else err named as an error of a table of an earlier schema version
 // (named).
 func (s *Store) probed(ctx context.Context, c conn, err error) error {
-	if s.dialect.schemaFault(err) != olderTable {
+	if s.dialect.schemaFault(err) != OlderTable {
 		return err
 	}
 	noRows := func(func(...any) error) error { return nil }
-	if perr := c.queryRows(ctx, s.st.query(s.st.columns, &values{}), noRows); perr != nil && s.dialect.schemaFault(perr) == notIdemTable {
+	if perr := c.queryRows(ctx, s.st.query(s.st.columns, &values{}), noRows); perr != nil && s.dialect.schemaFault(perr) == NotIdemTable {
 		return notIdem{err}
 	}
 	return s.named(err)
@@ -72,10 +72,10 @@ func (s *Store) probed(ctx context.Context, c conn, err error) error {
 
 // named is err, an error of a statement on the Store's table, as an
 // olderSchema when the dialect reads it as a column added since the
-// first schema version missing (olderTable) and nothing showed that the
+// first schema version missing (OlderTable) and nothing showed that the
 // table is another's (notIdem); err itself otherwise.
 func (s *Store) named(err error) error {
-	if s.dialect.schemaFault(err) != olderTable || errors.As(err, new(notIdem)) || errors.As(err, new(*olderSchema)) {
+	if s.dialect.schemaFault(err) != OlderTable || errors.As(err, new(notIdem)) || errors.As(err, new(*olderSchema)) {
 		return err
 	}
 	return &olderSchema{table: s.table, err: err}

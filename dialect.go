@@ -12,16 +12,17 @@ import (
 )
 
 // Dialect adapts idem to one database family: the SQL it runs, whole, and
-// how it reads the driver's errors. The implementations are [Postgres],
-// [MySQL], [MariaDB], [TiDB] and [SQLite]; the interface is sealed so that it can
-// grow without breaking anyone.
+// how it reads the driver's errors. idem's own are [Postgres], [MySQL],
+// [MariaDB], [TiDB] and [SQLite]; [NewDialect] builds one from a
+// [DialectSpec], as it builds idem's own. The interface is sealed so that
+// it can grow without breaking anyone: a Dialect is a value NewDialect
+// returned.
 //
-// Adding a database is a dialect file of its own (dialect_NAME.go), its
-// schema, and one row of the conformance suite's targets with one value
-// of its facts: docs/architecture.md says what each place is for.
+// Adding a database is a DialectSpec (its statements and how it reads its
+// driver's errors) and its schema: docs/dialects.md lists the places.
 type Dialect interface {
 	// Name is the dialect's name: "postgres", "mysql", "mariadb", "tidb"
-	// or "sqlite".
+	// or "sqlite" for idem's own.
 	Name() string
 
 	// statements returns the statements for a validated, possibly
@@ -51,8 +52,8 @@ type Dialect interface {
 	applied(err error) bool
 	// schemaFault reads an error of the database as one about the table a
 	// statement named (it does not exist, its columns are not those of
-	// idem's table, its schema does not exist), or noSchemaFault.
-	schemaFault(err error) schemaFault
+	// idem's table, its schema does not exist), or NoSchemaFault.
+	schemaFault(err error) SchemaFault
 	// checkSession refuses, before the claim, a transaction in a mode
 	// where a duplicate would not wait for the claim (TiDB's optimistic
 	// transactions), with an error that names the setting and how to
@@ -72,26 +73,23 @@ type Dialect interface {
 	// Where every read sees what was acknowledged it runs no statement
 	// and returns nil.
 	causalReads(ctx context.Context, c Conn) error
+	// lockWaiter returns how the dialect bounds a lock wait inside a
+	// transaction, for WithLockTimeout, or nil where it cannot (SQLite: a
+	// duplicate waits at BEGIN IMMEDIATE, before idem runs).
+	lockWaiter() lockWaiter
+	// claimGone returns, for a dialect whose Do can send its statements in
+	// fewer round trips through a Pipeline (PostgreSQL's, on pgx), how to
+	// read completeLast's failure when the claim it completes is gone;
+	// its statements then have readAfterClaim and completeLast. nil where
+	// Do does not pipeline.
+	claimGone() func(err error) bool
 }
 
-// lockWaiter is a Dialect that can bound a lock wait inside a
-// transaction, for WithLockTimeout; SQLite cannot (a duplicate waits at
-// BEGIN IMMEDIATE, before idem runs).
-type lockWaiter interface {
-	// boundLockWait runs fn with every lock wait of c's session bounded by
-	// d, and leaves the session's own bound as it found it. timedOut
-	// reports that fn failed because a wait ran out; c is then usable,
-	// with nothing fn did in it.
-	boundLockWait(ctx context.Context, c Conn, d time.Duration, fn func() error) (timedOut bool, err error)
-}
-
-// pipelinedDialect is a Dialect whose Do can send its statements in
-// fewer round trips through a Pipeline (PostgreSQL's, on pgx): its
-// statements have readAfterClaim and completeLast, and claimGone reads
-// completeLast's failure when the claim it completes is gone.
-type pipelinedDialect interface {
-	claimGone(err error) bool
-}
+// lockWaiter runs fn with every lock wait of c's session bounded by d,
+// and leaves the session's own bound as it found it. timedOut reports
+// that fn failed because a wait ran out; c is then usable, with nothing
+// fn did in it.
+type lockWaiter func(ctx context.Context, c Conn, d time.Duration, fn func() error) (timedOut bool, err error)
 
 // table is a Store's table name, as the statements name it.
 type table struct {
@@ -132,9 +130,9 @@ type statements struct {
 	migrations [][]string
 	// version reads whether the table exists (a boolean) and its comment,
 	// in which the migrations from version 2 on record the version.
-	version statement
-	// built reads the state of an index of the table (argQuoted, and
-	// argIndexName, its name as a migration creates it): whether it is
+	version Statement
+	// built reads the state of an index of the table (ArgQuoted, and
+	// ArgIndexName, its name as a migration creates it): whether it is
 	// valid, whether a build of it is running, and its name as
 	// dropUnbuilt takes it; no row when it does not exist. Empty where an
 	// index is built whole or not at all; else builds says which
@@ -143,7 +141,7 @@ type statements struct {
 	// built before each: such a build that failed (a deadlock with
 	// another Migrate's, a process killed) leaves its index unusable,
 	// and IF NOT EXISTS would pass over it for ever.
-	built statement
+	built Statement
 	// builds is the name of the index stmt builds beside the traffic, or
 	// "".
 	builds func(stmt string) string
@@ -162,30 +160,30 @@ type statements struct {
 	// with a duplicate-key error that inserted recognises) when it
 	// exists. It waits for an open transaction that holds the key. What
 	// it returns, insertReturns says.
-	insert statement
+	insert Statement
 	// insertOwn is insert with the claim's token given (Do's, ownToken)
 	// instead of one from the clock. It returns nothing.
-	insertOwn statement
+	insertOwn Statement
 	// insertDone is insertOwn of a record completed in the same statement
 	// (Apply's claim, whose response is known before fn runs): its
 	// response status, header, body and sealed_key stored, completed_at
 	// the claim's time, forget_at its expiry plus the request's key
-	// memory (argMemory). It returns nothing.
-	insertDone statement
+	// memory (ArgMemory). It returns nothing.
+	insertDone Statement
 	// takeover makes the record a new PROCESSING claim (with its lease and
 	// expiry, as insert's) and grows its token, if the token is still the
 	// one read and the record may still be taken over (released, lease
 	// ended, or forgotten) as the statement sees it: a Complete or Extend
 	// that committed between acquire's read and this write wins. What it
 	// returns, takeoverReturns says.
-	takeover statement
+	takeover Statement
 	// insertReturns and takeoverReturns are what insert and takeover
 	// return when they claim.
-	insertReturns, takeoverReturns returning
+	insertReturns, takeoverReturns Returning
 	// claimed reads the token of the claim the transaction has just made,
 	// and how long ago, in µs, its claim statement started: what the claim
 	// statements do not return. Empty where they return both.
-	claimed statement
+	claimed Statement
 	// read reads a record: operation, fingerprint, status, token,
 	// forgotten (past its expiry, and for a completed one past its forget
 	// time, forget_at, or where it has none past the Store's key memory
@@ -194,7 +192,7 @@ type statements struct {
 	// µs, response status, header, body and sealed_key. It sees the latest
 	// committed row whatever the transaction's snapshot (on MySQL a
 	// locking read).
-	read statement
+	read Statement
 	// readAfterClaim is read, sent in one round trip right after Do's
 	// claim (a Pipeline's batch), for when the claim finds the record: a
 	// statement of its own, so that under READ COMMITTED it sees what a
@@ -204,15 +202,15 @@ type statements struct {
 	// holder committed after the snapshot, and read runs on its own after
 	// a claim that found the record, as without a Pipeline. It reads the
 	// claim's own record too when the claim succeeded, which Do then
-	// discards. Empty where the dialect is not a pipelinedDialect.
-	readAfterClaim statement
+	// discards. Empty where the dialect's claimGone is nil.
+	readAfterClaim Statement
 	// readCompleted is read of a record that is completed and within its
 	// expiry, and of what its replay needs: operation, fingerprint,
 	// response status, header, body and sealed_key, then the time left
 	// until its expiry by the database clock, in µs (for the replay
 	// cache's deadline). Any other record is no row. It sees and locks
 	// what read does.
-	readCompleted statement
+	readCompleted Statement
 	// readFirstWhenReplaying: readCompleted of a key that has no record
 	// locks nothing (no gap lock that a concurrent claim of another key
 	// could deadlock on), so take reads a key it does not know first while
@@ -222,21 +220,21 @@ type statements struct {
 	readFirstWhenReplaying bool
 	// state reads a record's status and token as last committed, to
 	// explain why a fenced statement changed nothing.
-	state statement
+	state Statement
 	// complete stores the final response of the claim, and sets its
 	// expiry to the request's retention from now (a Claim's), or leaves it
 	// as it was when that is NULL (Do's, whose claim counted the retention
 	// from the claim: so its update changes no indexed column), and its
 	// forget time (forget_at, unindexed) to that expiry plus the request's
-	// key memory (argMemory). Fenced.
-	complete statement
+	// key memory (ArgMemory). Fenced.
+	complete Statement
 	// completeLast is Do's complete, for a completion sent in one round
 	// trip with the COMMIT after it (a Pipeline's Defer): it fails when it
 	// changes no record (the claim is gone), so that the COMMIT does not
 	// run, where complete reports that as no row changed, too late to
-	// stop it; claimGone reads that failure. Empty where the dialect is
-	// not a pipelinedDialect.
-	completeLast statement
+	// stop it; claimGone reads that failure. Empty where the dialect's
+	// claimGone is nil.
+	completeLast Statement
 	// extend moves the lease's end to at least lease from now, and at
 	// least one microsecond later than it was. Fenced. It leaves the
 	// expiry as Begin set it (no purge takes a claim whose lease is live,
@@ -244,14 +242,14 @@ type statements struct {
 	// that it changes no indexed column: on MySQL's schema version 4 a
 	// new expiry moves the record, and heartbeats of neighbouring keys at
 	// once deadlocked.
-	extend statement
+	extend Statement
 	// release ends the claim without a result: the next attempt takes the
 	// record over at once. Fenced.
-	release statement
+	release Statement
 	// remove deletes Do's claim after fn failed: the PROCESSING claim,
 	// or Apply's, completed by its claim statement. Fenced on the token
 	// alone, which no other claim of the key has.
-	remove statement
+	remove Statement
 	// purgeWindow reads what purge and strip (with the same cursor and
 	// limit) would change, locking nothing: how many records have expired
 	// (expires_at at the cursor, in µs since the Unix epoch, or later, and
@@ -260,43 +258,43 @@ type statements struct {
 	// strip would make tombstones: a batch whose window has none runs no
 	// strip (on MariaDB its scan of a window of 100,000 records without
 	// one took 0.37 s, beside the DELETE's 0.4 s).
-	purgeWindow statement
+	purgeWindow Statement
 	// purge deletes at most limit of those records, oldest expiry first,
 	// but for the completed ones whose forget time (forget_at; where it is
 	// NULL, the expiry plus the Store's key memory) is ahead, which strip
 	// keeps, and never a live claim; it passes over rows that another
 	// transaction holds instead of waiting for them where the dialect
 	// has no purgeHeld (but on TiDB, which waits).
-	purge statement
+	purge Statement
 	// strip makes tombstones of at most limit of those records, up to the
-	// window's last expiry (argTo), that are completed and whose forget
+	// window's last expiry (ArgTo), that are completed and whose forget
 	// time is ahead: status 'expired', no response, their expiry moved to
 	// their forget time. It passes over held rows as purge does.
-	strip statement
+	strip Statement
 	// purgeHeld and stripHeld are purge and strip that pass over the rows
 	// another transaction holds, for a dialect whose purge and strip wait
 	// for them (MySQL's, whose DELETE and UPDATE cannot skip a locked
 	// row, and whose statements that can are slower): a batch runs purge
-	// and strip with lock waits bounded to nothing (lockWaiter), and
+	// and strip with lock waits bounded to nothing (its lockWaiter), and
 	// these after a wait ran out. Empty elsewhere.
-	purgeHeld, stripHeld statement
+	purgeHeld, stripHeld Statement
 	// purgeStart reads, locking nothing, the expiry (µs) of the first
 	// record purgeWindow would count from the cursor on, 0 when there is
 	// none: where a sweep's first window starts, for a dialect whose
 	// window reads are bounded ahead (TiDB's): then purgeWindow reads up
-	// to before argUpto only, and returns the database clock (µs) last,
-	// and purge and strip change nothing past argTo, the window's last
+	// to before ArgUpto only, and returns the database clock (µs) last,
+	// and purge and strip change nothing past ArgTo, the window's last
 	// expiry. Empty where a window reads from the cursor to now (the
-	// statements take no argUpto, and none but strip argTo). legacyStart is the same for
+	// statements take no ArgUpto, and none but strip ArgTo). legacyStart is the same for
 	// the records without an expiry, by created_at.
-	purgeStart, legacyStart statement
+	purgeStart, legacyStart Statement
 	// legacyWindow and legacyPurge are purgeWindow (without the count of
 	// tombstones: none is made of these) and purge (delete) of
 	// the records written before the schema version with expires_at (it is
 	// NULL on them), which expire as they did then, by the Store's
 	// retention and the key memory, in created_at order from the legacy
 	// cursor.
-	legacyWindow, legacyPurge statement
+	legacyWindow, legacyPurge Statement
 	// purgeIsolation is the isolation level of the short transaction each
 	// purge batch runs in.
 	purgeIsolation sql.IsolationLevel
@@ -305,36 +303,36 @@ type statements struct {
 	// the key given, in expires_at order from the cursor, and locks them:
 	// scope, key, operation, token, expires_at (µs), sealed_key, header
 	// and body.
-	resealRead statement
+	resealRead Statement
 	// resealLeft counts the records resealRead would read from the
 	// start, for ResealLeftOn.
-	resealLeft statement
+	resealLeft Statement
 	// resealWrite stores a record's response sealed anew. Fenced on the
 	// token and the status.
-	resealWrite statement
+	resealWrite Statement
 	// inspect reads a record for a person: operation, fingerprint, status,
 	// token, lease_until, created_at and completed_at (µs since the Unix
 	// epoch; completed_at may be NULL), the database clock (µs), forgotten,
 	// expired, its expiry (µs), response status, header, body and
 	// sealed_key. A plain read that locks nothing.
-	inspect statement
+	inspect Statement
 	// inspectKey reads the records of key in every scope, in scope order,
 	// at most limit of them: scope, then what inspect reads. The table is
 	// indexed by (scope, key), so this reads all of it. A plain read that
 	// locks nothing.
-	inspectKey statement
+	inspectKey Statement
 	// columns reads no row but names every column of idem's table, so that
 	// on a table that is not idem's it fails with an error schemaFault
-	// reads as notIdemTable.
-	columns statement
+	// reads as NotIdemTable.
+	columns Statement
 	// stats counts the records per status: status, count, oldest
 	// created_at (µs since the Unix epoch), how many are past their
 	// expiry (what purge would delete, or strip under a key memory), and
 	// the database clock (µs).
-	stats statement
+	stats Statement
 	// size reads the bytes of the table and of its indexes (NULL where the
 	// database cannot tell).
-	size statement
+	size Statement
 	// replicated reads, on a pool outside any transaction, the primary's
 	// WAL position now (the end of what it has committed), in bytes as a
 	// decimal and as a person reads it, how many physical streaming
@@ -345,53 +343,60 @@ type statements struct {
 	// every wait on a handle shares. Both empty where the dialect cannot
 	// wait for its replicas; then noReplicationWait says what the
 	// database offers instead.
-	replicated, flushed statement
+	replicated, flushed Statement
 	noReplicationWait   string
 	// table is the table they are for.
 	table table
 }
 
-// statement is one statement of a dialect's, whole, with what it takes in
-// place of each of its placeholders, in order.
-type statement struct {
-	sql  string
-	args []arg
+// Statement is one statement of a dialect's, whole, with what it takes
+// in place of each of its placeholders, in order.
+type Statement struct {
+	// SQL is the statement's text, with the table's name in it and the
+	// database's placeholders ("?" or "$1").
+	SQL string
+	// Args is what each placeholder takes, in order.
+	Args []Arg
 }
 
-// returning is what a claim statement returns: token, the claim's token;
-// and lag, after the token, how long after the statement's start the
-// claim was granted, in µs.
-type returning struct{ token, lag bool }
+// Returning is what a claim statement (Statements' Insert and Takeover)
+// returns when it claims: Token, the claim's token; and Lag, after the
+// token, how long after the statement's start the claim was granted, in
+// µs. A claim statement that returns neither reports the claim by the
+// rows it changed, and Statements' Claimed reads them.
+type Returning struct{ Token, Lag bool }
 
-// arg is what a statement takes in place of one placeholder.
-type arg uint8
+// Arg is what a statement takes in place of one placeholder. Durations
+// are in microseconds, times in microseconds since the Unix epoch.
+type Arg uint8
 
 const (
-	argScope       arg = iota // the request's
-	argKey                    // the request's
-	argOperation              // the request's
-	argFingerprint            // the request's
-	argToken                  // the claim's fencing token
-	argLease                  // a lease, in µs
-	argRetention              // the Store's retention, in µs (a record without an expiry expires by it)
-	argKeep                   // the request's retention, in µs; complete's is NULL for Do's claim, whose expiry stays
-	argExpiry                 // a new claim's expiry from now, in µs: its lease and the request's retention
-	argKeyMemory              // the Store's key memory, in µs (0: none): a record without a forget time of its own keeps its key this long past its expiry
-	argMemory                 // the request's key memory, in µs: its own, else the Store's (0: none); a completion sets the forget time by it
-	argSealedKey              // the name of the key that sealed the response, NULL in the clear
-	argStatus                 // the response's status code
-	argHeader                 // the response's header, encoded
-	argBody                   // the response's body
-	argRef                    // the response's reference, encoded (refStored); NULL when it has none
-	argFrom                   // a cursor: µs since the Unix epoch
-	argUpto                   // where a window's read ahead stops, before it: µs since the Unix epoch
-	argTo                     // a window's last expiry (or created_at), which its batch's statements stop at: µs since the Unix epoch
-	argLimit                  // at most this many records
-	argSchema                 // the table's schema; NULL for the connection's
-	argBase                   // the table's own name
-	argQuoted                 // the table's whole name, quoted
-	argIndex                  // the name of the table's expires_at index
-	argIndexName              // the name of an index a migration builds
+	ArgScope       Arg = iota // the request's
+	ArgKey                    // the request's
+	ArgOperation              // the request's
+	ArgFingerprint            // the request's
+	ArgToken                  // the claim's fencing token
+	ArgLease                  // a lease, in µs
+	ArgRetention              // the Store's retention, in µs (a record without an expiry expires by it)
+	ArgKeep                   // the request's retention, in µs; complete's is NULL for Do's claim, whose expiry stays
+	ArgExpiry                 // a new claim's expiry from now, in µs: its lease and the request's retention
+	ArgKeyMemory              // the Store's key memory, in µs (0: none): a record without a forget time of its own keeps its key this long past its expiry
+	ArgMemory                 // the request's key memory, in µs: its own, else the Store's (0: none); a completion sets the forget time by it
+	ArgSealedKey              // the name of the key that sealed the response, NULL in the clear
+	ArgStatus                 // the response's status code
+	ArgHeader                 // the response's header, encoded
+	ArgBody                   // the response's body
+	ArgRef                    // the response's reference, encoded; NULL when it has none
+	ArgFrom                   // a cursor: µs since the Unix epoch
+	ArgUpto                   // where a window's read ahead stops, before it: µs since the Unix epoch
+	ArgTo                     // a window's last expiry (or created_at), which its batch's statements stop at: µs since the Unix epoch
+	ArgLimit                  // at most this many records
+	ArgSchema                 // the table's schema; NULL for the connection's
+	ArgBase                   // the table's own name
+	ArgQuoted                 // the table's whole name, quoted
+	ArgIndex                  // the name of the table's expires_at index
+	ArgIndexName              // the name of an index a migration builds
+	argEnd                    // no Arg: the number of them
 )
 
 // rendered returns s with the table's name in every statement's text and
@@ -400,7 +405,7 @@ func (s *statements) rendered(t table, ddl []schema.Migration) *statements {
 	s.table = t
 	s.migrations = migrationStatements(ddl, t.quoted, t.base())
 	for _, st := range s.all() {
-		st.sql = render(st.sql, t.quoted, t.base())
+		st.SQL = render(st.SQL, t.quoted, t.base())
 	}
 	return s
 }
@@ -408,47 +413,47 @@ func (s *statements) rendered(t table, ddl []schema.Migration) *statements {
 // all is every statement of s: each field of type statement, found by
 // reflection so that a statement added to the struct cannot be left out
 // of rendering or of the tests.
-func (s *statements) all() []*statement {
+func (s *statements) all() []*Statement {
 	v := reflect.ValueOf(s).Elem()
-	var all []*statement
+	var all []*Statement
 	for i := range v.NumField() {
-		if f := v.Field(i); f.Type() == reflect.TypeFor[statement]() {
-			all = append(all, (*statement)(f.Addr().UnsafePointer()))
+		if f := v.Field(i); f.Type() == reflect.TypeFor[Statement]() {
+			all = append(all, (*Statement)(f.Addr().UnsafePointer()))
 		}
 	}
 	return all
 }
 
 // args lists a statement's arguments in order.
-func args(a ...arg) []arg { return a }
+func args(a ...Arg) []Arg { return a }
 
-// schemaFault is what an error of the database says is wrong with the
-// table a statement named, as [Dialect]'s schemaFault reads it.
-type schemaFault int
+// SchemaFault is what an error of the database says is wrong with the
+// table a statement named, as a [DialectSpec]'s SchemaFault reads it.
+type SchemaFault int
 
 const (
-	noSchemaFault schemaFault = iota // the error is not about the table
-	noTable                          // the table does not exist
-	notIdemTable                     // a column of idem's table is missing, or of another type: the table is someone else's
-	olderTable                       // a column added since the first schema version is missing: the table is idem's, of an older release
-	noSchema                         // the table's schema does not exist (MySQL: its database; SQLite: the attached database)
+	NoSchemaFault SchemaFault = iota // the error is not about the table
+	NoTable                          // the table does not exist
+	NotIdemTable                     // a column of idem's table is missing, or of another type: the table is someone else's
+	OlderTable                       // a column added since the first schema version (expires_at, sealed_key, forget_at, result_ref) is missing: the table is idem's, of an older release
+	NoSchema                         // the table's schema does not exist (MySQL: its database; SQLite: the attached database)
 )
 
 // laterColumns are the columns of idem's table added after its first
 // schema version: an error naming one of them as missing is about a table
-// of an older release (olderTable), not another's.
+// of an older release (OlderTable), not another's.
 var laterColumns = []string{"expires_at", "sealed_key", "forget_at", "result_ref"}
 
 // missingFault is the schemaFault of a database's error that a column is
-// missing, msg its text: olderTable when it names one of laterColumns,
-// notIdemTable otherwise.
-func missingFault(msg string) schemaFault {
+// missing, msg its text: OlderTable when it names one of laterColumns,
+// NotIdemTable otherwise.
+func missingFault(msg string) SchemaFault {
 	for _, c := range laterColumns {
 		if strings.Contains(msg, c) {
-			return olderTable
+			return OlderTable
 		}
 	}
-	return notIdemTable
+	return NotIdemTable
 }
 
 // notIdem marks an error of a statement on a table that lacks a column of
@@ -461,7 +466,7 @@ func (e notIdem) Unwrap() error { return e.error }
 // columnsProbe is every dialect's columns statement: it names each column
 // that idem's table has had since its first schema version, and reads no
 // row.
-var columnsProbe = statement{sql: columnsProbeSQL}
+var columnsProbe = Statement{SQL: columnsProbeSQL}
 
 const columnsProbeSQL = `SELECT scope, idem_key, operation, fingerprint, status, token, lease_until, created_at,
   completed_at, response_status, response_headers, response_body FROM idempotency_keys WHERE 1 = 0`

@@ -83,12 +83,12 @@ func galeraCausalGuard(status string) string {
 // left as they are: they decide nothing about a key that a later
 // statement does not fence.
 func galera(st *statements, causal string) *statements {
-	st.insertOwn.sql = strings.Replace(st.insertOwn.sql, `'processing'`, galeraGuard(`'processing'`), 1)
-	st.insertDone.sql = strings.Replace(st.insertDone.sql, `'completed'`, galeraGuard(`'completed'`), 1)
-	st.insert.sql = strings.Replace(st.insert.sql, `'processing'`, galeraCausalGuard(`'processing'`), 1)
-	for _, s := range []*statement{&st.insertOwn, &st.insertDone, &st.takeover, &st.claimed, &st.read,
+	st.insertOwn.SQL = strings.Replace(st.insertOwn.SQL, `'processing'`, galeraGuard(`'processing'`), 1)
+	st.insertDone.SQL = strings.Replace(st.insertDone.SQL, `'completed'`, galeraGuard(`'completed'`), 1)
+	st.insert.SQL = strings.Replace(st.insert.SQL, `'processing'`, galeraCausalGuard(`'processing'`), 1)
+	for _, s := range []*Statement{&st.insertOwn, &st.insertDone, &st.takeover, &st.claimed, &st.read,
 		&st.readCompleted, &st.state, &st.complete, &st.extend, &st.release, &st.remove} {
-		s.sql = causal + s.sql
+		s.SQL = causal + s.SQL
 	}
 	return st
 }

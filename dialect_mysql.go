@@ -21,14 +21,31 @@ import (
 // REPEATABLE READ snapshot is older. No INSERT IGNORE: it would turn a
 // truncation into a warning. Times are UTC_TIMESTAMP(6), so the session's
 // time_zone does not matter.
-var MySQL Dialect = mysqlDialect{}
+var MySQL Dialect = mustDialect(mysqlSpec("mysql", mysqlDialect{}.statements))
+
+// mysqlSpec is the DialectSpec of MySQL and MariaDB, which differ in their
+// statements.
+func mysqlSpec(name string, statements func([]string) *statements) DialectSpec {
+	return DialectSpec{
+		Name:          name,
+		statements:    statements,
+		Inserted:      mysqlDialect{}.inserted,
+		Retryable:     mysqlDialect{}.retryable,
+		Applied:       mysqlDialect{}.applied,
+		Fix:           mysqlDialect{}.fix,
+		CausalReads:   mysqlDialect{}.causalReads,
+		SchemaFault:   mysqlDialect{}.schemaFault,
+		literals:      mysqlDialect{}.literals,
+		boundLockWait: mysqlDialect{}.boundLockWait,
+		// No CheckSession: every InnoDB transaction makes a duplicate
+		// wait for the claim.
+	}
+}
 
 type mysqlDialect struct{}
 
-func (mysqlDialect) Name() string { return "mysql" }
-
 func (mysqlDialect) statements(parts []string) *statements {
-	return galera(myStatements(parts, schema.MySQL, myInsert, returning{}, myShareLock), myOnMariaDB(galeraCausal))
+	return galera(myStatements(parts, schema.MySQL, myInsert, Returning{}, myShareLock), myOnMariaDB(galeraCausal))
 }
 
 // myOnMariaDB is prefix in MariaDB's executable comment: MariaDB runs
@@ -49,31 +66,31 @@ const (
 // statement returns anything but MariaDB's insert (its token): MySQL has
 // no RETURNING, MariaDB none on UPDATE, and LAST_INSERT_ID() must stay
 // the caller's; claimed reads the rest.
-func myStatements(parts []string, ddl []schema.Migration, insert string, insertReturns returning, lock string) *statements {
+func myStatements(parts []string, ddl []schema.Migration, insert string, insertReturns Returning, lock string) *statements {
 	quoted := "`" + strings.Join(parts, "`.`") + "`"
-	expiry := args(argRetention, argKeyMemory, argRetention, argRetention) // myForgotten, myExpired
+	expiry := args(ArgRetention, ArgKeyMemory, ArgRetention, ArgRetention) // myForgotten, myExpired
 	return (&statements{
-		version:       statement{myVersion, args(argSchema, argBase)},
-		insert:        statement{insert, args(argScope, argKey, argOperation, argFingerprint, argLease, argExpiry)},
-		insertOwn:     statement{myInsertOwn, args(argScope, argKey, argOperation, argFingerprint, argToken, argLease, argExpiry)},
-		insertDone:    statement{myInsertDone, args(argScope, argKey, argOperation, argFingerprint, argToken, argLease, argExpiry, argExpiry, argMemory, argStatus, argHeader, argBody, argSealedKey, argRef)},
-		takeover:      statement{myTakeover, args(argOperation, argFingerprint, argLease, argExpiry, argScope, argKey, argToken, argRetention, argKeyMemory)},
+		version:       Statement{myVersion, args(ArgSchema, ArgBase)},
+		insert:        Statement{insert, args(ArgScope, ArgKey, ArgOperation, ArgFingerprint, ArgLease, ArgExpiry)},
+		insertOwn:     Statement{myInsertOwn, args(ArgScope, ArgKey, ArgOperation, ArgFingerprint, ArgToken, ArgLease, ArgExpiry)},
+		insertDone:    Statement{myInsertDone, args(ArgScope, ArgKey, ArgOperation, ArgFingerprint, ArgToken, ArgLease, ArgExpiry, ArgExpiry, ArgMemory, ArgStatus, ArgHeader, ArgBody, ArgSealedKey, ArgRef)},
+		takeover:      Statement{myTakeover, args(ArgOperation, ArgFingerprint, ArgLease, ArgExpiry, ArgScope, ArgKey, ArgToken, ArgRetention, ArgKeyMemory)},
 		insertReturns: insertReturns,
-		claimed:       statement{myClaimed, args(argScope, argKey)},
-		read:          statement{myRead + lock, append(expiry, argScope, argKey)},
-		readCompleted: statement{myReadCompleted + lock, args(argRetention, argScope, argKey, argRetention)},
-		state:         statement{myState + lock, args(argScope, argKey)},
-		complete:      statement{myComplete, args(argStatus, argHeader, argBody, argSealedKey, argRef, argKeep, argKeep, argMemory, argKeep, argKeep, argScope, argKey, argToken)},
-		extend:        statement{myExtend, args(argLease, argScope, argKey, argToken)},
-		release:       statement{myRelease, args(argScope, argKey, argToken)},
-		remove:        statement{myRemove, args(argScope, argKey, argToken)},
-		purgeWindow:   statement{myPurgeWindow, args(argKeyMemory, argFrom, argLimit)},
-		purge:         statement{myPurge, args(argFrom, argKeyMemory, argLimit)},
-		strip:         statement{myStrip, args(argKeyMemory, argFrom, argTo, argKeyMemory, argLimit)},
-		purgeHeld:     statement{myPurgeHeld, args(argFrom, argKeyMemory, argLimit)},
-		stripHeld:     statement{myStripHeld, args(argFrom, argTo, argKeyMemory, argLimit, argKeyMemory)},
-		legacyWindow:  statement{myLegacyWindow, args(argFrom, argRetention, argKeyMemory, argRetention, argLimit)},
-		legacyPurge:   statement{myLegacyPurge, args(argFrom, argRetention, argKeyMemory, argRetention, argLimit)},
+		claimed:       Statement{myClaimed, args(ArgScope, ArgKey)},
+		read:          Statement{myRead + lock, append(expiry, ArgScope, ArgKey)},
+		readCompleted: Statement{myReadCompleted + lock, args(ArgRetention, ArgScope, ArgKey, ArgRetention)},
+		state:         Statement{myState + lock, args(ArgScope, ArgKey)},
+		complete:      Statement{myComplete, args(ArgStatus, ArgHeader, ArgBody, ArgSealedKey, ArgRef, ArgKeep, ArgKeep, ArgMemory, ArgKeep, ArgKeep, ArgScope, ArgKey, ArgToken)},
+		extend:        Statement{myExtend, args(ArgLease, ArgScope, ArgKey, ArgToken)},
+		release:       Statement{myRelease, args(ArgScope, ArgKey, ArgToken)},
+		remove:        Statement{myRemove, args(ArgScope, ArgKey, ArgToken)},
+		purgeWindow:   Statement{myPurgeWindow, args(ArgKeyMemory, ArgFrom, ArgLimit)},
+		purge:         Statement{myPurge, args(ArgFrom, ArgKeyMemory, ArgLimit)},
+		strip:         Statement{myStrip, args(ArgKeyMemory, ArgFrom, ArgTo, ArgKeyMemory, ArgLimit)},
+		purgeHeld:     Statement{myPurgeHeld, args(ArgFrom, ArgKeyMemory, ArgLimit)},
+		stripHeld:     Statement{myStripHeld, args(ArgFrom, ArgTo, ArgKeyMemory, ArgLimit, ArgKeyMemory)},
+		legacyWindow:  Statement{myLegacyWindow, args(ArgFrom, ArgRetention, ArgKeyMemory, ArgRetention, ArgLimit)},
+		legacyPurge:   Statement{myLegacyPurge, args(ArgFrom, ArgRetention, ArgKeyMemory, ArgRetention, ArgLimit)},
 		// READ COMMITTED: under REPEATABLE READ a batch locks the gap
 		// before the first row past its window (every gap of the index, if
 		// the optimizer runs it as a full scan), where fresh claims go when
@@ -82,14 +99,14 @@ func myStatements(parts []string, ddl []schema.Migration, insert string, insertR
 		// purge or strip meets a row a transaction holds runs purgeHeld
 		// and stripHeld instead, which pass over it.
 		purgeIsolation:    sql.LevelReadCommitted,
-		resealRead:        statement{myResealRead, args(argFrom, argSealedKey, argLimit)},
-		resealWrite:       statement{myResealWrite, args(argBody, argSealedKey, argScope, argKey, argToken)},
-		resealLeft:        statement{myResealLeft, args(argSealedKey)},
-		inspect:           statement{myInspect, append(append(expiry, argRetention), argScope, argKey)},
-		inspectKey:        statement{myInspectKey, append(append(expiry, argRetention), argKey, argLimit)},
+		resealRead:        Statement{myResealRead, args(ArgFrom, ArgSealedKey, ArgLimit)},
+		resealWrite:       Statement{myResealWrite, args(ArgBody, ArgSealedKey, ArgScope, ArgKey, ArgToken)},
+		resealLeft:        Statement{myResealLeft, args(ArgSealedKey)},
+		inspect:           Statement{myInspect, append(append(expiry, ArgRetention), ArgScope, ArgKey)},
+		inspectKey:        Statement{myInspectKey, append(append(expiry, ArgRetention), ArgKey, ArgLimit)},
 		columns:           columnsProbe,
-		stats:             statement{myStats, args(argRetention)},
-		size:              statement{mySize, args(argSchema, argBase)},
+		stats:             Statement{myStats, args(ArgRetention)},
+		size:              Statement{mySize, args(ArgSchema, ArgBase)},
 		noReplicationWait: myNoReplicationWait,
 	}).rendered(table{parts: parts, quoted: quoted}, ddl)
 }
@@ -446,17 +463,17 @@ func (mysqlDialect) applied(err error) bool {
 	return n == erDupFieldName || n == erDupKeyName || n == erCantDropKey
 }
 
-func (mysqlDialect) schemaFault(err error) schemaFault {
+func (mysqlDialect) schemaFault(err error) SchemaFault {
 	n, _ := mysqlErrno(err)
 	switch n {
 	case erNoSuchTable:
-		return noTable
+		return NoTable
 	case erBadField:
 		return missingFault(err.Error())
 	case erBadDB:
-		return noSchema
+		return NoSchema
 	}
-	return noSchemaFault
+	return NoSchemaFault
 }
 
 // retryable reports, beside InnoDB's, a Galera node that refused the
@@ -473,10 +490,6 @@ func (mysqlDialect) retryable(err error) bool {
 	}
 	return false
 }
-
-// checkSession runs nothing: every InnoDB transaction makes a duplicate
-// wait for the claim.
-func (mysqlDialect) checkSession(context.Context, Conn) error { return nil }
 
 // causalReads refuses a session on a Galera node whose transactions do
 // not wait, at their start, for the node to apply what the cluster
@@ -515,14 +528,12 @@ func (mysqlDialect) causalReads(ctx context.Context, c Conn) error {
 // The INSERT does not return how long it waited for the key: MariaDB's
 // clock functions are the statement's start throughout it. Begin, which
 // needs that to count its lease from the grant, reads it as MySQL does.
-var MariaDB Dialect = mariadbDialect{}
+var MariaDB Dialect = mustDialect(mysqlSpec("mariadb", mariadbDialect{}.statements))
 
 type mariadbDialect struct{ mysqlDialect }
 
-func (mariadbDialect) Name() string { return "mariadb" }
-
 func (mariadbDialect) statements(parts []string) *statements {
-	return galera(myStatements(parts, schema.MySQL, mariadbInsert, returning{token: true}, myShareLock), galeraCausal)
+	return galera(myStatements(parts, schema.MySQL, mariadbInsert, Returning{Token: true}, myShareLock), galeraCausal)
 }
 
 // mariadbInsert is MySQL's insert, returning the token.

@@ -25,55 +25,67 @@ import (
 // is that clock in microseconds since the Unix epoch, or one more than the
 // token before it, but for a new claim of Do's, whose token Do chose
 // (insertOwn).
-var Postgres Dialect = postgresDialect{}
+var Postgres Dialect = mustDialect(DialectSpec{
+	Name:          "postgres",
+	statements:    postgresDialect{}.statements,
+	Inserted:      postgresDialect{}.inserted,
+	Retryable:     postgresDialect{}.retryable,
+	Applied:       postgresDialect{}.applied,
+	Fix:           postgresDialect{}.fix,
+	SchemaFault:   postgresDialect{}.schemaFault,
+	literals:      postgresDialect{}.literals,
+	boundLockWait: postgresDialect{}.boundLockWait,
+	claimGone:     postgresDialect{}.claimGone,
+	// No CheckSession: every PostgreSQL transaction makes a duplicate
+	// wait for the claim. No CausalReads: every read sees what the
+	// database acknowledged.
+})
 
 type postgresDialect struct{}
-
-func (postgresDialect) Name() string { return "postgres" }
 
 func (postgresDialect) statements(parts []string) *statements {
 	quoted := `"` + strings.Join(parts, `"."`) + `"`
 	st := (&statements{
-		version:         statement{pgVersion, args(argQuoted)},
-		built:           statement{pgBuilt, args(argQuoted, argIndexName)},
+		version:         Statement{pgVersion, args(ArgQuoted)},
+		built:           Statement{pgBuilt, args(ArgQuoted, ArgIndexName)},
 		builds:          pgBuilds,
 		dropUnbuilt:     "DROP INDEX CONCURRENTLY IF EXISTS ",
 		fresh:           pgFresh,
-		insert:          statement{pgInsert, args(argScope, argKey, argOperation, argFingerprint, argLease, argExpiry)},
-		insertOwn:       statement{pgInsertOwn, args(argScope, argKey, argOperation, argFingerprint, argToken, argLease, argExpiry)},
-		insertDone:      statement{pgInsertDone, args(argScope, argKey, argOperation, argFingerprint, argToken, argLease, argExpiry, argMemory, argStatus, argHeader, argBody, argSealedKey, argRef)},
-		takeover:        statement{pgTakeover, args(argOperation, argFingerprint, argLease, argExpiry, argScope, argKey, argToken, argRetention, argKeyMemory)},
-		insertReturns:   returning{token: true, lag: true},
-		takeoverReturns: returning{token: true, lag: true},
-		read:            statement{pgRead, args(argRetention, argKeyMemory, argScope, argKey)},
-		readAfterClaim:  statement{pgReadAfterClaim, args(argRetention, argKeyMemory, argScope, argKey)},
-		readCompleted:   statement{pgReadCompleted, args(argScope, argKey, argRetention)},
+		insert:          Statement{pgInsert, args(ArgScope, ArgKey, ArgOperation, ArgFingerprint, ArgLease, ArgExpiry)},
+		insertOwn:       Statement{pgInsertOwn, args(ArgScope, ArgKey, ArgOperation, ArgFingerprint, ArgToken, ArgLease, ArgExpiry)},
+		insertDone:      Statement{pgInsertDone, args(ArgScope, ArgKey, ArgOperation, ArgFingerprint, ArgToken, ArgLease, ArgExpiry, ArgMemory, ArgStatus, ArgHeader, ArgBody, ArgSealedKey, ArgRef)},
+		takeover:        Statement{pgTakeover, args(ArgOperation, ArgFingerprint, ArgLease, ArgExpiry, ArgScope, ArgKey, ArgToken, ArgRetention, ArgKeyMemory)},
+		insertReturns:   Returning{Token: true, Lag: true},
+		takeoverReturns: Returning{Token: true, Lag: true},
+		read:            Statement{pgRead, args(ArgRetention, ArgKeyMemory, ArgScope, ArgKey)},
+		readAfterClaim:  Statement{pgReadAfterClaim, args(ArgRetention, ArgKeyMemory, ArgScope, ArgKey)},
+		readCompleted:   Statement{pgReadCompleted, args(ArgScope, ArgKey, ArgRetention)},
 		// A plain read, which locks nothing.
 		readFirstWhenReplaying: true,
-		state:                  statement{pgState, args(argScope, argKey)},
-		complete:               statement{pgComplete, args(argStatus, argHeader, argBody, argSealedKey, argKeep, argMemory, argScope, argKey, argToken, argRef)},
-		completeLast:           statement{pgCompleteLast, args(argStatus, argHeader, argBody, argSealedKey, argKeep, argMemory, argScope, argKey, argToken, argRef)},
-		extend:                 statement{pgExtend, args(argLease, argScope, argKey, argToken)},
-		release:                statement{pgRelease, args(argScope, argKey, argToken)},
-		remove:                 statement{pgRemove, args(argScope, argKey, argToken)},
-		purgeWindow:            statement{pgPurgeWindow, args(argFrom, argLimit, argKeyMemory)},
-		purge:                  statement{pgPurge, args(argFrom, argLimit, argKeyMemory)},
-		strip:                  statement{pgStrip, args(argFrom, argLimit, argKeyMemory, argTo)},
-		legacyWindow:           statement{pgLegacyWindow, args(argFrom, argRetention, argLimit, argKeyMemory)},
-		legacyPurge:            statement{pgLegacyPurge, args(argFrom, argRetention, argLimit, argKeyMemory)},
+		state:                  Statement{pgState, args(ArgScope, ArgKey)},
+		complete:               Statement{pgComplete, args(ArgStatus, ArgHeader, ArgBody, ArgSealedKey, ArgKeep, ArgMemory, ArgScope, ArgKey, ArgToken, ArgRef)},
+		completeLast:           Statement{pgCompleteLast, args(ArgStatus, ArgHeader, ArgBody, ArgSealedKey, ArgKeep, ArgMemory, ArgScope, ArgKey, ArgToken, ArgRef)},
+		extend:                 Statement{pgExtend, args(ArgLease, ArgScope, ArgKey, ArgToken)},
+		release:                Statement{pgRelease, args(ArgScope, ArgKey, ArgToken)},
+		remove:                 Statement{pgRemove, args(ArgScope, ArgKey, ArgToken)},
+		purgeWindow:            Statement{pgPurgeWindow, args(ArgFrom, ArgLimit, ArgKeyMemory)},
+		purge:                  Statement{pgPurge, args(ArgFrom, ArgLimit, ArgKeyMemory)},
+		strip:                  Statement{pgStrip, args(ArgFrom, ArgLimit, ArgKeyMemory, ArgTo)},
+		legacyWindow:           Statement{pgLegacyWindow, args(ArgFrom, ArgRetention, ArgLimit, ArgKeyMemory)},
+		legacyPurge:            Statement{pgLegacyPurge, args(ArgFrom, ArgRetention, ArgLimit, ArgKeyMemory)},
 		// READ COMMITTED whatever the server's default: no serialization
 		// failures against live traffic.
 		purgeIsolation: sql.LevelReadCommitted,
-		resealRead:     statement{pgResealRead, args(argFrom, argSealedKey, argLimit)},
-		resealWrite:    statement{pgResealWrite, args(argBody, argSealedKey, argScope, argKey, argToken)},
-		resealLeft:     statement{pgResealLeft, args(argSealedKey)},
-		inspect:        statement{pgInspect, args(argRetention, argKeyMemory, argScope, argKey)},
-		inspectKey:     statement{pgInspectKey, args(argRetention, argKeyMemory, argKey, argLimit)},
+		resealRead:     Statement{pgResealRead, args(ArgFrom, ArgSealedKey, ArgLimit)},
+		resealWrite:    Statement{pgResealWrite, args(ArgBody, ArgSealedKey, ArgScope, ArgKey, ArgToken)},
+		resealLeft:     Statement{pgResealLeft, args(ArgSealedKey)},
+		inspect:        Statement{pgInspect, args(ArgRetention, ArgKeyMemory, ArgScope, ArgKey)},
+		inspectKey:     Statement{pgInspectKey, args(ArgRetention, ArgKeyMemory, ArgKey, ArgLimit)},
 		columns:        columnsProbe,
-		stats:          statement{pgStats, args(argRetention)},
-		size:           statement{pgSize, args(argQuoted)},
-		replicated:     statement{sql: pgReplicated},
-		flushed:        statement{sql: pgFlushed},
+		stats:          Statement{pgStats, args(ArgRetention)},
+		size:           Statement{pgSize, args(ArgQuoted)},
+		replicated:     Statement{SQL: pgReplicated},
+		flushed:        Statement{SQL: pgFlushed},
 	}).rendered(table{parts: parts, quoted: quoted}, schema.Postgres)
 	if len(parts) == 2 {
 		// An index is dropped by its name in its table's schema, which is
@@ -446,19 +458,19 @@ func (postgresDialect) applied(err error) bool {
 	return false
 }
 
-func (postgresDialect) schemaFault(err error) schemaFault {
+func (postgresDialect) schemaFault(err error) SchemaFault {
 	switch sqlStateOf(err) {
 	case "42P01": // undefined_table
-		return noTable
+		return NoTable
 	case "42703": // undefined_column
 		return missingFault(err.Error())
 	case "42883", // undefined_function: a column of idem's name and another type (created_at text >= timestamptz)
 		"42804": // datatype_mismatch
-		return notIdemTable
+		return NotIdemTable
 	case "3F000": // invalid_schema_name
-		return noSchema
+		return NoSchema
 	}
-	return noSchemaFault
+	return NoSchemaFault
 }
 
 // boundLockWait runs fn inside a savepoint with lock_timeout set to d for
@@ -493,11 +505,3 @@ func (postgresDialect) boundLockWait(ctx context.Context, c Conn, d time.Duratio
 	_, err := c.Exec(ctx, Query{SQL: `RELEASE SAVEPOINT idem_lock_wait`})
 	return false, err
 }
-
-// checkSession runs nothing: every PostgreSQL transaction makes a
-// duplicate wait for the claim.
-func (postgresDialect) checkSession(context.Context, Conn) error { return nil }
-
-// causalReads runs nothing: every read sees what the database
-// acknowledged.
-func (postgresDialect) causalReads(context.Context, Conn) error { return nil }

@@ -1,7 +1,6 @@
 package idem
 
 import (
-	"context"
 	"database/sql"
 	"errors"
 	"reflect"
@@ -39,45 +38,54 @@ import (
 // waits at BEGIN IMMEDIATE, before idem runs, and busy_timeout bounds that
 // wait. Times are INTEGER microseconds since the Unix epoch from the
 // database clock, which has millisecond resolution. See docs/dialects.md.
-var SQLite Dialect = sqliteDialect{}
+var SQLite Dialect = mustDialect(DialectSpec{
+	Name:        "sqlite",
+	statements:  sqliteDialect{}.statements,
+	Inserted:    sqliteDialect{}.inserted,
+	Retryable:   sqliteDialect{}.retryable,
+	Applied:     sqliteDialect{}.applied,
+	SchemaFault: sqliteDialect{}.schemaFault,
+	// No Fix: it knows nothing better than the messages' own advice. No
+	// CheckSession: SQLite has one writer at a time. No CausalReads:
+	// every read sees what the database acknowledged. No literals: the
+	// statements go with parameters.
+})
 
 type sqliteDialect struct{}
 
-func (sqliteDialect) Name() string { return "sqlite" }
-
 func (sqliteDialect) statements(parts []string) *statements {
 	quoted := `"` + strings.Join(parts, `"."`) + `"`
-	expiry := args(argRetention, argKeyMemory, argRetention, argRetention) // sqForgotten, sqExpired
+	expiry := args(ArgRetention, ArgKeyMemory, ArgRetention, ArgRetention) // sqForgotten, sqExpired
 	st := (&statements{
-		version:         statement{sqVersion, args(argBase, argSchema, argBase, argSchema, argIndex, argSchema, argBase)},
-		insert:          statement{sqInsert, args(argScope, argKey, argOperation, argFingerprint, argLease, argExpiry)},
-		insertOwn:       statement{sqInsertOwn, args(argScope, argKey, argOperation, argFingerprint, argToken, argLease, argExpiry)},
-		insertDone:      statement{sqInsertDone, args(argScope, argKey, argOperation, argFingerprint, argToken, argLease, argExpiry, argExpiry, argMemory, argStatus, argHeader, argBody, argSealedKey, argRef)},
-		takeover:        statement{sqTakeover, args(argOperation, argFingerprint, argLease, argExpiry, argScope, argKey, argToken, argRetention, argKeyMemory)},
-		insertReturns:   returning{token: true, lag: true},
-		takeoverReturns: returning{token: true, lag: true},
-		read:            statement{sqRead, append(expiry, argScope, argKey)},
-		readCompleted:   statement{sqReadCompleted, args(argRetention, argScope, argKey, argRetention)},
-		state:           statement{sqState, args(argScope, argKey)},
-		complete:        statement{sqComplete, args(argStatus, argHeader, argBody, argSealedKey, argRef, argKeep, argKeep, argMemory, argKeep, argKeep, argScope, argKey, argToken)},
-		extend:          statement{sqExtend, args(argLease, argScope, argKey, argToken)},
-		release:         statement{sqRelease, args(argScope, argKey, argToken)},
-		remove:          statement{sqRemove, args(argScope, argKey, argToken)},
-		purgeWindow:     statement{sqPurgeWindow, args(argKeyMemory, argFrom, argLimit)},
-		purge:           statement{sqPurge, args(argFrom, argKeyMemory, argLimit)},
-		strip:           statement{sqStrip, args(argKeyMemory, argFrom, argTo, argKeyMemory, argLimit)},
-		legacyWindow:    statement{sqLegacyWindow, args(argFrom, argRetention, argKeyMemory, argRetention, argLimit)},
-		legacyPurge:     statement{sqLegacyPurge, args(argFrom, argRetention, argKeyMemory, argRetention, argLimit)},
+		version:         Statement{sqVersion, args(ArgBase, ArgSchema, ArgBase, ArgSchema, ArgIndex, ArgSchema, ArgBase)},
+		insert:          Statement{sqInsert, args(ArgScope, ArgKey, ArgOperation, ArgFingerprint, ArgLease, ArgExpiry)},
+		insertOwn:       Statement{sqInsertOwn, args(ArgScope, ArgKey, ArgOperation, ArgFingerprint, ArgToken, ArgLease, ArgExpiry)},
+		insertDone:      Statement{sqInsertDone, args(ArgScope, ArgKey, ArgOperation, ArgFingerprint, ArgToken, ArgLease, ArgExpiry, ArgExpiry, ArgMemory, ArgStatus, ArgHeader, ArgBody, ArgSealedKey, ArgRef)},
+		takeover:        Statement{sqTakeover, args(ArgOperation, ArgFingerprint, ArgLease, ArgExpiry, ArgScope, ArgKey, ArgToken, ArgRetention, ArgKeyMemory)},
+		insertReturns:   Returning{Token: true, Lag: true},
+		takeoverReturns: Returning{Token: true, Lag: true},
+		read:            Statement{sqRead, append(expiry, ArgScope, ArgKey)},
+		readCompleted:   Statement{sqReadCompleted, args(ArgRetention, ArgScope, ArgKey, ArgRetention)},
+		state:           Statement{sqState, args(ArgScope, ArgKey)},
+		complete:        Statement{sqComplete, args(ArgStatus, ArgHeader, ArgBody, ArgSealedKey, ArgRef, ArgKeep, ArgKeep, ArgMemory, ArgKeep, ArgKeep, ArgScope, ArgKey, ArgToken)},
+		extend:          Statement{sqExtend, args(ArgLease, ArgScope, ArgKey, ArgToken)},
+		release:         Statement{sqRelease, args(ArgScope, ArgKey, ArgToken)},
+		remove:          Statement{sqRemove, args(ArgScope, ArgKey, ArgToken)},
+		purgeWindow:     Statement{sqPurgeWindow, args(ArgKeyMemory, ArgFrom, ArgLimit)},
+		purge:           Statement{sqPurge, args(ArgFrom, ArgKeyMemory, ArgLimit)},
+		strip:           Statement{sqStrip, args(ArgKeyMemory, ArgFrom, ArgTo, ArgKeyMemory, ArgLimit)},
+		legacyWindow:    Statement{sqLegacyWindow, args(ArgFrom, ArgRetention, ArgKeyMemory, ArgRetention, ArgLimit)},
+		legacyPurge:     Statement{sqLegacyPurge, args(ArgFrom, ArgRetention, ArgKeyMemory, ArgRetention, ArgLimit)},
 		// The default: every SQLite transaction is SERIALIZABLE.
 		purgeIsolation:    sql.LevelDefault,
-		resealRead:        statement{sqResealRead, args(argFrom, argSealedKey, argLimit)},
-		resealWrite:       statement{sqResealWrite, args(argBody, argSealedKey, argScope, argKey, argToken)},
-		resealLeft:        statement{sqResealLeft, args(argSealedKey)},
-		inspect:           statement{sqInspect, append(append(expiry, argRetention), argScope, argKey)},
-		inspectKey:        statement{sqInspectKey, append(append(expiry, argRetention), argKey, argLimit)},
+		resealRead:        Statement{sqResealRead, args(ArgFrom, ArgSealedKey, ArgLimit)},
+		resealWrite:       Statement{sqResealWrite, args(ArgBody, ArgSealedKey, ArgScope, ArgKey, ArgToken)},
+		resealLeft:        Statement{sqResealLeft, args(ArgSealedKey)},
+		inspect:           Statement{sqInspect, append(append(expiry, ArgRetention), ArgScope, ArgKey)},
+		inspectKey:        Statement{sqInspectKey, append(append(expiry, ArgRetention), ArgKey, ArgLimit)},
 		columns:           columnsProbe,
-		stats:             statement{sqStats, args(argRetention)},
-		size:              statement{sqSize, args(argSchema, argBase, argSchema, argIndex)},
+		stats:             Statement{sqStats, args(ArgRetention)},
+		size:              Statement{sqSize, args(ArgSchema, ArgBase, ArgSchema, ArgIndex)},
 		noReplicationWait: "SQLite has no standbys; a replicated SQLite (Litestream, LiteFS) is outside what idem can wait for",
 	}).rendered(table{parts: parts, quoted: quoted, schemaName: "main"}, schema.SQLite)
 	if len(parts) == 2 {
@@ -277,9 +285,6 @@ const sqSize = `SELECT (SELECT SUM(pgsize) FROM dbstat(?) WHERE name = ?),
 
 func (sqliteDialect) inserted(n int64, err error) (bool, error) { return n == 1, err }
 
-// checkSession runs nothing: SQLite has one writer at a time.
-func (sqliteDialect) checkSession(context.Context, Conn) error { return nil }
-
 // SQLite's primary result codes that mean "retry the transaction"; an
 // extended code carries one of them in its low byte.
 const (
@@ -335,13 +340,6 @@ func (sqliteDialect) retryable(err error) bool {
 // cannot prepare; its message says why.
 const sqliteErrorCode = 1
 
-// schemaFault reads SQLite's messages: it has no code of its own for a
-// missing table, column or attached database, only SQLITE_ERROR and the
-// text of sqlite3_errmsg ("no such table: t", "no such column: c",
-// "unknown database s").
-// fix knows nothing better than the messages' own advice.
-func (sqliteDialect) fix(error) string { return "" }
-
 // applied reads SQLite's message for a column that exists; its indexes
 // are made and dropped IF NOT EXISTS and IF EXISTS.
 func (sqliteDialect) applied(err error) bool {
@@ -349,22 +347,18 @@ func (sqliteDialect) applied(err error) bool {
 	return e != nil && e.Code()&0xff == sqliteErrorCode && strings.Contains(e.Error(), "duplicate column name: ")
 }
 
-func (sqliteDialect) schemaFault(err error) schemaFault {
+func (sqliteDialect) schemaFault(err error) SchemaFault {
 	e := sqliteError(err)
 	if e == nil || e.Code()&0xff != sqliteErrorCode {
-		return noSchemaFault
+		return NoSchemaFault
 	}
 	switch msg := e.Error(); {
 	case strings.Contains(msg, "no such table: "):
-		return noTable
+		return NoTable
 	case strings.Contains(msg, "no such column: "), strings.Contains(msg, " has no column named "):
 		return missingFault(msg)
 	case strings.Contains(msg, "unknown database "):
-		return noSchema
+		return NoSchema
 	}
-	return noSchemaFault
+	return NoSchemaFault
 }
-
-// causalReads runs nothing: every read sees what the database
-// acknowledged.
-func (sqliteDialect) causalReads(context.Context, Conn) error { return nil }

@@ -51,36 +51,46 @@ import (
 // a 2-core machine with one TiDB server: SELECT 1 took 0.14 ms, the
 // variables alone 0.19 ms, the whole check 0.8 ms (0.93 ms with 100 other
 // transactions open).
-var TiDB Dialect = tidbDialect{}
+var TiDB Dialect = mustDialect(DialectSpec{
+	Name:          "tidb",
+	statements:    tidbDialect{}.statements,
+	Inserted:      tidbDialect{}.inserted,
+	Retryable:     tidbDialect{}.retryable,
+	Applied:       tidbDialect{}.applied,
+	Fix:           tidbDialect{}.fix,
+	CheckSession:  tidbDialect{}.checkSession,
+	SchemaFault:   tidbDialect{}.schemaFault,
+	literals:      tidbDialect{}.literals,
+	boundLockWait: tidbDialect{}.boundLockWait,
+	// No CausalReads: every read sees what the database acknowledged.
+})
 
 type tidbDialect struct{ mysqlDialect }
-
-func (tidbDialect) Name() string { return "tidb" }
 
 func (tidbDialect) statements(parts []string) *statements {
 	// FOR UPDATE is a current read in a pessimistic transaction: it sees
 	// the latest committed row whatever the transaction's snapshot.
-	st := myStatements(parts, schema.TiDB, myInsert, returning{}, myForUpdate)
+	st := myStatements(parts, schema.TiDB, myInsert, Returning{}, myForUpdate)
 	st.noReplicationWait = "TiDB commits through Raft to a majority of each region's TiKV replicas, so an acknowledged commit already survives the loss of a minority of them: there is nothing to wait for"
 	// Its purge and strip wait for a held row: it has no SKIP LOCKED.
-	st.purgeHeld, st.stripHeld = statement{}, statement{}
+	st.purgeHeld, st.stripHeld = Statement{}, Statement{}
 	// The purge's windows are read ahead over a span, and its batches
 	// stop at their window's end (see purgeStart).
-	legacy := args(argFrom, argRetention, argKeyMemory, argRetention)
+	legacy := args(ArgFrom, ArgRetention, ArgKeyMemory, ArgRetention)
 	for _, b := range []struct {
-		st *statement
-		to statement
+		st *Statement
+		to Statement
 	}{
-		{&st.purgeStart, statement{tidbPurgeStart, args(argFrom)}},
-		{&st.purgeWindow, statement{tidbPurgeWindow, args(argKeyMemory, argFrom, argUpto, argLimit)}},
-		{&st.purge, statement{tidbPurge, args(argFrom, argTo, argKeyMemory)}},
-		{&st.strip, statement{tidbStrip, args(argKeyMemory, argFrom, argTo, argKeyMemory)}},
-		{&st.legacyStart, statement{tidbLegacyStart, legacy}},
-		{&st.legacyWindow, statement{tidbLegacyWindow, append(legacy, argUpto, argLimit)}},
-		{&st.legacyPurge, statement{tidbLegacyPurge, append(legacy, argTo)}},
+		{&st.purgeStart, Statement{tidbPurgeStart, args(ArgFrom)}},
+		{&st.purgeWindow, Statement{tidbPurgeWindow, args(ArgKeyMemory, ArgFrom, ArgUpto, ArgLimit)}},
+		{&st.purge, Statement{tidbPurge, args(ArgFrom, ArgTo, ArgKeyMemory)}},
+		{&st.strip, Statement{tidbStrip, args(ArgKeyMemory, ArgFrom, ArgTo, ArgKeyMemory)}},
+		{&st.legacyStart, Statement{tidbLegacyStart, legacy}},
+		{&st.legacyWindow, Statement{tidbLegacyWindow, append(legacy, ArgUpto, ArgLimit)}},
+		{&st.legacyPurge, Statement{tidbLegacyPurge, append(legacy, ArgTo)}},
 	} {
 		*b.st = b.to
-		b.st.sql = render(b.st.sql, st.table.quoted, st.table.base())
+		b.st.SQL = render(b.st.SQL, st.table.quoted, st.table.base())
 	}
 	return st
 }
@@ -90,9 +100,9 @@ func (tidbDialect) statements(parts []string) *statements {
 // whatever the LIMIT pushed down with it: a window read from the cursor
 // to now took 13 to 22 s at 5 M records with 4 M due, where the same read
 // bounded to the 5,000 records it returns took 36 ms. So each window is
-// read ahead over a span (argUpto: before it) and returns the database
+// read ahead over a span (ArgUpto: before it) and returns the database
 // clock, and each batch's DELETE (or UPDATE) takes its window's records,
-// from its first to its last (argTo), and no more: the next window starts
+// from its first to its last (ArgTo), and no more: the next window starts
 // past its last (purge.go), so that two batches at once never share a
 // record. A window counts no live claim, which no batch takes. The first
 // record due, where a sweep starts, is one read of the whole range, once
@@ -212,7 +222,3 @@ func (tidbDialect) retryable(err error) bool {
 	}
 	return false
 }
-
-// causalReads runs nothing: every read sees what the database
-// acknowledged.
-func (tidbDialect) causalReads(context.Context, Conn) error { return nil }

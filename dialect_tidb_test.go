@@ -40,20 +40,20 @@ func TestTiDBStatements(t *testing.T) {
 	onGalera := func(q string) string {
 		return galeraComment.ReplaceAllString(q, "")
 	}
-	for name, q := range map[string][2]statement{
+	for name, q := range map[string][2]Statement{
 		"read":          {my.read, ti.read},
 		"readCompleted": {my.readCompleted, ti.readCompleted},
 		"state":         {my.state, ti.state},
 	} {
-		if !strings.HasSuffix(q[0].sql, " LOCK IN SHARE MODE") || !strings.HasSuffix(q[1].sql, " FOR UPDATE") ||
-			strings.TrimSuffix(onGalera(q[0].sql), " LOCK IN SHARE MODE") != strings.TrimSuffix(q[1].sql, " FOR UPDATE") {
-			t.Errorf("%s: MySQL %q, TiDB %q; want the same read, locked in share mode and for update", name, q[0].sql, q[1].sql)
+		if !strings.HasSuffix(q[0].SQL, " LOCK IN SHARE MODE") || !strings.HasSuffix(q[1].SQL, " FOR UPDATE") ||
+			strings.TrimSuffix(onGalera(q[0].SQL), " LOCK IN SHARE MODE") != strings.TrimSuffix(q[1].SQL, " FOR UPDATE") {
+			t.Errorf("%s: MySQL %q, TiDB %q; want the same read, locked in share mode and for update", name, q[0].SQL, q[1].SQL)
 		}
 	}
-	if a, b := my.insert, ti.insert; onGalera(a.sql) != b.sql {
-		t.Errorf("insert differs: MySQL %q, TiDB %q", a.sql, b.sql)
+	if a, b := my.insert, ti.insert; onGalera(a.SQL) != b.SQL {
+		t.Errorf("insert differs: MySQL %q, TiDB %q", a.SQL, b.SQL)
 	}
-	if _, ok := TiDB.(lockWaiter); TiDB.Name() != "tidb" || !ok {
+	if ok := TiDB.lockWaiter() != nil; TiDB.Name() != "tidb" || !ok {
 		t.Errorf("TiDB: name %q, bounds lock waits %v", TiDB.Name(), ok)
 	}
 	if c := (&countingConn{}); TiDB.checkSession(t.Context(), conn{c: c}) == nil || c.n != 1 {

@@ -110,7 +110,17 @@ type Error struct {
 	// table to create, a setting to change. It is not part of the
 	// message.
 	Hint string
+	// retry is set when the Store's dialect read Err as retryable: a
+	// dialect built outside idem, which IsRetryable does not ask.
+	retry bool
 }
+
+// errRetryable is what an Error whose dialect read its Err as retryable
+// is, to errors.Is: IsRetryable looks for it.
+var errRetryable = errors.New("idem: retryable by the dialect")
+
+// Is reports whether e is errRetryable.
+func (e *Error) Is(target error) bool { return target == errRetryable && e.retry }
 
 // Error reads "idem: Op for key K in scope S (token T): why", why being
 // Detail, or else Err's text.

@@ -15,7 +15,8 @@ type conn struct {
 	c   Conn
 	lit func(Query) Query // nil: parameters
 	// p is c as a Pipeline, where c is one and the dialect has the
-	// statements a pipelined Do sends (pipelinedDialect); else nil.
+	// statements a pipelined Do sends (its claimGone is not nil); else
+	// nil.
 	p Pipeline
 	// commit is c's tracked commit, for the replay cache (cache.go); nil
 	// when c is not tracked or the Store has no cache.
@@ -56,7 +57,7 @@ func (c conn) QueryRows(ctx context.Context, q Query, each func(scan func(dest .
 // conn is c as s's dialect sends statements through it.
 func (s *Store) conn(c Conn) conn {
 	sc := conn{c: c, lit: s.dialect.literals(c)}
-	if _, ok := s.dialect.(pipelinedDialect); ok {
+	if s.dialect.claimGone() != nil {
 		sc.p, _ = c.(Pipeline)
 	}
 	if s.cache != nil {

@@ -177,61 +177,61 @@ func TestVersionComment(t *testing.T) {
 func TestStatementsAreWhole(t *testing.T) {
 	for _, d := range dialects {
 		st := d.statements([]string{"billing", "keys"})
-		returnsAll := st.insertReturns == returning{true, true} && st.takeoverReturns == returning{true, true}
-		if (st.claimed.sql == "") != returnsAll {
-			t.Errorf("%s: claimed %q, but the claim statements return %v and %v", d.Name(), st.claimed.sql, st.insertReturns, st.takeoverReturns)
+		returnsAll := st.insertReturns == Returning{true, true} && st.takeoverReturns == Returning{true, true}
+		if (st.claimed.SQL == "") != returnsAll {
+			t.Errorf("%s: claimed %q, but the claim statements return %v and %v", d.Name(), st.claimed.SQL, st.insertReturns, st.takeoverReturns)
 		}
 		// A dialect whose purge windows are read ahead (purgeStart) bounds
 		// each window's read and each batch's statements; no other does,
 		// but for strip, which every dialect bounds at its window's end, so
 		// that a batch without a tombstone to make scans no further.
-		if !slices.Contains(st.strip.args, argTo) {
-			t.Errorf("%s: strip does not stop at argTo:\n%s", d.Name(), st.strip.sql)
+		if !slices.Contains(st.strip.Args, ArgTo) {
+			t.Errorf("%s: strip does not stop at ArgTo:\n%s", d.Name(), st.strip.SQL)
 		}
 		// purgeHeld and stripHeld come together, where purge and strip
 		// wait for held rows but a bounded wait can end at once.
-		if (st.purgeHeld.sql == "") != (st.stripHeld.sql == "") {
-			t.Errorf("%s: purgeHeld %q and stripHeld %q: want both or neither", d.Name(), st.purgeHeld.sql, st.stripHeld.sql)
+		if (st.purgeHeld.SQL == "") != (st.stripHeld.SQL == "") {
+			t.Errorf("%s: purgeHeld %q and stripHeld %q: want both or neither", d.Name(), st.purgeHeld.SQL, st.stripHeld.SQL)
 		}
-		if _, ok := d.(lockWaiter); st.purgeHeld.sql != "" && !ok {
+		if st.purgeHeld.SQL != "" && d.lockWaiter() == nil {
 			t.Errorf("%s has purgeHeld but cannot bound a lock wait", d.Name())
 		}
-		if st.stripHeld.sql != "" && !slices.Contains(st.stripHeld.args, argTo) {
-			t.Errorf("%s: stripHeld does not stop at argTo:\n%s", d.Name(), st.stripHeld.sql)
+		if st.stripHeld.SQL != "" && !slices.Contains(st.stripHeld.Args, ArgTo) {
+			t.Errorf("%s: stripHeld does not stop at ArgTo:\n%s", d.Name(), st.stripHeld.SQL)
 		}
 		for _, sweep := range []struct {
-			start           statement
-			window, batches []statement
+			start           Statement
+			window, batches []Statement
 		}{
-			{st.purgeStart, []statement{st.purgeWindow}, []statement{st.purge}},
-			{st.legacyStart, []statement{st.legacyWindow}, []statement{st.legacyPurge}},
+			{st.purgeStart, []Statement{st.purgeWindow}, []Statement{st.purge}},
+			{st.legacyStart, []Statement{st.legacyWindow}, []Statement{st.legacyPurge}},
 		} {
-			spanned := sweep.start.sql != ""
+			spanned := sweep.start.SQL != ""
 			for _, q := range sweep.window {
-				if slices.Contains(q.args, argUpto) != spanned {
-					t.Errorf("%s: a window read that stops at argUpto: %v, want %v (it has a start statement: %v):\n%s", d.Name(), !spanned, spanned, spanned, q.sql)
+				if slices.Contains(q.Args, ArgUpto) != spanned {
+					t.Errorf("%s: a window read that stops at ArgUpto: %v, want %v (it has a start statement: %v):\n%s", d.Name(), !spanned, spanned, spanned, q.SQL)
 				}
 			}
 			for _, q := range sweep.batches {
-				if slices.Contains(q.args, argTo) != spanned {
-					t.Errorf("%s: a batch statement that stops at argTo: %v, want %v:\n%s", d.Name(), !spanned, spanned, q.sql)
+				if slices.Contains(q.Args, ArgTo) != spanned {
+					t.Errorf("%s: a batch statement that stops at ArgTo: %v, want %v:\n%s", d.Name(), !spanned, spanned, q.SQL)
 				}
 			}
 		}
 		v := reflect.ValueOf(st).Elem()
 		for i := range v.NumField() {
-			if v.Field(i).Type() != reflect.TypeFor[statement]() {
+			if v.Field(i).Type() != reflect.TypeFor[Statement]() {
 				continue
 			}
-			name, q := v.Type().Field(i).Name, *(*statement)(v.Field(i).Addr().UnsafePointer())
-			if q.sql == "" && (name == "claimed" || name == "built" || name == "readAfterClaim" || name == "completeLast" || name == "purgeStart" || name == "legacyStart" || name == "replicated" || name == "flushed" || name == "purgeHeld" || name == "stripHeld") {
+			name, q := v.Type().Field(i).Name, *(*Statement)(v.Field(i).Addr().UnsafePointer())
+			if q.SQL == "" && (name == "claimed" || name == "built" || name == "readAfterClaim" || name == "completeLast" || name == "purgeStart" || name == "legacyStart" || name == "replicated" || name == "flushed" || name == "purgeHeld" || name == "stripHeld") {
 				continue // a statement the dialect has no need of
 			}
-			if strings.Contains(q.sql, DefaultTable) || !strings.Contains(q.sql, "keys") && name != "size" && name != "version" && name != "built" && name != "replicated" && name != "flushed" {
-				t.Errorf("%s %s does not name the table billing.keys:\n%s", d.Name(), name, q.sql)
+			if strings.Contains(q.SQL, DefaultTable) || !strings.Contains(q.SQL, "keys") && name != "size" && name != "version" && name != "built" && name != "replicated" && name != "flushed" {
+				t.Errorf("%s %s does not name the table billing.keys:\n%s", d.Name(), name, q.SQL)
 			}
-			if n := placeholders(q.sql); n != len(q.args) {
-				t.Errorf("%s %s: %d placeholders, %d arguments:\n%s", d.Name(), name, n, len(q.args), q.sql)
+			if n := placeholders(q.SQL); n != len(q.Args) {
+				t.Errorf("%s %s: %d placeholders, %d arguments:\n%s", d.Name(), name, n, len(q.Args), q.SQL)
 			}
 		}
 	}

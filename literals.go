@@ -277,5 +277,3 @@ func onLibPQ(c Conn) bool {
 	}
 	return t.PkgPath() == libpqPkg
 }
-
-func (sqliteDialect) literals(Conn) func(Query) Query { return nil }

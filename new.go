@@ -40,7 +40,7 @@ func (s *Store) configure() error {
 		if s.lockWait <= 0 || s.lockWait > MaxLockTimeout {
 			return fmt.Errorf("idem: lock timeout must be positive and at most %v, got %v", MaxLockTimeout, s.lockWait)
 		}
-		if _, ok := s.dialect.(lockWaiter); !ok {
+		if s.dialect.lockWaiter() == nil {
 			return fmt.Errorf("idem: WithLockTimeout is not supported by the %s dialect", s.dialect.Name())
 		}
 	}

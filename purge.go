@@ -187,11 +187,11 @@ func (s *Store) purgeDue(ctx context.Context, c conn, v *values, tombstones bool
 		}
 		return err
 	}
-	lw, bounded := s.dialect.(lockWaiter)
-	if s.st.purgeHeld.sql == "" || !bounded {
+	lw := s.dialect.lockWaiter()
+	if s.st.purgeHeld.SQL == "" || lw == nil {
 		return p, run()
 	}
-	timedOut, err := lw.boundLockWait(ctx, c, 0, run)
+	timedOut, err := lw(ctx, c, 0, run)
 	if !timedOut {
 		return p, err
 	}
@@ -233,7 +233,7 @@ func (s *Store) purgeIn(ctx context.Context, r Runner, w window, purge func(c co
 		w.sweep.cursor.CompareAndSwap(w.to, w.from)
 		return Purged{}, err
 	}
-	if s.st.purgeStart.sql == "" && w.to != 0 && (v.passed || p.Records() < w.rows) {
+	if s.st.purgeStart.SQL == "" && w.to != 0 && (v.passed || p.Records() < w.rows) {
 		w.sweep.cursor.CompareAndSwap(w.to, w.to+1)
 	}
 	return p, nil
@@ -260,7 +260,7 @@ func (s *Store) purgeIn(ctx context.Context, r Runner, w window, purge func(c co
 // that batch left it). So batches that run at once, from several
 // goroutines, purge consecutive windows instead of waiting for each
 // other's rows.
-func (s *Store) purgeWindow(ctx context.Context, r Runner, sw *sweep, q, start statement, v values, kept bool) (window, error) {
+func (s *Store) purgeWindow(ctx context.Context, r Runner, sw *sweep, q, start Statement, v values, kept bool) (window, error) {
 	for {
 		w := window{sweep: sw, from: sw.cursor.Load()}
 		w.first = w.from
@@ -270,7 +270,7 @@ func (s *Store) purgeWindow(ctx context.Context, r Runner, sw *sweep, q, start s
 		}
 		err := InTx(ctx, r, s.st.purgeIsolation, func(tx Tx) error {
 			c := s.conn(tx)
-			if start.sql != "" {
+			if start.SQL != "" {
 				return s.spanned(ctx, c, sw, q, start, &w, v, into)
 			}
 			v.from = w.from
@@ -305,7 +305,7 @@ const firstSpan = int64(time.Second / time.Microsecond)
 // the last record of the one before, whose batch takes every record up
 // to it, however many share its expiry: so two batches at once never
 // take one record, and each may take a few more than the limit.
-func (s *Store) spanned(ctx context.Context, c conn, sw *sweep, q, start statement, w *window, v values, into []any) error {
+func (s *Store) spanned(ctx context.Context, c conn, sw *sweep, q, start Statement, w *window, v values, into []any) error {
 	if w.from > 0 {
 		w.first = w.from + 1 // past the last window's last record, whose batch takes every record up to it
 	} else if err := c.queryRow(ctx, s.st.query(start, &v), &w.first); err != nil || w.first == 0 {

@@ -255,7 +255,7 @@ func (ws *standbyWatches) loop(s *Store, c conn, key any, watch *standbyWatch) {
 // Standbys option is set, so that the setting is refused when they are
 // configured, never later.
 func (s *Store) CheckWaitReplicated() error {
-	if s.st.replicated.sql == "" {
+	if s.st.replicated.SQL == "" {
 		return fmt.Errorf("idem: waiting for standbys is not supported on %s: %s", s.dialect.Name(), s.st.noReplicationWait)
 	}
 	return nil

@@ -40,14 +40,16 @@ var (
 
 // IsRetryable reports whether err means the whole transaction should be
 // retried: a serialization failure, a deadlock or a lock wait timeout, from
-// any of the supported databases and drivers, or idem's own report that a
-// key changed hands while it was being claimed, or that the database rolled
-// back the transaction under Do (its claim was gone after fn).
+// any of the supported databases and drivers (and, in an [Error] of a
+// Store's statement, from its dialect's Retryable, one built with
+// [NewDialect] too), or idem's own report that a key changed hands while it
+// was being claimed, or that the database rolled back the transaction
+// under Do (its claim was gone after fn).
 func IsRetryable(err error) bool {
 	if err == nil {
 		return false
 	}
-	if errors.Is(err, errContended) || errors.Is(err, errTxEnded) {
+	if errors.Is(err, errContended) || errors.Is(err, errTxEnded) || errors.Is(err, errRetryable) {
 		return true
 	}
 	for _, d := range dialects {

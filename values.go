@@ -21,66 +21,66 @@ type values struct {
 }
 
 // query binds st's arguments to v, for the Store's table.
-func (s *statements) query(st statement, v *values) Query {
-	if len(st.args) == 0 {
-		return Query{SQL: st.sql}
+func (s *statements) query(st Statement, v *values) Query {
+	if len(st.Args) == 0 {
+		return Query{SQL: st.SQL}
 	}
-	args := make([]any, len(st.args))
-	for i, a := range st.args {
+	args := make([]any, len(st.Args))
+	for i, a := range st.Args {
 		switch a {
-		case argScope:
+		case ArgScope:
 			args[i] = v.req.Scope
-		case argKey:
+		case ArgKey:
 			args[i] = v.req.Key
-		case argOperation:
+		case ArgOperation:
 			args[i] = v.req.Operation
-		case argFingerprint:
+		case ArgFingerprint:
 			args[i] = v.req.Fingerprint
-		case argToken:
+		case ArgToken:
 			args[i] = v.token
-		case argLease:
+		case ArgLease:
 			args[i] = v.lease
-		case argRetention:
+		case ArgRetention:
 			args[i] = v.retention
-		case argKeep:
+		case ArgKeep:
 			args[i] = v.keep
-		case argExpiry:
+		case ArgExpiry:
 			args[i] = v.expiry
-		case argKeyMemory:
+		case ArgKeyMemory:
 			args[i] = v.keyMemory
-		case argMemory:
+		case ArgMemory:
 			args[i] = v.memory
-		case argSealedKey:
+		case ArgSealedKey:
 			args[i] = v.sealedKey
-		case argStatus:
+		case ArgStatus:
 			args[i] = v.resp.StatusCode
-		case argHeader:
+		case ArgHeader:
 			args[i] = v.header
-		case argBody:
+		case ArgBody:
 			args[i] = v.body
-		case argRef:
+		case ArgRef:
 			args[i] = v.ref
-		case argFrom:
+		case ArgFrom:
 			args[i] = v.from
-		case argUpto:
+		case ArgUpto:
 			args[i] = v.upto
-		case argTo:
+		case ArgTo:
 			args[i] = v.to
-		case argLimit:
+		case ArgLimit:
 			args[i] = v.limit
-		case argSchema:
+		case ArgSchema:
 			args[i] = s.table.schema()
-		case argBase:
+		case ArgBase:
 			args[i] = s.table.base()
-		case argQuoted:
+		case ArgQuoted:
 			args[i] = s.table.quoted
-		case argIndex:
+		case ArgIndex:
 			args[i] = s.table.base() + "_expires_at_idx"
-		case argIndexName:
+		case ArgIndexName:
 			args[i] = v.indexName
 		}
 	}
-	return Query{SQL: st.sql, Args: args}
+	return Query{SQL: st.SQL, Args: args}
 }
 
 // micros is d in whole microseconds, rounded up: how durations are sent to
