@@ -3,6 +3,7 @@ package idem
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"reflect"
 	"regexp"
 	"strings"
@@ -90,6 +91,46 @@ type Dialect interface {
 // that fn failed because a wait ran out; c is then usable, with nothing
 // fn did in it.
 type lockWaiter func(ctx context.Context, c Conn, d time.Duration, fn func() error) (timedOut bool, err error)
+
+// DefaultTable is the table of a Store that [WithTable] does not name
+// another.
+const DefaultTable = "idempotency_keys"
+
+// parseTable splits a table name into its identifier parts, or explains
+// why it is not one.
+func parseTable(name string) ([]string, error) {
+	parts := strings.Split(name, ".")
+	if len(parts) > 2 {
+		return nil, fmt.Errorf("idem: table name %q: at most one dot (schema.table)", name)
+	}
+	for _, p := range parts {
+		if err := checkIdent(p); err != nil {
+			return nil, fmt.Errorf("idem: table name %q: %w", name, err)
+		}
+	}
+	return parts, nil
+}
+
+// maxIdentLen leaves room for the suffix of the index name within
+// Postgres's 63-byte limit, so no name is ever truncated.
+const maxIdentLen = 48
+
+func checkIdent(p string) error {
+	if p == "" {
+		return fmt.Errorf("empty identifier")
+	}
+	if len(p) > maxIdentLen {
+		return fmt.Errorf("identifier %q is %d bytes, at most %d allowed", p, len(p), maxIdentLen)
+	}
+	for i := 0; i < len(p); i++ {
+		c := p[i]
+		ok := c == '_' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || i > 0 && '0' <= c && c <= '9'
+		if !ok {
+			return fmt.Errorf("identifier %q: only letters, digits and underscores, not starting with a digit", p)
+		}
+	}
+	return nil
+}
 
 // table is a Store's table name, as the statements name it.
 type table struct {

@@ -218,7 +218,7 @@ func NewDialect(spec DialectSpec) (Dialect, error) {
 	if spec.literals == nil {
 		spec.literals = func(Conn) func(Query) Query { return nil }
 	}
-	return &dialect{spec}, nil
+	return &specDialect{spec}, nil
 }
 
 // mustDialect is NewDialect of one of idem's own dialects.
@@ -317,18 +317,22 @@ func checkStatements(st *statements) string {
 	return ""
 }
 
-// dialect is a Dialect built from a DialectSpec.
-type dialect struct{ spec DialectSpec }
+// specDialect is a Dialect built from a DialectSpec.
+type specDialect struct{ spec DialectSpec }
 
-func (d *dialect) Name() string                                   { return d.spec.Name }
-func (d *dialect) statements(parts []string) *statements          { return d.spec.statements(parts) }
-func (d *dialect) inserted(n int64, err error) (bool, error)      { return d.spec.Inserted(n, err) }
-func (d *dialect) retryable(err error) bool                       { return d.spec.Retryable(err) }
-func (d *dialect) fix(err error) string                           { return d.spec.Fix(err) }
-func (d *dialect) literals(c Conn) func(Query) Query              { return d.spec.literals(c) }
-func (d *dialect) applied(err error) bool                         { return d.spec.Applied(err) }
-func (d *dialect) schemaFault(err error) SchemaFault              { return d.spec.SchemaFault(err) }
-func (d *dialect) checkSession(ctx context.Context, c Conn) error { return d.spec.CheckSession(ctx, c) }
-func (d *dialect) causalReads(ctx context.Context, c Conn) error  { return d.spec.CausalReads(ctx, c) }
-func (d *dialect) lockWaiter() lockWaiter                         { return d.spec.boundLockWait }
-func (d *dialect) claimGone() func(err error) bool                { return d.spec.claimGone }
+func (d *specDialect) Name() string                              { return d.spec.Name }
+func (d *specDialect) statements(parts []string) *statements     { return d.spec.statements(parts) }
+func (d *specDialect) inserted(n int64, err error) (bool, error) { return d.spec.Inserted(n, err) }
+func (d *specDialect) retryable(err error) bool                  { return d.spec.Retryable(err) }
+func (d *specDialect) fix(err error) string                      { return d.spec.Fix(err) }
+func (d *specDialect) literals(c Conn) func(Query) Query         { return d.spec.literals(c) }
+func (d *specDialect) applied(err error) bool                    { return d.spec.Applied(err) }
+func (d *specDialect) schemaFault(err error) SchemaFault         { return d.spec.SchemaFault(err) }
+func (d *specDialect) checkSession(ctx context.Context, c Conn) error {
+	return d.spec.CheckSession(ctx, c)
+}
+func (d *specDialect) causalReads(ctx context.Context, c Conn) error {
+	return d.spec.CausalReads(ctx, c)
+}
+func (d *specDialect) lockWaiter() lockWaiter          { return d.spec.boundLockWait }
+func (d *specDialect) claimGone() func(err error) bool { return d.spec.claimGone }

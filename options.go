@@ -2,13 +2,12 @@ package idem
 
 import (
 	"fmt"
-	"strings"
 	"time"
 )
 
 // Defaults for the options of New.
+// (DefaultTable, the table's, is beside the table's name, in dialect.go.)
 const (
-	DefaultTable     = "idempotency_keys"
 	DefaultLease     = 30 * time.Second
 	DefaultRetention = 24 * time.Hour
 )
@@ -96,39 +95,3 @@ func WithLockTimeout(d time.Duration) Option {
 // reported. By default there is no [Observer].
 // Use [SlogObserver] to log the events, or count them into your own metrics.
 func WithObserver(o Observer) Option { return func(s *Store) { s.observer = o } }
-
-// parseTable splits a table name into its identifier parts, or explains
-// why it is not one.
-func parseTable(name string) ([]string, error) {
-	parts := strings.Split(name, ".")
-	if len(parts) > 2 {
-		return nil, fmt.Errorf("idem: table name %q: at most one dot (schema.table)", name)
-	}
-	for _, p := range parts {
-		if err := checkIdent(p); err != nil {
-			return nil, fmt.Errorf("idem: table name %q: %w", name, err)
-		}
-	}
-	return parts, nil
-}
-
-// maxIdentLen leaves room for the suffix of the index name within
-// Postgres's 63-byte limit, so no name is ever truncated.
-const maxIdentLen = 48
-
-func checkIdent(p string) error {
-	if p == "" {
-		return fmt.Errorf("empty identifier")
-	}
-	if len(p) > maxIdentLen {
-		return fmt.Errorf("identifier %q is %d bytes, at most %d allowed", p, len(p), maxIdentLen)
-	}
-	for i := 0; i < len(p); i++ {
-		c := p[i]
-		ok := c == '_' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || i > 0 && '0' <= c && c <= '9'
-		if !ok {
-			return fmt.Errorf("identifier %q: only letters, digits and underscores, not starting with a digit", p)
-		}
-	}
-	return nil
-}
