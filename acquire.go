@@ -474,6 +474,18 @@ func (s *Store) unclaim(ctx context.Context, c conn, req Request, token int64, c
 	return cause
 }
 
+// next is advice for a statement inside a transaction (Do's, a Claim's):
+// roll it back, or run it again whole where a retry may cure err.
+func (s *Store) next(err error) string {
+	switch a := s.advice(err, ""); {
+	case a != "":
+		return a + "; " + hintRollBack
+	case IsRetryable(err) || s.dialect.retryable(err):
+		return hintRetry
+	}
+	return hintRollBack
+}
+
 // stmtErr reports that one of idem's statements failed: what idem was
 // doing, for which key, the database's error, and what to do next.
 func (s *Store) stmtErr(what string, req Request, err error) error {
