@@ -162,7 +162,7 @@ func (m *Middleware) answerError(w http.ResponseWriter, r *http.Request, err err
 	case idemserve.Unopenable:
 		p = problem(http.StatusNotImplemented, TypeUnopenable, "Stored response unreadable",
 			"this %s was used, and its request completed, but this server cannot read the response it stored (a key it was sealed with is not deployed here); the request did not run again; a retry will not succeed until the server is fixed: do not retry automatically", HeaderIdempotencyKey)
-	case idemserve.TakenOver:
+	case idemserve.LeaseLost:
 		p = problem(http.StatusConflict, TypeInFlight, "Request taken over",
 			"this request ran past its lease and a retry with the same %s took it over; nothing of this attempt was stored; retry to get that request's result", HeaderIdempotencyKey)
 		p.RetryAfter = o.RetryAfter

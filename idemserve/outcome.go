@@ -11,7 +11,7 @@ import (
 // a layer to map to its status or code.
 type Outcome struct {
 	Kind Kind
-	// RetryAfter is when to retry, for InFlight, TakenOver, Contention
+	// RetryAfter is when to retry, for InFlight, LeaseLost, Contention
 	// and NotReplicated.
 	RetryAfter time.Duration
 	// KeyID names the key the record is sealed with, for Unopenable.
@@ -38,11 +38,11 @@ const (
 	// InFlight: another call holds the key ([idem.ErrInFlight]). Retry
 	// after RetryAfter with the same key and request to get its result.
 	InFlight
-	// TakenOver: in ModeClaim, this call ran past its lease and a retry
+	// LeaseLost: in ModeClaim, this call ran past its lease and a retry
 	// took the key over ([idem.ErrLeaseLost]); nothing of it was stored.
 	// Retry after RetryAfter to get the result of the call that took
 	// over.
-	TakenOver
+	LeaseLost
 	// InvalidKey: the key is malformed ([idem.ErrInvalidKey]).
 	InvalidKey
 	// Contention: the transaction kept failing with serialization
@@ -77,6 +77,12 @@ const (
 	// and runs the call again if it did not.
 	NotReplicated
 )
+
+// TakenOver is [LeaseLost]'s name in v0.1.0.
+//
+// Deprecated: use LeaseLost, the name [idem.ErrLeaseLost] and
+// [idem.EventLeaseLost] give the same condition.
+const TakenOver = LeaseLost
 
 // Outcome says what err, an error of Serve that is not the handler's
 // own, tells the client. For Unopenable it logs err, the first time
@@ -113,7 +119,7 @@ func (s *Server) Outcome(err error) Outcome {
 		}
 		return Outcome{Kind: Unopenable, KeyID: keyID}
 	case errors.Is(err, idem.ErrLeaseLost):
-		return Outcome{Kind: TakenOver, RetryAfter: s.cfg.RetryAfter}
+		return Outcome{Kind: LeaseLost, RetryAfter: s.cfg.RetryAfter}
 	case errors.As(err, &inFlight):
 		return Outcome{Kind: InFlight, RetryAfter: min(s.cfg.RetryAfter, inFlight.RetryAfter)}
 	case errors.Is(err, idem.ErrInvalidKey):

@@ -754,7 +754,7 @@ func TestHandlerPanics(t *testing.T) {
 // In ModeClaim a call that runs past its lease is taken over by a retry;
 // its own completion is fenced out and answered UNAVAILABLE (taken over),
 // and a retry after that replays the result of the call that took over.
-func TestClaimTakenOver(t *testing.T) {
+func TestClaimLeaseLost(t *testing.T) {
 	forEachDB(t, func(t *testing.T, e *env) {
 		a := e.api()
 		a.provider = &provider{}
@@ -778,7 +778,7 @@ func TestClaimTakenOver(t *testing.T) {
 		if second.status.Code() != codes.OK || second.replayed {
 			t.Fatalf("the call that took over got %v", second)
 		}
-		checkStatus(t, first, codes.Unavailable, idemgrpc.ReasonTakenOver)
+		checkStatus(t, first, codes.Unavailable, idemgrpc.ReasonLeaseLost)
 		again := call(withKey(t.Context(), "over-1"), cc, methodCharge, 2)
 		if !again.replayed {
 			t.Fatalf("a retry got %v, want the replay", again)

@@ -54,11 +54,12 @@ const (
 	// ReasonInFlight (UNAVAILABLE, with RetryInfo): another call holds the
 	// key. Retry with the same key and request to get its result.
 	ReasonInFlight = "IDEMPOTENCY_KEY_IN_FLIGHT"
-	// ReasonTakenOver (UNAVAILABLE, with RetryInfo): in
+	// ReasonLeaseLost (UNAVAILABLE, with RetryInfo): in
 	// [idemserve.ModeClaim], this call ran past its lease and a retry took
-	// the key over; nothing of it was stored. Retry to get the result of
-	// the call that took over.
-	ReasonTakenOver = "IDEMPOTENCY_KEY_TAKEN_OVER"
+	// the key over (idem.ErrLeaseLost); nothing of it was stored. Retry to
+	// get the result of the call that took over. Its value is unchanged
+	// from ReasonTakenOver's, so clients that match it go on matching.
+	ReasonLeaseLost = "IDEMPOTENCY_KEY_TAKEN_OVER"
 	// ReasonContention (UNAVAILABLE, with RetryInfo): the transaction kept
 	// failing with serialization failures or deadlocks. Nothing was
 	// stored; retry with the same key.
@@ -82,6 +83,12 @@ const (
 	// key.
 	ReasonInternal = "IDEMPOTENCY_INTERNAL"
 )
+
+// ReasonTakenOver is [ReasonLeaseLost]'s name in v0.1.0, with the
+// same value.
+//
+// Deprecated: use ReasonLeaseLost.
+const ReasonTakenOver = ReasonLeaseLost
 
 // statusError is an error of the interceptor: code and message, an
 // ErrorInfo with reason, then details.
@@ -142,8 +149,8 @@ func (i *Interceptor) answerError(ctx context.Context, method, key string, err e
 	case idemserve.Unopenable:
 		return statusError(codes.Internal, ReasonUnopenable,
 			fmt.Sprintf("%s was used, and its call completed, but this server cannot read the answer it stored (a key it was sealed with is not deployed here); the call did not run again; a retry will not succeed until the server is fixed: do not retry automatically", callWith(key)))
-	case idemserve.TakenOver:
-		return retryLater(ctx, o.RetryAfter, ReasonTakenOver,
+	case idemserve.LeaseLost:
+		return retryLater(ctx, o.RetryAfter, ReasonLeaseLost,
 			fmt.Sprintf("%s ran past its lease and a retry took it over; nothing of this attempt was stored; retry with the same key to get that call's result", callWith(key)))
 	case idemserve.InFlight:
 		return retryLater(ctx, o.RetryAfter, ReasonInFlight,

@@ -194,7 +194,7 @@ func (c *consumer) refuse(ctx context.Context, msg *message.Message, err error) 
 		return err // the subscriber gave up the message while it waited for another delivery with its key
 	}
 	switch o := c.core.Outcome(err); o.Kind {
-	case idemserve.InFlight, idemserve.TakenOver, idemserve.Contention, idemserve.NotReplicated:
+	case idemserve.InFlight, idemserve.LeaseLost, idemserve.Contention, idemserve.NotReplicated:
 		t := time.NewTimer(o.RetryAfter)
 		defer t.Stop()
 		select {
