@@ -193,7 +193,7 @@ func (s *Store) claim(ctx context.Context, c conn, req Request, by caller, done 
 				return nil, acquired{}, inFlight(rec.leaseLeft)
 			}
 		}
-		takeover := s.st.query(s.st.takeover, &values{req: req, token: rec.token, lease: lease, expiry: s.expiry(req, by),
+		takeover := s.st.query(s.st.Takeover, &values{req: req, token: rec.token, lease: lease, expiry: s.expiry(req, by),
 			retention: micros(s.retention), keyMemory: micros(s.keyMemory)})
 		ok, token, waited, err = s.claimRow(ctx, c, req, takeover, byTakeover, by)
 		if err != nil {
@@ -247,22 +247,22 @@ func (s *Store) expiry(req Request, by caller) int64 {
 // completed, with done stored.
 func (s *Store) claimNew(ctx context.Context, c conn, req Request, lease int64, by caller, done *storedResponse) (ok bool, token int64, waited time.Duration, err error) {
 	if by == forBegin {
-		return s.claimRow(ctx, c, req, s.st.query(s.st.insert, &values{req: req, lease: lease, expiry: s.expiry(req, by)}), byInsert, by)
+		return s.claimRow(ctx, c, req, s.st.query(s.st.Insert, &values{req: req, lease: lease, expiry: s.expiry(req, by)}), byInsert, by)
 	}
 	token = ownToken()
 	ok, err = s.dialect.inserted(c.exec(ctx, s.ownClaim(req, token, lease, done)))
 	return ok, token, 0, err
 }
 
-// ownClaim is the statement of a new claim of Do's (insertOwn) with
-// token, or of Apply's (insertDone), which stores done with it.
+// ownClaim is the statement of a new claim of Do's (InsertOwn) with
+// token, or of Apply's (InsertDone), which stores done with it.
 func (s *Store) ownClaim(req Request, token, lease int64, done *storedResponse) Query {
 	v := &values{req: req, token: token, lease: lease, expiry: s.expiry(req, forDo), memory: micros(s.keyMemoryOf(req))}
 	if done == nil {
-		return s.st.query(s.st.insertOwn, v)
+		return s.st.query(s.st.InsertOwn, v)
 	}
 	v.resp, v.header, v.body, v.sealedKey, v.ref = done.resp, done.header, done.body, done.keyID, done.ref
-	return s.st.query(s.st.insertDone, v)
+	return s.st.query(s.st.InsertDone, v)
 }
 
 // claimAndRead is claimNew of Do's (or Apply's) claim through c's
@@ -334,9 +334,9 @@ const (
 // dialect's statement returns them, else by reading them in c.
 func (s *Store) claimRow(ctx context.Context, c conn, req Request, q Query, stmt claimStatement, by caller) (ok bool, token int64, waited time.Duration, err error) {
 	var lag int64
-	returns := s.st.takeoverReturns
+	returns := s.st.TakeoverReturns
 	if stmt == byInsert {
-		returns = s.st.insertReturns
+		returns = s.st.InsertReturns
 	}
 	n := int64(1) // rows claimed; a row returned is one
 	if returns.Token {
@@ -358,7 +358,7 @@ func (s *Store) claimRow(ctx context.Context, c conn, req Request, q Query, stmt
 		return false, 0, 0, err
 	}
 	if !returns.Token || by == forBegin && !returns.Lag {
-		if err := c.queryRow(ctx, s.st.query(s.st.claimed, &values{req: req}), &token, &lag); err != nil {
+		if err := c.queryRow(ctx, s.st.query(s.st.Claimed, &values{req: req}), &token, &lag); err != nil {
 			return false, 0, 0, err
 		}
 	}
@@ -371,7 +371,7 @@ func (s *Store) restamp(ctx context.Context, c conn, req Request, by caller, tok
 	if by != forBegin || waited <= restampAfter {
 		return nil
 	}
-	n, err := c.exec(ctx, s.st.query(s.st.extend, &values{req: req, token: token, lease: micros(s.lease), keep: micros(s.retentionOf(req))}))
+	n, err := c.exec(ctx, s.st.query(s.st.Extend, &values{req: req, token: token, lease: micros(s.lease), keep: micros(s.retentionOf(req))}))
 	if err == nil && n != 1 {
 		err = fmt.Errorf("%d records changed, want 1", n)
 	}
@@ -384,7 +384,7 @@ func (s *Store) restamp(ctx context.Context, c conn, req Request, by caller, tok
 // read reads the record of (Scope, Key); found is false when there is none.
 func (s *Store) read(ctx context.Context, c conn, req Request) (rec keyRecord, found bool, err error) {
 	var leaseLeft int64
-	q := s.st.query(s.st.read, &values{req: req, retention: micros(s.retention), keyMemory: micros(s.keyMemory)})
+	q := s.st.query(s.st.Read, &values{req: req, retention: micros(s.retention), keyMemory: micros(s.keyMemory)})
 	err = c.queryRow(ctx, q, rec.into(&leaseLeft)...)
 	if errors.Is(err, sql.ErrNoRows) {
 		return keyRecord{}, false, nil
@@ -402,7 +402,7 @@ func (s *Store) read(ctx context.Context, c conn, req Request) (rec keyRecord, f
 func (s *Store) readCompleted(ctx context.Context, c conn, req Request) (rec keyRecord, found bool, err error) {
 	var left int64      // µs until its expiry
 	sent := monotonic() // the replay cache's deadline counts from before the read
-	err = c.queryRow(ctx, s.st.query(s.st.readCompleted, &values{req: req, retention: micros(s.retention)}),
+	err = c.queryRow(ctx, s.st.query(s.st.ReadCompleted, &values{req: req, retention: micros(s.retention)}),
 		&rec.operation, &rec.fingerprint, &rec.code, &rec.header, &rec.body, &rec.sealedKey, &left, &rec.ref)
 	if errors.Is(err, sql.ErrNoRows) {
 		return keyRecord{}, false, nil
@@ -438,7 +438,7 @@ func (s *Store) store(ctx context.Context, c conn, req Request, token int64, out
 		})
 		return nil
 	}
-	n, err := c.exec(ctx, s.completion(s.st.complete, req, token, out, forDo))
+	n, err := c.exec(ctx, s.completion(s.st.Complete, req, token, out, forDo))
 	switch {
 	case err != nil:
 		return s.stmtErr("store the response", req, err)
@@ -468,7 +468,7 @@ func (s *Store) completion(st Statement, req Request, token int64, out storedRes
 // the transaction is unusable and must be rolled back, which cause says;
 // a claim that is gone means the database ended the transaction.
 func (s *Store) unclaim(ctx context.Context, c conn, req Request, token int64, cause error) error {
-	if n, err := c.exec(ctx, s.st.query(s.st.remove, &values{req: req, token: token})); err == nil && n == 0 {
+	if n, err := c.exec(ctx, s.st.query(s.st.Remove, &values{req: req, token: token})); err == nil && n == 0 {
 		return txEnded("remove the claim", req, token, cause)
 	}
 	return cause

@@ -118,7 +118,7 @@ func (c *Claim) ExtendOn(ctx context.Context, db Conn, d time.Duration) (err err
 	if err := checkDuration("Extend's duration", d); err != nil {
 		return err
 	}
-	q := c.s.st.query(c.s.st.extend, &values{req: c.req, token: c.token, lease: micros(d)})
+	q := c.s.st.query(c.s.st.Extend, &values{req: c.req, token: c.token, lease: micros(d)})
 	return c.fenced(ctx, c.s.conn(db), q, "extend the lease", "stop the work and do not complete it")
 }
 
@@ -157,7 +157,7 @@ func (c *Claim) CompleteOn(ctx context.Context, tx Tx, resp Response) (err error
 	if err != nil {
 		return err
 	}
-	q := c.s.completion(c.s.st.complete, c.req, c.token, out, forBegin)
+	q := c.s.completion(c.s.st.Complete, c.req, c.token, out, forBegin)
 	sc, sent := c.s.conn(tx), monotonic()
 	if err := c.fenced(ctx, sc, q, "complete", "roll back this transaction"); err != nil {
 		return err
@@ -186,7 +186,7 @@ func (c *Claim) ReleaseOn(ctx context.Context, db Conn) (err error) {
 		return err
 	}
 	defer c.observeClaim(ctx, EventReleased, startWatch(), &err)
-	q := c.s.st.query(c.s.st.release, &values{req: c.req, token: c.token})
+	q := c.s.st.query(c.s.st.Release, &values{req: c.req, token: c.token})
 	return c.fenced(ctx, c.s.conn(db), q, "release", "the key is no longer this claim's to release")
 }
 
@@ -224,7 +224,7 @@ func (c *Claim) fenced(ctx context.Context, sc conn, q Query, what, advice strin
 		status Status
 		token  int64
 	)
-	err = sc.queryRow(ctx, c.s.st.query(c.s.st.state, &values{req: c.req}), &status, &token)
+	err = sc.queryRow(ctx, c.s.st.query(c.s.st.State, &values{req: c.req}), &status, &token)
 	var why string
 	switch {
 	case errors.Is(err, sql.ErrNoRows):

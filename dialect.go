@@ -154,24 +154,178 @@ func (t table) schema() any {
 	return t.schemaName
 }
 
-// statements are a dialect's statements for one table, as data: each
-// statement's text, whole, with the table's name in it, and the order of
-// its arguments. Times come from the database clock; durations are in
-// microseconds. The statements that change a claim after it was made
-// (complete, extend, release, remove) are fenced: they change the record
-// only while it is the PROCESSING claim with the given token, and then
-// always change a column, so that MySQL, which counts changed rows,
-// reports the match; so one that ran after its transaction ended, or
-// after another request took the key, changes nothing.
-type statements struct {
-	// migrations is the DDL of each schema version, in order: the
+// Statements are a dialect's statements for one table, as data: each
+// statement's text, whole, with the table's name in it, and what it takes
+// in place of each placeholder ([Arg]). Times come from the database
+// clock; durations are in microseconds. The statements that change a
+// claim after it was made (Complete, Extend, Release, Remove,
+// ResealWrite) are fenced: they change the record only while it is the
+// claim with the given token, and then always change a column, so that a
+// database that counts changed rows reports the match. Every Statement is
+// required but Claimed; idem's own ([StatementsOf]) show what each
+// returns, in which order. idem's engine reads these very fields: its
+// dialects' statements are a Statements and what only they have.
+type Statements struct {
+	// Quoted is the table's whole name, quoted as the statements name it.
+	Quoted string
+	// Schema is the schema of a table named without one, as ArgSchema
+	// gives it: nil for the connection's.
+	Schema any
+	// Migrations is the DDL of each schema version, in order: the
 	// statements at index i bring a table of version i (0: absent) to
 	// version i+1. Each is safe to run again once it has run, or fails
 	// without changing anything.
-	migrations [][]string
-	// version reads whether the table exists (a boolean) and its comment,
+	Migrations [][]string
+	// Version reads whether the table exists (a boolean) and its comment,
 	// in which the migrations from version 2 on record the version.
-	version Statement
+	Version Statement
+	// Insert claims a new key as PROCESSING with a token from the
+	// database clock (Begin's claim), its lease, and its expiry (the lease
+	// and the request's retention from now), or does nothing (or fails
+	// with a duplicate-key error that Inserted reads as false) when it
+	// exists. It waits for an open transaction that holds the key. What
+	// it returns, InsertReturns says.
+	Insert Statement
+	// InsertOwn is Insert with the claim's token given (ArgToken: Do's)
+	// instead of one from the clock. It returns nothing.
+	InsertOwn Statement
+	// InsertDone is InsertOwn of a record completed in the same statement
+	// (Apply's claim, whose response is known before fn runs): its
+	// response status, header, body and sealed_key stored, completed_at
+	// the claim's time, forget_at its expiry plus the request's key
+	// memory (ArgMemory). It returns nothing.
+	InsertDone Statement
+	// Takeover makes the record a new PROCESSING claim (with its lease and
+	// expiry, as Insert's) and grows its token, if the token is still the
+	// one read and the record may still be taken over (released, lease
+	// ended, or forgotten) as the statement sees it: a Complete or Extend
+	// that committed between the Read and this write wins. What it
+	// returns, TakeoverReturns says.
+	Takeover Statement
+	// InsertReturns and TakeoverReturns are what Insert and Takeover
+	// return when they claim.
+	InsertReturns, TakeoverReturns Returning
+	// Claimed reads the token of the claim the transaction has just made,
+	// and how long ago, in µs, its claim statement started: what the claim
+	// statements do not return. Empty where they return both.
+	Claimed Statement
+	// Read reads a record: operation, fingerprint, status, token,
+	// forgotten (past its expiry, and for a completed one past its forget
+	// time, forget_at, or where it has none past the Store's key memory
+	// after its expiry: the key counts as absent), expired (its response
+	// is gone: past its expiry, or kept by the key memory), lease left in
+	// µs, response status, header, body and sealed_key. It sees the latest
+	// committed row whatever the transaction's snapshot (on MySQL a
+	// locking read).
+	Read Statement
+	// ReadCompleted is Read of a record that is completed and within its
+	// expiry, and of what its replay needs: operation, fingerprint,
+	// response status, header, body and sealed_key, then the time left
+	// until its expiry by the database clock, in µs (for the replay
+	// cache's deadline). Any other record is no row. It sees and locks
+	// what Read does.
+	ReadCompleted Statement
+	// State reads a record's status and token as last committed, to
+	// explain why a fenced statement changed nothing.
+	State Statement
+	// Complete stores the final response of the claim, and sets its
+	// expiry to the request's retention from now (a Claim's), or leaves it
+	// as it was when that is NULL (Do's, whose claim counted the retention
+	// from the claim: so its update changes no indexed column), and its
+	// forget time (forget_at, unindexed) to that expiry plus the request's
+	// key memory (ArgMemory). Fenced.
+	Complete Statement
+	// Extend moves the lease's end to at least lease from now, and at
+	// least one microsecond later than it was. Fenced. It leaves the
+	// expiry as Begin set it (no purge takes a claim whose lease is live,
+	// and Complete moves the expiry where the completion needs it), so
+	// that it changes no indexed column: on MySQL's schema version 4 a
+	// new expiry moves the record, and heartbeats of neighbouring keys at
+	// once deadlocked.
+	Extend Statement
+	// Release ends the claim without a result: the next attempt takes the
+	// record over at once. Fenced.
+	Release Statement
+	// Remove deletes Do's claim after fn failed: the PROCESSING claim,
+	// or Apply's, completed by its claim statement. Fenced on the token
+	// alone, which no other claim of the key has.
+	Remove Statement
+	// PurgeWindow reads what Purge and Strip (with the same cursor and
+	// limit) would change, locking nothing: how many records have expired
+	// (expires_at at the cursor, in µs since the Unix epoch, or later, and
+	// not later than now), at most limit of them, the expires_at of the
+	// last (latest) of them, in µs (0 when none), and how many of them
+	// Strip would make tombstones: a batch whose window has none runs no
+	// Strip (on MariaDB its scan of a window of 100,000 records without
+	// one took 0.37 s, beside the DELETE's 0.4 s).
+	PurgeWindow Statement
+	// Purge deletes at most limit of those records, oldest expiry first,
+	// but for the completed ones whose forget time (forget_at; where it is
+	// NULL, the expiry plus the Store's key memory) is ahead, which Strip
+	// keeps, and never a live claim; where the database can, it passes over rows that
+	// another transaction holds instead of waiting for them.
+	Purge Statement
+	// Strip makes tombstones of at most limit of those records, up to the
+	// window's last expiry (ArgTo), that are completed and whose forget
+	// time is ahead: status 'expired', no response, their expiry moved to
+	// their forget time. It passes over held rows as Purge does.
+	Strip Statement
+	// LegacyWindow and LegacyPurge are PurgeWindow (without the count of
+	// tombstones: none is made of these) and Purge (delete) of
+	// the records written before the schema version with expires_at (it is
+	// NULL on them), which expire as they did then, by the Store's
+	// retention and the key memory, in created_at order from the legacy
+	// cursor.
+	LegacyWindow, LegacyPurge Statement
+	// PurgeIsolation is the isolation level of the short transaction each
+	// purge batch runs in.
+	PurgeIsolation sql.IsolationLevel
+	// ResealRead reads, for ResealBatchOn, at most limit completed
+	// records not yet past their expiry whose response is not sealed with
+	// the key given, in expires_at order from the cursor, and locks them:
+	// scope, key, operation, token, expires_at (µs), sealed_key, header
+	// and body.
+	ResealRead Statement
+	// ResealLeft counts the records ResealRead would read from the
+	// start, for ResealLeftOn.
+	ResealLeft Statement
+	// ResealWrite stores a record's response sealed anew. Fenced on the
+	// token and the status.
+	ResealWrite Statement
+	// Inspect reads a record for a person: operation, fingerprint, status,
+	// token, lease_until, created_at and completed_at (µs since the Unix
+	// epoch; completed_at may be NULL), the database clock (µs), forgotten,
+	// expired, its expiry (µs), response status, header, body and
+	// sealed_key. A plain read that locks nothing.
+	Inspect Statement
+	// InspectKey reads the records of key in every scope, in scope order,
+	// at most limit of them: scope, then what Inspect reads. The table is
+	// indexed by (scope, key), so this reads all of it. A plain read that
+	// locks nothing.
+	InspectKey Statement
+	// Stats counts the records per status: status, count, oldest
+	// created_at (µs since the Unix epoch), how many are past their
+	// expiry (what Purge would delete, or Strip under a key memory), and
+	// the database clock (µs).
+	Stats Statement
+	// Size reads the bytes of the table and of its indexes (NULL where the
+	// database cannot tell).
+	Size Statement
+	// NoReplicationWait says what the database offers instead of waiting
+	// for its replicas, for [Store.WaitReplicated]'s error.
+	NoReplicationWait string
+}
+
+// statements are a dialect's statements for one table, as the engine
+// reads them: its [Statements] (above, where each is described),
+// the ones only idem's own dialects have, and the table they are for.
+// The statements that change a claim after it was made are fenced: one
+// that ran after its transaction ended, or after another request took
+// the key, changes nothing.
+type statements struct {
+	// Statements are the statements a DialectSpec gives too
+	// (dialectspec.go).
+	Statements
 	// built reads the state of an index of the table (ArgQuoted, and
 	// ArgIndexName, its name as a migration creates it): whether it is
 	// valid, whether a build of it is running, and its name as
@@ -195,185 +349,52 @@ type statements struct {
 	// transaction older than it in the whole database) is built or
 	// dropped plainly. nil where the statements are the same.
 	fresh func(stmt string) string
-	// insert claims a new key as PROCESSING with a token from the
-	// database clock (Begin's claim), its lease, and its expiry (the lease
-	// and the request's retention from now), or does nothing (or fails
-	// with a duplicate-key error that inserted recognises) when it
-	// exists. It waits for an open transaction that holds the key. What
-	// it returns, insertReturns says.
-	insert Statement
-	// insertOwn is insert with the claim's token given (Do's, ownToken)
-	// instead of one from the clock. It returns nothing.
-	insertOwn Statement
-	// insertDone is insertOwn of a record completed in the same statement
-	// (Apply's claim, whose response is known before fn runs): its
-	// response status, header, body and sealed_key stored, completed_at
-	// the claim's time, forget_at its expiry plus the request's key
-	// memory (ArgMemory). It returns nothing.
-	insertDone Statement
-	// takeover makes the record a new PROCESSING claim (with its lease and
-	// expiry, as insert's) and grows its token, if the token is still the
-	// one read and the record may still be taken over (released, lease
-	// ended, or forgotten) as the statement sees it: a Complete or Extend
-	// that committed between acquire's read and this write wins. What it
-	// returns, takeoverReturns says.
-	takeover Statement
-	// insertReturns and takeoverReturns are what insert and takeover
-	// return when they claim.
-	insertReturns, takeoverReturns Returning
-	// claimed reads the token of the claim the transaction has just made,
-	// and how long ago, in µs, its claim statement started: what the claim
-	// statements do not return. Empty where they return both.
-	claimed Statement
-	// read reads a record: operation, fingerprint, status, token,
-	// forgotten (past its expiry, and for a completed one past its forget
-	// time, forget_at, or where it has none past the Store's key memory
-	// after its expiry: the key counts as absent), expired (its response
-	// is gone: past its expiry, or kept by the key memory), lease left in
-	// µs, response status, header, body and sealed_key. It sees the latest
-	// committed row whatever the transaction's snapshot (on MySQL a
-	// locking read).
-	read Statement
-	// readAfterClaim is read, sent in one round trip right after Do's
+	// readAfterClaim is Read, sent in one round trip right after Do's
 	// claim (a Pipeline's batch), for when the claim finds the record: a
 	// statement of its own, so that under READ COMMITTED it sees what a
 	// transaction that held the key committed while the claim waited for
 	// it. Under REPEATABLE READ and SERIALIZABLE it reads no row, and
 	// scans nothing (no predicate lock): there the claim fails when a
-	// holder committed after the snapshot, and read runs on its own after
+	// holder committed after the snapshot, and Read runs on its own after
 	// a claim that found the record, as without a Pipeline. It reads the
 	// claim's own record too when the claim succeeded, which Do then
 	// discards. Empty where the dialect's claimGone is nil.
 	readAfterClaim Statement
-	// readCompleted is read of a record that is completed and within its
-	// expiry, and of what its replay needs: operation, fingerprint,
-	// response status, header, body and sealed_key, then the time left
-	// until its expiry by the database clock, in µs (for the replay
-	// cache's deadline). Any other record is no row. It sees and locks
-	// what read does.
-	readCompleted Statement
-	// readFirstWhenReplaying: readCompleted of a key that has no record
+	// readFirstWhenReplaying: ReadCompleted of a key that has no record
 	// locks nothing (no gap lock that a concurrent claim of another key
 	// could deadlock on), so take reads a key it does not know first while
 	// most such keys are replays (completed.replaysMostly); and it waits
 	// for no transaction that holds the key, so with WithLockTimeout
 	// acquire reads first before the bound (a plain read, as PostgreSQL's).
 	readFirstWhenReplaying bool
-	// state reads a record's status and token as last committed, to
-	// explain why a fenced statement changed nothing.
-	state Statement
-	// complete stores the final response of the claim, and sets its
-	// expiry to the request's retention from now (a Claim's), or leaves it
-	// as it was when that is NULL (Do's, whose claim counted the retention
-	// from the claim: so its update changes no indexed column), and its
-	// forget time (forget_at, unindexed) to that expiry plus the request's
-	// key memory (ArgMemory). Fenced.
-	complete Statement
-	// completeLast is Do's complete, for a completion sent in one round
+	// completeLast is Do's Complete, for a completion sent in one round
 	// trip with the COMMIT after it (a Pipeline's Defer): it fails when it
 	// changes no record (the claim is gone), so that the COMMIT does not
-	// run, where complete reports that as no row changed, too late to
+	// run, where Complete reports that as no row changed, too late to
 	// stop it; claimGone reads that failure. Empty where the dialect's
 	// claimGone is nil.
 	completeLast Statement
-	// extend moves the lease's end to at least lease from now, and at
-	// least one microsecond later than it was. Fenced. It leaves the
-	// expiry as Begin set it (no purge takes a claim whose lease is live,
-	// and complete moves the expiry where the completion needs it), so
-	// that it changes no indexed column: on MySQL's schema version 4 a
-	// new expiry moves the record, and heartbeats of neighbouring keys at
-	// once deadlocked.
-	extend Statement
-	// release ends the claim without a result: the next attempt takes the
-	// record over at once. Fenced.
-	release Statement
-	// remove deletes Do's claim after fn failed: the PROCESSING claim,
-	// or Apply's, completed by its claim statement. Fenced on the token
-	// alone, which no other claim of the key has.
-	remove Statement
-	// purgeWindow reads what purge and strip (with the same cursor and
-	// limit) would change, locking nothing: how many records have expired
-	// (expires_at at the cursor, in µs since the Unix epoch, or later, and
-	// not later than now), at most limit of them, the expires_at of the
-	// last (latest) of them, in µs (0 when none), and how many of them
-	// strip would make tombstones: a batch whose window has none runs no
-	// strip (on MariaDB its scan of a window of 100,000 records without
-	// one took 0.37 s, beside the DELETE's 0.4 s).
-	purgeWindow Statement
-	// purge deletes at most limit of those records, oldest expiry first,
-	// but for the completed ones whose forget time (forget_at; where it is
-	// NULL, the expiry plus the Store's key memory) is ahead, which strip
-	// keeps, and never a live claim; it passes over rows that another
-	// transaction holds instead of waiting for them where the dialect
-	// has no purgeHeld (but on TiDB, which waits).
-	purge Statement
-	// strip makes tombstones of at most limit of those records, up to the
-	// window's last expiry (ArgTo), that are completed and whose forget
-	// time is ahead: status 'expired', no response, their expiry moved to
-	// their forget time. It passes over held rows as purge does.
-	strip Statement
-	// purgeHeld and stripHeld are purge and strip that pass over the rows
-	// another transaction holds, for a dialect whose purge and strip wait
+	// purgeHeld and stripHeld are Purge and Strip that pass over the rows
+	// another transaction holds, for a dialect whose Purge and Strip wait
 	// for them (MySQL's, whose DELETE and UPDATE cannot skip a locked
-	// row, and whose statements that can are slower): a batch runs purge
-	// and strip with lock waits bounded to nothing (its lockWaiter), and
+	// row, and whose statements that can are slower): a batch runs Purge
+	// and Strip with lock waits bounded to nothing (its lockWaiter), and
 	// these after a wait ran out. Empty elsewhere.
 	purgeHeld, stripHeld Statement
 	// purgeStart reads, locking nothing, the expiry (µs) of the first
-	// record purgeWindow would count from the cursor on, 0 when there is
+	// record PurgeWindow would count from the cursor on, 0 when there is
 	// none: where a sweep's first window starts, for a dialect whose
-	// window reads are bounded ahead (TiDB's): then purgeWindow reads up
+	// window reads are bounded ahead (TiDB's): then PurgeWindow reads up
 	// to before ArgUpto only, and returns the database clock (µs) last,
-	// and purge and strip change nothing past ArgTo, the window's last
+	// and Purge and Strip change nothing past ArgTo, the window's last
 	// expiry. Empty where a window reads from the cursor to now (the
-	// statements take no ArgUpto, and none but strip ArgTo). legacyStart is the same for
+	// statements take no ArgUpto, and none but Strip ArgTo). legacyStart is the same for
 	// the records without an expiry, by created_at.
 	purgeStart, legacyStart Statement
-	// legacyWindow and legacyPurge are purgeWindow (without the count of
-	// tombstones: none is made of these) and purge (delete) of
-	// the records written before the schema version with expires_at (it is
-	// NULL on them), which expire as they did then, by the Store's
-	// retention and the key memory, in created_at order from the legacy
-	// cursor.
-	legacyWindow, legacyPurge Statement
-	// purgeIsolation is the isolation level of the short transaction each
-	// purge batch runs in.
-	purgeIsolation sql.IsolationLevel
-	// resealRead reads, for ResealBatchOn, at most limit completed
-	// records not yet past their expiry whose response is not sealed with
-	// the key given, in expires_at order from the cursor, and locks them:
-	// scope, key, operation, token, expires_at (µs), sealed_key, header
-	// and body.
-	resealRead Statement
-	// resealLeft counts the records resealRead would read from the
-	// start, for ResealLeftOn.
-	resealLeft Statement
-	// resealWrite stores a record's response sealed anew. Fenced on the
-	// token and the status.
-	resealWrite Statement
-	// inspect reads a record for a person: operation, fingerprint, status,
-	// token, lease_until, created_at and completed_at (µs since the Unix
-	// epoch; completed_at may be NULL), the database clock (µs), forgotten,
-	// expired, its expiry (µs), response status, header, body and
-	// sealed_key. A plain read that locks nothing.
-	inspect Statement
-	// inspectKey reads the records of key in every scope, in scope order,
-	// at most limit of them: scope, then what inspect reads. The table is
-	// indexed by (scope, key), so this reads all of it. A plain read that
-	// locks nothing.
-	inspectKey Statement
 	// columns reads no row but names every column of idem's table, so that
 	// on a table that is not idem's it fails with an error schemaFault
 	// reads as NotIdemTable.
 	columns Statement
-	// stats counts the records per status: status, count, oldest
-	// created_at (µs since the Unix epoch), how many are past their
-	// expiry (what purge would delete, or strip under a key memory), and
-	// the database clock (µs).
-	stats Statement
-	// size reads the bytes of the table and of its indexes (NULL where the
-	// database cannot tell).
-	size Statement
 	// replicated reads, on a pool outside any transaction, the primary's
 	// WAL position now (the end of what it has committed), in bytes as a
 	// decimal and as a person reads it, how many physical streaming
@@ -382,10 +403,9 @@ type statements struct {
 	// position, in bytes as a decimal, that each physical streaming
 	// standby has flushed, one a row: the reads while it waits, which
 	// every wait on a handle shares. Both empty where the dialect cannot
-	// wait for its replicas; then noReplicationWait says what the
+	// wait for its replicas; then NoReplicationWait says what the
 	// database offers instead.
 	replicated, flushed Statement
-	noReplicationWait   string
 	// table is the table they are for.
 	table table
 }
@@ -444,22 +464,27 @@ const (
 // every migration, in place of the template's.
 func (s *statements) rendered(t table, ddl []schema.Migration) *statements {
 	s.table = t
-	s.migrations = migrationStatements(ddl, t.quoted, t.base())
+	s.Quoted, s.Schema = t.quoted, t.schemaName
+	s.Migrations = migrationStatements(ddl, t.quoted, t.base())
 	for _, st := range s.all() {
 		st.SQL = render(st.SQL, t.quoted, t.base())
 	}
 	return s
 }
 
-// all is every statement of s: each field of type statement, found by
-// reflection so that a statement added to the struct cannot be left out
-// of rendering or of the tests.
+// all is every statement of s: each field of type Statement, its own and
+// its Statements', found by reflection so that a statement added to
+// either struct cannot be left out of rendering or of the tests.
 func (s *statements) all() []*Statement {
-	v := reflect.ValueOf(s).Elem()
-	var all []*Statement
+	return fieldsOf[Statement](reflect.ValueOf(&s.Statements).Elem(), fieldsOf[Statement](reflect.ValueOf(s).Elem(), nil))
+}
+
+// fieldsOf appends to all a pointer to each field of type T of v, a
+// struct that is addressable.
+func fieldsOf[T any](v reflect.Value, all []*T) []*T {
 	for i := range v.NumField() {
-		if f := v.Field(i); f.Type() == reflect.TypeFor[Statement]() {
-			all = append(all, (*Statement)(f.Addr().UnsafePointer()))
+		if f := v.Field(i); f.Type() == reflect.TypeFor[T]() {
+			all = append(all, (*T)(f.Addr().UnsafePointer()))
 		}
 	}
 	return all

@@ -83,11 +83,11 @@ func galeraCausalGuard(status string) string {
 // left as they are: they decide nothing about a key that a later
 // statement does not fence.
 func galera(st *statements, causal string) *statements {
-	st.insertOwn.SQL = strings.Replace(st.insertOwn.SQL, `'processing'`, galeraGuard(`'processing'`), 1)
-	st.insertDone.SQL = strings.Replace(st.insertDone.SQL, `'completed'`, galeraGuard(`'completed'`), 1)
-	st.insert.SQL = strings.Replace(st.insert.SQL, `'processing'`, galeraCausalGuard(`'processing'`), 1)
-	for _, s := range []*Statement{&st.insertOwn, &st.insertDone, &st.takeover, &st.claimed, &st.read,
-		&st.readCompleted, &st.state, &st.complete, &st.extend, &st.release, &st.remove} {
+	st.InsertOwn.SQL = strings.Replace(st.InsertOwn.SQL, `'processing'`, galeraGuard(`'processing'`), 1)
+	st.InsertDone.SQL = strings.Replace(st.InsertDone.SQL, `'completed'`, galeraGuard(`'completed'`), 1)
+	st.Insert.SQL = strings.Replace(st.Insert.SQL, `'processing'`, galeraCausalGuard(`'processing'`), 1)
+	for _, s := range []*Statement{&st.InsertOwn, &st.InsertDone, &st.Takeover, &st.Claimed, &st.Read,
+		&st.ReadCompleted, &st.State, &st.Complete, &st.Extend, &st.Release, &st.Remove} {
 		s.SQL = causal + s.SQL
 	}
 	return st

@@ -62,7 +62,7 @@ const (
 
 // myStatements are the MySQL family's statements for a table, with the
 // migrations, the insert (and what it returns) and the locking clause of
-// the reads (read, readCompleted and state) of one database. No claim
+// the reads (Read, ReadCompleted and State) of one database. No claim
 // statement returns anything but MariaDB's insert (its token): MySQL has
 // no RETURNING, MariaDB none on UPDATE, and LAST_INSERT_ID() must stay
 // the caller's; claimed reads the rest.
@@ -70,44 +70,46 @@ func myStatements(parts []string, ddl []schema.Migration, insert string, insertR
 	quoted := "`" + strings.Join(parts, "`.`") + "`"
 	expiry := args(ArgRetention, ArgKeyMemory, ArgRetention, ArgRetention) // myForgotten, myExpired
 	return (&statements{
-		version:       Statement{myVersion, args(ArgSchema, ArgBase)},
-		insert:        Statement{insert, args(ArgScope, ArgKey, ArgOperation, ArgFingerprint, ArgLease, ArgExpiry)},
-		insertOwn:     Statement{myInsertOwn, args(ArgScope, ArgKey, ArgOperation, ArgFingerprint, ArgToken, ArgLease, ArgExpiry)},
-		insertDone:    Statement{myInsertDone, args(ArgScope, ArgKey, ArgOperation, ArgFingerprint, ArgToken, ArgLease, ArgExpiry, ArgExpiry, ArgMemory, ArgStatus, ArgHeader, ArgBody, ArgSealedKey, ArgRef)},
-		takeover:      Statement{myTakeover, args(ArgOperation, ArgFingerprint, ArgLease, ArgExpiry, ArgScope, ArgKey, ArgToken, ArgRetention, ArgKeyMemory)},
-		insertReturns: insertReturns,
-		claimed:       Statement{myClaimed, args(ArgScope, ArgKey)},
-		read:          Statement{myRead + lock, append(expiry, ArgScope, ArgKey)},
-		readCompleted: Statement{myReadCompleted + lock, args(ArgRetention, ArgScope, ArgKey, ArgRetention)},
-		state:         Statement{myState + lock, args(ArgScope, ArgKey)},
-		complete:      Statement{myComplete, args(ArgStatus, ArgHeader, ArgBody, ArgSealedKey, ArgRef, ArgKeep, ArgKeep, ArgMemory, ArgKeep, ArgKeep, ArgScope, ArgKey, ArgToken)},
-		extend:        Statement{myExtend, args(ArgLease, ArgScope, ArgKey, ArgToken)},
-		release:       Statement{myRelease, args(ArgScope, ArgKey, ArgToken)},
-		remove:        Statement{myRemove, args(ArgScope, ArgKey, ArgToken)},
-		purgeWindow:   Statement{myPurgeWindow, args(ArgKeyMemory, ArgFrom, ArgLimit)},
-		purge:         Statement{myPurge, args(ArgFrom, ArgKeyMemory, ArgLimit)},
-		strip:         Statement{myStrip, args(ArgKeyMemory, ArgFrom, ArgTo, ArgKeyMemory, ArgLimit)},
-		purgeHeld:     Statement{myPurgeHeld, args(ArgFrom, ArgKeyMemory, ArgLimit)},
-		stripHeld:     Statement{myStripHeld, args(ArgFrom, ArgTo, ArgKeyMemory, ArgLimit, ArgKeyMemory)},
-		legacyWindow:  Statement{myLegacyWindow, args(ArgFrom, ArgRetention, ArgKeyMemory, ArgRetention, ArgLimit)},
-		legacyPurge:   Statement{myLegacyPurge, args(ArgFrom, ArgRetention, ArgKeyMemory, ArgRetention, ArgLimit)},
-		// READ COMMITTED: under REPEATABLE READ a batch locks the gap
-		// before the first row past its window (every gap of the index, if
-		// the optimizer runs it as a full scan), where fresh claims go when
-		// no newer record lies between, so each would wait for the batch
-		// to commit; READ COMMITTED takes no gap locks. A batch whose
-		// purge or strip meets a row a transaction holds runs purgeHeld
-		// and stripHeld instead, which pass over it.
-		purgeIsolation:    sql.LevelReadCommitted,
-		resealRead:        Statement{myResealRead, args(ArgFrom, ArgSealedKey, ArgLimit)},
-		resealWrite:       Statement{myResealWrite, args(ArgBody, ArgSealedKey, ArgScope, ArgKey, ArgToken)},
-		resealLeft:        Statement{myResealLeft, args(ArgSealedKey)},
-		inspect:           Statement{myInspect, append(append(expiry, ArgRetention), ArgScope, ArgKey)},
-		inspectKey:        Statement{myInspectKey, append(append(expiry, ArgRetention), ArgKey, ArgLimit)},
-		columns:           columnsProbe,
-		stats:             Statement{myStats, args(ArgRetention)},
-		size:              Statement{mySize, args(ArgSchema, ArgBase)},
-		noReplicationWait: myNoReplicationWait,
+		Statements: Statements{
+			Version:       Statement{myVersion, args(ArgSchema, ArgBase)},
+			Insert:        Statement{insert, args(ArgScope, ArgKey, ArgOperation, ArgFingerprint, ArgLease, ArgExpiry)},
+			InsertOwn:     Statement{myInsertOwn, args(ArgScope, ArgKey, ArgOperation, ArgFingerprint, ArgToken, ArgLease, ArgExpiry)},
+			InsertDone:    Statement{myInsertDone, args(ArgScope, ArgKey, ArgOperation, ArgFingerprint, ArgToken, ArgLease, ArgExpiry, ArgExpiry, ArgMemory, ArgStatus, ArgHeader, ArgBody, ArgSealedKey, ArgRef)},
+			Takeover:      Statement{myTakeover, args(ArgOperation, ArgFingerprint, ArgLease, ArgExpiry, ArgScope, ArgKey, ArgToken, ArgRetention, ArgKeyMemory)},
+			InsertReturns: insertReturns,
+			Claimed:       Statement{myClaimed, args(ArgScope, ArgKey)},
+			Read:          Statement{myRead + lock, append(expiry, ArgScope, ArgKey)},
+			ReadCompleted: Statement{myReadCompleted + lock, args(ArgRetention, ArgScope, ArgKey, ArgRetention)},
+			State:         Statement{myState + lock, args(ArgScope, ArgKey)},
+			Complete:      Statement{myComplete, args(ArgStatus, ArgHeader, ArgBody, ArgSealedKey, ArgRef, ArgKeep, ArgKeep, ArgMemory, ArgKeep, ArgKeep, ArgScope, ArgKey, ArgToken)},
+			Extend:        Statement{myExtend, args(ArgLease, ArgScope, ArgKey, ArgToken)},
+			Release:       Statement{myRelease, args(ArgScope, ArgKey, ArgToken)},
+			Remove:        Statement{myRemove, args(ArgScope, ArgKey, ArgToken)},
+			PurgeWindow:   Statement{myPurgeWindow, args(ArgKeyMemory, ArgFrom, ArgLimit)},
+			Purge:         Statement{myPurge, args(ArgFrom, ArgKeyMemory, ArgLimit)},
+			Strip:         Statement{myStrip, args(ArgKeyMemory, ArgFrom, ArgTo, ArgKeyMemory, ArgLimit)},
+			LegacyWindow:  Statement{myLegacyWindow, args(ArgFrom, ArgRetention, ArgKeyMemory, ArgRetention, ArgLimit)},
+			LegacyPurge:   Statement{myLegacyPurge, args(ArgFrom, ArgRetention, ArgKeyMemory, ArgRetention, ArgLimit)},
+			// READ COMMITTED: under REPEATABLE READ a batch locks the gap
+			// before the first row past its window (every gap of the index, if
+			// the optimizer runs it as a full scan), where fresh claims go when
+			// no newer record lies between, so each would wait for the batch
+			// to commit; READ COMMITTED takes no gap locks. A batch whose
+			// purge or strip meets a row a transaction holds runs purgeHeld
+			// and stripHeld instead, which pass over it.
+			PurgeIsolation:    sql.LevelReadCommitted,
+			ResealRead:        Statement{myResealRead, args(ArgFrom, ArgSealedKey, ArgLimit)},
+			ResealWrite:       Statement{myResealWrite, args(ArgBody, ArgSealedKey, ArgScope, ArgKey, ArgToken)},
+			ResealLeft:        Statement{myResealLeft, args(ArgSealedKey)},
+			Inspect:           Statement{myInspect, append(append(expiry, ArgRetention), ArgScope, ArgKey)},
+			InspectKey:        Statement{myInspectKey, append(append(expiry, ArgRetention), ArgKey, ArgLimit)},
+			Stats:             Statement{myStats, args(ArgRetention)},
+			Size:              Statement{mySize, args(ArgSchema, ArgBase)},
+			NoReplicationWait: myNoReplicationWait,
+		},
+		purgeHeld: Statement{myPurgeHeld, args(ArgFrom, ArgKeyMemory, ArgLimit)},
+		stripHeld: Statement{myStripHeld, args(ArgFrom, ArgTo, ArgKeyMemory, ArgLimit, ArgKeyMemory)},
+		columns:   columnsProbe,
 	}).rendered(table{parts: parts, quoted: quoted}, ddl)
 }
 
@@ -125,7 +127,7 @@ WHERE table_schema = COALESCE(?, DATABASE()) AND table_name = ?`
 // A token is the clock in microseconds since the Unix epoch,
 // TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)), or
 // one more than the token before it, but for a new claim of Do's, whose
-// token Do chose (insertOwn). forget_at, NULL until the completion, is
+// token Do chose (InsertOwn). forget_at, NULL until the completion, is
 // named so that on a table of a schema version before it the claim fails
 // before fn runs, with the advice to migrate.
 const myInsert = `INSERT INTO idempotency_keys (scope, idem_key, operation, fingerprint, status, token, lease_until, created_at, expires_at, forget_at)
@@ -185,7 +187,7 @@ const (
 	myExpired = `(status = 'expired' OR status = 'completed' AND ` + myExpiry + ` <= UTC_TIMESTAMP(6))`
 )
 
-// myRead, myReadCompleted and myState are read, readCompleted and state
+// myRead, myReadCompleted and myState are Read, ReadCompleted and State
 // without their locking clause, which is the database's.
 const (
 	myRead = `SELECT operation, fingerprint, status, token, ` + myForgotten + `, ` + myExpired + `,
@@ -322,7 +324,7 @@ WHERE expires_at > UTC_TIMESTAMP(6) AND status = 'completed' AND NOT (sealed_key
 const myResealWrite = `UPDATE idempotency_keys SET response_headers = NULL, response_body = ?, sealed_key = ?
 WHERE scope = ? AND idem_key = ? AND token = ? AND status = 'completed'`
 
-// myInspectRecord is what inspect and inspectKey read of a record, with
+// myInspectRecord is what Inspect and InspectKey read of a record, with
 // the arguments of myForgotten and myExpired, then the retention.
 const myInspectRecord = `operation, fingerprint, status, token,
   TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', lease_until), TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', created_at),

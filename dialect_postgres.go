@@ -24,7 +24,7 @@ import (
 // statement arrived, the same for every use within one statement. A token
 // is that clock in microseconds since the Unix epoch, or one more than the
 // token before it, but for a new claim of Do's, whose token Do chose
-// (insertOwn).
+// (InsertOwn).
 var Postgres Dialect = mustDialect(DialectSpec{
 	Name:          "postgres",
 	statements:    postgresDialect{}.statements,
@@ -46,51 +46,53 @@ type postgresDialect struct{}
 func (postgresDialect) statements(parts []string) *statements {
 	quoted := `"` + strings.Join(parts, `"."`) + `"`
 	st := (&statements{
-		version:         Statement{pgVersion, args(ArgQuoted)},
-		built:           Statement{pgBuilt, args(ArgQuoted, ArgIndexName)},
-		builds:          pgBuilds,
-		dropUnbuilt:     "DROP INDEX CONCURRENTLY IF EXISTS ",
-		fresh:           pgFresh,
-		insert:          Statement{pgInsert, args(ArgScope, ArgKey, ArgOperation, ArgFingerprint, ArgLease, ArgExpiry)},
-		insertOwn:       Statement{pgInsertOwn, args(ArgScope, ArgKey, ArgOperation, ArgFingerprint, ArgToken, ArgLease, ArgExpiry)},
-		insertDone:      Statement{pgInsertDone, args(ArgScope, ArgKey, ArgOperation, ArgFingerprint, ArgToken, ArgLease, ArgExpiry, ArgMemory, ArgStatus, ArgHeader, ArgBody, ArgSealedKey, ArgRef)},
-		takeover:        Statement{pgTakeover, args(ArgOperation, ArgFingerprint, ArgLease, ArgExpiry, ArgScope, ArgKey, ArgToken, ArgRetention, ArgKeyMemory)},
-		insertReturns:   Returning{Token: true, Lag: true},
-		takeoverReturns: Returning{Token: true, Lag: true},
-		read:            Statement{pgRead, args(ArgRetention, ArgKeyMemory, ArgScope, ArgKey)},
-		readAfterClaim:  Statement{pgReadAfterClaim, args(ArgRetention, ArgKeyMemory, ArgScope, ArgKey)},
-		readCompleted:   Statement{pgReadCompleted, args(ArgScope, ArgKey, ArgRetention)},
+		Statements: Statements{
+			Version:         Statement{pgVersion, args(ArgQuoted)},
+			Insert:          Statement{pgInsert, args(ArgScope, ArgKey, ArgOperation, ArgFingerprint, ArgLease, ArgExpiry)},
+			InsertOwn:       Statement{pgInsertOwn, args(ArgScope, ArgKey, ArgOperation, ArgFingerprint, ArgToken, ArgLease, ArgExpiry)},
+			InsertDone:      Statement{pgInsertDone, args(ArgScope, ArgKey, ArgOperation, ArgFingerprint, ArgToken, ArgLease, ArgExpiry, ArgMemory, ArgStatus, ArgHeader, ArgBody, ArgSealedKey, ArgRef)},
+			Takeover:        Statement{pgTakeover, args(ArgOperation, ArgFingerprint, ArgLease, ArgExpiry, ArgScope, ArgKey, ArgToken, ArgRetention, ArgKeyMemory)},
+			InsertReturns:   Returning{Token: true, Lag: true},
+			TakeoverReturns: Returning{Token: true, Lag: true},
+			Read:            Statement{pgRead, args(ArgRetention, ArgKeyMemory, ArgScope, ArgKey)},
+			ReadCompleted:   Statement{pgReadCompleted, args(ArgScope, ArgKey, ArgRetention)},
+			State:           Statement{pgState, args(ArgScope, ArgKey)},
+			Complete:        Statement{pgComplete, args(ArgStatus, ArgHeader, ArgBody, ArgSealedKey, ArgKeep, ArgMemory, ArgScope, ArgKey, ArgToken, ArgRef)},
+			Extend:          Statement{pgExtend, args(ArgLease, ArgScope, ArgKey, ArgToken)},
+			Release:         Statement{pgRelease, args(ArgScope, ArgKey, ArgToken)},
+			Remove:          Statement{pgRemove, args(ArgScope, ArgKey, ArgToken)},
+			PurgeWindow:     Statement{pgPurgeWindow, args(ArgFrom, ArgLimit, ArgKeyMemory)},
+			Purge:           Statement{pgPurge, args(ArgFrom, ArgLimit, ArgKeyMemory)},
+			Strip:           Statement{pgStrip, args(ArgFrom, ArgLimit, ArgKeyMemory, ArgTo)},
+			LegacyWindow:    Statement{pgLegacyWindow, args(ArgFrom, ArgRetention, ArgLimit, ArgKeyMemory)},
+			LegacyPurge:     Statement{pgLegacyPurge, args(ArgFrom, ArgRetention, ArgLimit, ArgKeyMemory)},
+			// READ COMMITTED whatever the server's default: no serialization
+			// failures against live traffic.
+			PurgeIsolation: sql.LevelReadCommitted,
+			ResealRead:     Statement{pgResealRead, args(ArgFrom, ArgSealedKey, ArgLimit)},
+			ResealWrite:    Statement{pgResealWrite, args(ArgBody, ArgSealedKey, ArgScope, ArgKey, ArgToken)},
+			ResealLeft:     Statement{pgResealLeft, args(ArgSealedKey)},
+			Inspect:        Statement{pgInspect, args(ArgRetention, ArgKeyMemory, ArgScope, ArgKey)},
+			InspectKey:     Statement{pgInspectKey, args(ArgRetention, ArgKeyMemory, ArgKey, ArgLimit)},
+			Stats:          Statement{pgStats, args(ArgRetention)},
+			Size:           Statement{pgSize, args(ArgQuoted)},
+		},
+		built:          Statement{pgBuilt, args(ArgQuoted, ArgIndexName)},
+		builds:         pgBuilds,
+		dropUnbuilt:    "DROP INDEX CONCURRENTLY IF EXISTS ",
+		fresh:          pgFresh,
+		readAfterClaim: Statement{pgReadAfterClaim, args(ArgRetention, ArgKeyMemory, ArgScope, ArgKey)},
 		// A plain read, which locks nothing.
 		readFirstWhenReplaying: true,
-		state:                  Statement{pgState, args(ArgScope, ArgKey)},
-		complete:               Statement{pgComplete, args(ArgStatus, ArgHeader, ArgBody, ArgSealedKey, ArgKeep, ArgMemory, ArgScope, ArgKey, ArgToken, ArgRef)},
 		completeLast:           Statement{pgCompleteLast, args(ArgStatus, ArgHeader, ArgBody, ArgSealedKey, ArgKeep, ArgMemory, ArgScope, ArgKey, ArgToken, ArgRef)},
-		extend:                 Statement{pgExtend, args(ArgLease, ArgScope, ArgKey, ArgToken)},
-		release:                Statement{pgRelease, args(ArgScope, ArgKey, ArgToken)},
-		remove:                 Statement{pgRemove, args(ArgScope, ArgKey, ArgToken)},
-		purgeWindow:            Statement{pgPurgeWindow, args(ArgFrom, ArgLimit, ArgKeyMemory)},
-		purge:                  Statement{pgPurge, args(ArgFrom, ArgLimit, ArgKeyMemory)},
-		strip:                  Statement{pgStrip, args(ArgFrom, ArgLimit, ArgKeyMemory, ArgTo)},
-		legacyWindow:           Statement{pgLegacyWindow, args(ArgFrom, ArgRetention, ArgLimit, ArgKeyMemory)},
-		legacyPurge:            Statement{pgLegacyPurge, args(ArgFrom, ArgRetention, ArgLimit, ArgKeyMemory)},
-		// READ COMMITTED whatever the server's default: no serialization
-		// failures against live traffic.
-		purgeIsolation: sql.LevelReadCommitted,
-		resealRead:     Statement{pgResealRead, args(ArgFrom, ArgSealedKey, ArgLimit)},
-		resealWrite:    Statement{pgResealWrite, args(ArgBody, ArgSealedKey, ArgScope, ArgKey, ArgToken)},
-		resealLeft:     Statement{pgResealLeft, args(ArgSealedKey)},
-		inspect:        Statement{pgInspect, args(ArgRetention, ArgKeyMemory, ArgScope, ArgKey)},
-		inspectKey:     Statement{pgInspectKey, args(ArgRetention, ArgKeyMemory, ArgKey, ArgLimit)},
-		columns:        columnsProbe,
-		stats:          Statement{pgStats, args(ArgRetention)},
-		size:           Statement{pgSize, args(ArgQuoted)},
-		replicated:     Statement{SQL: pgReplicated},
-		flushed:        Statement{SQL: pgFlushed},
+		columns:                columnsProbe,
+		replicated:             Statement{SQL: pgReplicated},
+		flushed:                Statement{SQL: pgFlushed},
 	}).rendered(table{parts: parts, quoted: quoted}, schema.Postgres)
 	if len(parts) == 2 {
 		// An index is dropped by its name in its table's schema, which is
 		// not on the search_path.
-		for _, ddl := range st.migrations {
+		for _, ddl := range st.Migrations {
 			for i, s := range ddl {
 				ddl[i] = strings.Replace(s, "DROP INDEX CONCURRENTLY IF EXISTS ", `DROP INDEX CONCURRENTLY IF EXISTS "`+parts[0]+`".`, 1)
 			}

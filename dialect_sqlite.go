@@ -57,41 +57,43 @@ func (sqliteDialect) statements(parts []string) *statements {
 	quoted := `"` + strings.Join(parts, `"."`) + `"`
 	expiry := args(ArgRetention, ArgKeyMemory, ArgRetention, ArgRetention) // sqForgotten, sqExpired
 	st := (&statements{
-		version:         Statement{sqVersion, args(ArgBase, ArgSchema, ArgBase, ArgSchema, ArgIndex, ArgSchema, ArgBase)},
-		insert:          Statement{sqInsert, args(ArgScope, ArgKey, ArgOperation, ArgFingerprint, ArgLease, ArgExpiry)},
-		insertOwn:       Statement{sqInsertOwn, args(ArgScope, ArgKey, ArgOperation, ArgFingerprint, ArgToken, ArgLease, ArgExpiry)},
-		insertDone:      Statement{sqInsertDone, args(ArgScope, ArgKey, ArgOperation, ArgFingerprint, ArgToken, ArgLease, ArgExpiry, ArgExpiry, ArgMemory, ArgStatus, ArgHeader, ArgBody, ArgSealedKey, ArgRef)},
-		takeover:        Statement{sqTakeover, args(ArgOperation, ArgFingerprint, ArgLease, ArgExpiry, ArgScope, ArgKey, ArgToken, ArgRetention, ArgKeyMemory)},
-		insertReturns:   Returning{Token: true, Lag: true},
-		takeoverReturns: Returning{Token: true, Lag: true},
-		read:            Statement{sqRead, append(expiry, ArgScope, ArgKey)},
-		readCompleted:   Statement{sqReadCompleted, args(ArgRetention, ArgScope, ArgKey, ArgRetention)},
-		state:           Statement{sqState, args(ArgScope, ArgKey)},
-		complete:        Statement{sqComplete, args(ArgStatus, ArgHeader, ArgBody, ArgSealedKey, ArgRef, ArgKeep, ArgKeep, ArgMemory, ArgKeep, ArgKeep, ArgScope, ArgKey, ArgToken)},
-		extend:          Statement{sqExtend, args(ArgLease, ArgScope, ArgKey, ArgToken)},
-		release:         Statement{sqRelease, args(ArgScope, ArgKey, ArgToken)},
-		remove:          Statement{sqRemove, args(ArgScope, ArgKey, ArgToken)},
-		purgeWindow:     Statement{sqPurgeWindow, args(ArgKeyMemory, ArgFrom, ArgLimit)},
-		purge:           Statement{sqPurge, args(ArgFrom, ArgKeyMemory, ArgLimit)},
-		strip:           Statement{sqStrip, args(ArgKeyMemory, ArgFrom, ArgTo, ArgKeyMemory, ArgLimit)},
-		legacyWindow:    Statement{sqLegacyWindow, args(ArgFrom, ArgRetention, ArgKeyMemory, ArgRetention, ArgLimit)},
-		legacyPurge:     Statement{sqLegacyPurge, args(ArgFrom, ArgRetention, ArgKeyMemory, ArgRetention, ArgLimit)},
-		// The default: every SQLite transaction is SERIALIZABLE.
-		purgeIsolation:    sql.LevelDefault,
-		resealRead:        Statement{sqResealRead, args(ArgFrom, ArgSealedKey, ArgLimit)},
-		resealWrite:       Statement{sqResealWrite, args(ArgBody, ArgSealedKey, ArgScope, ArgKey, ArgToken)},
-		resealLeft:        Statement{sqResealLeft, args(ArgSealedKey)},
-		inspect:           Statement{sqInspect, append(append(expiry, ArgRetention), ArgScope, ArgKey)},
-		inspectKey:        Statement{sqInspectKey, append(append(expiry, ArgRetention), ArgKey, ArgLimit)},
-		columns:           columnsProbe,
-		stats:             Statement{sqStats, args(ArgRetention)},
-		size:              Statement{sqSize, args(ArgSchema, ArgBase, ArgSchema, ArgIndex)},
-		noReplicationWait: "SQLite has no standbys; a replicated SQLite (Litestream, LiteFS) is outside what idem can wait for",
+		Statements: Statements{
+			Version:         Statement{sqVersion, args(ArgBase, ArgSchema, ArgBase, ArgSchema, ArgIndex, ArgSchema, ArgBase)},
+			Insert:          Statement{sqInsert, args(ArgScope, ArgKey, ArgOperation, ArgFingerprint, ArgLease, ArgExpiry)},
+			InsertOwn:       Statement{sqInsertOwn, args(ArgScope, ArgKey, ArgOperation, ArgFingerprint, ArgToken, ArgLease, ArgExpiry)},
+			InsertDone:      Statement{sqInsertDone, args(ArgScope, ArgKey, ArgOperation, ArgFingerprint, ArgToken, ArgLease, ArgExpiry, ArgExpiry, ArgMemory, ArgStatus, ArgHeader, ArgBody, ArgSealedKey, ArgRef)},
+			Takeover:        Statement{sqTakeover, args(ArgOperation, ArgFingerprint, ArgLease, ArgExpiry, ArgScope, ArgKey, ArgToken, ArgRetention, ArgKeyMemory)},
+			InsertReturns:   Returning{Token: true, Lag: true},
+			TakeoverReturns: Returning{Token: true, Lag: true},
+			Read:            Statement{sqRead, append(expiry, ArgScope, ArgKey)},
+			ReadCompleted:   Statement{sqReadCompleted, args(ArgRetention, ArgScope, ArgKey, ArgRetention)},
+			State:           Statement{sqState, args(ArgScope, ArgKey)},
+			Complete:        Statement{sqComplete, args(ArgStatus, ArgHeader, ArgBody, ArgSealedKey, ArgRef, ArgKeep, ArgKeep, ArgMemory, ArgKeep, ArgKeep, ArgScope, ArgKey, ArgToken)},
+			Extend:          Statement{sqExtend, args(ArgLease, ArgScope, ArgKey, ArgToken)},
+			Release:         Statement{sqRelease, args(ArgScope, ArgKey, ArgToken)},
+			Remove:          Statement{sqRemove, args(ArgScope, ArgKey, ArgToken)},
+			PurgeWindow:     Statement{sqPurgeWindow, args(ArgKeyMemory, ArgFrom, ArgLimit)},
+			Purge:           Statement{sqPurge, args(ArgFrom, ArgKeyMemory, ArgLimit)},
+			Strip:           Statement{sqStrip, args(ArgKeyMemory, ArgFrom, ArgTo, ArgKeyMemory, ArgLimit)},
+			LegacyWindow:    Statement{sqLegacyWindow, args(ArgFrom, ArgRetention, ArgKeyMemory, ArgRetention, ArgLimit)},
+			LegacyPurge:     Statement{sqLegacyPurge, args(ArgFrom, ArgRetention, ArgKeyMemory, ArgRetention, ArgLimit)},
+			// The default: every SQLite transaction is SERIALIZABLE.
+			PurgeIsolation:    sql.LevelDefault,
+			ResealRead:        Statement{sqResealRead, args(ArgFrom, ArgSealedKey, ArgLimit)},
+			ResealWrite:       Statement{sqResealWrite, args(ArgBody, ArgSealedKey, ArgScope, ArgKey, ArgToken)},
+			ResealLeft:        Statement{sqResealLeft, args(ArgSealedKey)},
+			Inspect:           Statement{sqInspect, append(append(expiry, ArgRetention), ArgScope, ArgKey)},
+			InspectKey:        Statement{sqInspectKey, append(append(expiry, ArgRetention), ArgKey, ArgLimit)},
+			Stats:             Statement{sqStats, args(ArgRetention)},
+			Size:              Statement{sqSize, args(ArgSchema, ArgBase, ArgSchema, ArgIndex)},
+			NoReplicationWait: "SQLite has no standbys; a replicated SQLite (Litestream, LiteFS) is outside what idem can wait for",
+		},
+		columns: columnsProbe,
 	}).rendered(table{parts: parts, quoted: quoted, schemaName: "main"}, schema.SQLite)
 	if len(parts) == 2 {
 		// SQLite qualifies an index's name with the schema (the attached
 		// database) and never the table it is on.
-		for _, ddl := range st.migrations {
+		for _, ddl := range st.Migrations {
 			for i, s := range ddl {
 				for _, suffix := range []string{"_created_at_idx", "_expires_at_idx", "_legacy_idx"} {
 					index := parts[1] + suffix
@@ -117,7 +119,7 @@ FROM pragma_table_list WHERE schema = ? AND name = ? COLLATE NOCASE`
 // sqNow is the database clock in microseconds since the Unix epoch. SQLite's
 // 'now' has millisecond resolution and is the same for every use within one
 // statement. A token is that clock, or one more than the token before it,
-// but for a new claim of Do's, whose token Do chose (insertOwn).
+// but for a new claim of Do's, whose token Do chose (InsertOwn).
 const sqNow = "(CAST(ROUND(unixepoch('now', 'subsec') * 1000) AS INTEGER) * 1000)"
 
 // A claim statement never waits for another transaction that holds the

@@ -71,7 +71,7 @@ func (tidbDialect) statements(parts []string) *statements {
 	// FOR UPDATE is a current read in a pessimistic transaction: it sees
 	// the latest committed row whatever the transaction's snapshot.
 	st := myStatements(parts, schema.TiDB, myInsert, Returning{}, myForUpdate)
-	st.noReplicationWait = "TiDB commits through Raft to a majority of each region's TiKV replicas, so an acknowledged commit already survives the loss of a minority of them: there is nothing to wait for"
+	st.NoReplicationWait = "TiDB commits through Raft to a majority of each region's TiKV replicas, so an acknowledged commit already survives the loss of a minority of them: there is nothing to wait for"
 	// Its purge and strip wait for a held row: it has no SKIP LOCKED.
 	st.purgeHeld, st.stripHeld = Statement{}, Statement{}
 	// The purge's windows are read ahead over a span, and its batches
@@ -82,12 +82,12 @@ func (tidbDialect) statements(parts []string) *statements {
 		to Statement
 	}{
 		{&st.purgeStart, Statement{tidbPurgeStart, args(ArgFrom)}},
-		{&st.purgeWindow, Statement{tidbPurgeWindow, args(ArgKeyMemory, ArgFrom, ArgUpto, ArgLimit)}},
-		{&st.purge, Statement{tidbPurge, args(ArgFrom, ArgTo, ArgKeyMemory)}},
-		{&st.strip, Statement{tidbStrip, args(ArgKeyMemory, ArgFrom, ArgTo, ArgKeyMemory)}},
+		{&st.PurgeWindow, Statement{tidbPurgeWindow, args(ArgKeyMemory, ArgFrom, ArgUpto, ArgLimit)}},
+		{&st.Purge, Statement{tidbPurge, args(ArgFrom, ArgTo, ArgKeyMemory)}},
+		{&st.Strip, Statement{tidbStrip, args(ArgKeyMemory, ArgFrom, ArgTo, ArgKeyMemory)}},
 		{&st.legacyStart, Statement{tidbLegacyStart, legacy}},
-		{&st.legacyWindow, Statement{tidbLegacyWindow, append(legacy, ArgUpto, ArgLimit)}},
-		{&st.legacyPurge, Statement{tidbLegacyPurge, append(legacy, ArgTo)}},
+		{&st.LegacyWindow, Statement{tidbLegacyWindow, append(legacy, ArgUpto, ArgLimit)}},
+		{&st.LegacyPurge, Statement{tidbLegacyPurge, append(legacy, ArgTo)}},
 	} {
 		*b.st = b.to
 		b.st.SQL = render(b.st.SQL, st.table.quoted, st.table.base())

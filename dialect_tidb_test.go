@@ -41,16 +41,16 @@ func TestTiDBStatements(t *testing.T) {
 		return galeraComment.ReplaceAllString(q, "")
 	}
 	for name, q := range map[string][2]Statement{
-		"read":          {my.read, ti.read},
-		"readCompleted": {my.readCompleted, ti.readCompleted},
-		"state":         {my.state, ti.state},
+		"read":          {my.Read, ti.Read},
+		"readCompleted": {my.ReadCompleted, ti.ReadCompleted},
+		"state":         {my.State, ti.State},
 	} {
 		if !strings.HasSuffix(q[0].SQL, " LOCK IN SHARE MODE") || !strings.HasSuffix(q[1].SQL, " FOR UPDATE") ||
 			strings.TrimSuffix(onGalera(q[0].SQL), " LOCK IN SHARE MODE") != strings.TrimSuffix(q[1].SQL, " FOR UPDATE") {
 			t.Errorf("%s: MySQL %q, TiDB %q; want the same read, locked in share mode and for update", name, q[0].SQL, q[1].SQL)
 		}
 	}
-	if a, b := my.insert, ti.insert; onGalera(a.SQL) != b.SQL {
+	if a, b := my.Insert, ti.Insert; onGalera(a.SQL) != b.SQL {
 		t.Errorf("insert differs: MySQL %q, TiDB %q", a.SQL, b.SQL)
 	}
 	if ok := TiDB.lockWaiter() != nil; TiDB.Name() != "tidb" || !ok {

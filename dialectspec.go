@@ -2,13 +2,10 @@ package idem
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"reflect"
 	"strings"
-	"unicode"
-	"unicode/utf8"
 )
 
 // DialectSpec is a database family as data, for [NewDialect]: its
@@ -71,107 +68,6 @@ type DialectSpec struct {
 	literals      func(c Conn) func(Query) Query
 	boundLockWait lockWaiter
 	claimGone     func(err error) bool
-}
-
-// Statements are a dialect's statements for one table, as data: each
-// statement's text, whole, with the table's name in it, and what it takes
-// in place of each placeholder ([Arg]). Times come from the database
-// clock; durations are in microseconds. The statements that change a
-// claim after it was made (Complete, Extend, Release, Remove,
-// ResealWrite) are fenced: they change the record only while it is the
-// claim with the given token, and then always change a column, so that a
-// database that counts changed rows reports the match. Every Statement is
-// required but Claimed; the statements struct in idem's dialect.go
-// describes each at length, and idem's own (StatementsOf) show what each
-// returns, in which order.
-type Statements struct {
-	// Quoted is the table's whole name, quoted as the statements name it.
-	Quoted string
-	// Schema is the schema of a table named without one, as ArgSchema
-	// gives it: nil for the connection's.
-	Schema any
-	// Migrations is the DDL of each schema version, in order, each as its
-	// statements: Migrations[i] brings a table of version i (0: absent)
-	// to version i+1. Each is safe to run again once it has run, or fails
-	// without changing anything (Applied).
-	Migrations [][]string
-	// Version reads whether the table exists (a boolean) and the schema
-	// version it is of ("idem schema N", or "" for version 1).
-	Version Statement
-	// Insert claims a new key as processing with a token from the
-	// database clock, its lease and expiry (ArgExpiry), or does nothing
-	// when the key has a record; InsertReturns says what it returns.
-	Insert Statement
-	// InsertOwn is Insert with the claim's token given (ArgToken). It
-	// returns nothing.
-	InsertOwn Statement
-	// InsertDone is InsertOwn of a record completed in the same statement:
-	// its response stored. It returns nothing.
-	InsertDone Statement
-	// Takeover makes the record a new processing claim, if its token is
-	// still the one read and it may be taken over (released, lease ended,
-	// forgotten); TakeoverReturns says what it returns.
-	Takeover Statement
-	// InsertReturns and TakeoverReturns are what Insert and Takeover
-	// return when they claim.
-	InsertReturns, TakeoverReturns Returning
-	// Claimed reads the token of the claim the transaction has just made
-	// and how long ago (µs) its statement started: required where Insert
-	// or Takeover do not return both.
-	Claimed Statement
-	// Read reads a record as last committed: operation, fingerprint,
-	// status, token, forgotten, expired, lease left (µs), response status,
-	// header, body and sealed_key.
-	Read Statement
-	// ReadCompleted reads a completed record within its expiry: what Read
-	// reads of the response and request, then the time left to its
-	// expiry (µs).
-	ReadCompleted Statement
-	// State reads a record's status and token as last committed.
-	State Statement
-	// Complete stores the claim's response. Fenced.
-	Complete Statement
-	// Extend moves the lease's end to at least ArgLease from now. Fenced.
-	Extend Statement
-	// Release ends the claim without a result. Fenced.
-	Release Statement
-	// Remove deletes Do's claim after its function failed. Fenced on the
-	// token.
-	Remove Statement
-	// PurgeWindow reads, locking nothing, how many records from the cursor
-	// have expired (at most ArgLimit), the expiry of the last (µs), and
-	// how many of them Strip would make tombstones.
-	PurgeWindow Statement
-	// Purge deletes those records, but for the completed ones whose
-	// forget time is ahead, and never a live claim.
-	Purge Statement
-	// Strip makes tombstones of those records whose forget time is ahead.
-	Strip Statement
-	// LegacyWindow and LegacyPurge are PurgeWindow (without tombstones)
-	// and Purge of the records without an expiry, by created_at.
-	LegacyWindow, LegacyPurge Statement
-	// PurgeIsolation is the isolation level of each purge batch's
-	// transaction.
-	PurgeIsolation sql.IsolationLevel
-	// ResealRead reads and locks at most ArgLimit completed records whose
-	// response is not sealed with ArgSealedKey: scope, key, operation,
-	// token, expires_at (µs), sealed_key, header and body.
-	ResealRead Statement
-	// ResealLeft counts the records ResealRead would read.
-	ResealLeft Statement
-	// ResealWrite stores a record's response sealed anew. Fenced.
-	ResealWrite Statement
-	// Inspect reads a record for a person, locking nothing.
-	Inspect Statement
-	// InspectKey reads the records of a key in every scope.
-	InspectKey Statement
-	// Stats counts the records per status.
-	Stats Statement
-	// Size reads the bytes of the table and of its indexes.
-	Size Statement
-	// NoReplicationWait says what the database offers instead of waiting
-	// for its replicas, for [Store.WaitReplicated]'s error.
-	NoReplicationWait string
 }
 
 // NewDialect returns the Dialect that spec describes, or an error naming
@@ -242,49 +138,17 @@ func StatementsOf(d Dialect, table []string) (Statements, error) {
 	if err != nil {
 		return Statements{}, err
 	}
-	st := d.statements(parts)
-	pub := Statements{Quoted: st.table.quoted, Schema: st.table.schemaName}
-	pv, iv := reflect.ValueOf(&pub).Elem(), reflect.ValueOf(st).Elem()
-	for _, f := range publicFields() {
-		pv.FieldByIndex(f.Index).Set(unexported(iv, f.Name))
-	}
-	return pub, nil
+	return d.statements(parts).Statements, nil
 }
 
 // internalStatements is a caller's statements for the table parts as
 // idem keeps them.
 func internalStatements(pub Statements, parts []string) *statements {
-	st := &statements{
-		columns: Statement{SQL: render(columnsProbeSQL, pub.Quoted, parts[len(parts)-1])},
-		table:   table{parts: parts, quoted: pub.Quoted, schemaName: pub.Schema},
+	return &statements{
+		Statements: pub,
+		columns:    Statement{SQL: render(columnsProbeSQL, pub.Quoted, parts[len(parts)-1])},
+		table:      table{parts: parts, quoted: pub.Quoted, schemaName: pub.Schema},
 	}
-	pv, iv := reflect.ValueOf(pub), reflect.ValueOf(st).Elem()
-	for _, f := range publicFields() {
-		unexported(iv, f.Name).Set(pv.FieldByIndex(f.Index))
-	}
-	return st
-}
-
-// publicFields are the fields of Statements that statements has too,
-// under the same name with a lower-case first letter: all but Quoted
-// and Schema, which are its table's.
-func publicFields() []reflect.StructField {
-	t := reflect.TypeFor[Statements]()
-	var fs []reflect.StructField
-	for i := range t.NumField() {
-		if f := t.Field(i); f.Name != "Quoted" && f.Name != "Schema" {
-			fs = append(fs, f)
-		}
-	}
-	return fs
-}
-
-// unexported is the field of st, a statements, that the field of
-// Statements named name is, as a settable value.
-func unexported(st reflect.Value, name string) reflect.Value {
-	r, n := utf8.DecodeRuneInString(name)
-	f := st.FieldByName(string(unicode.ToLower(r)) + name[n:])
-	return reflect.NewAt(f.Type(), f.Addr().UnsafePointer()).Elem()
 }
 
 // checkStatements says what st lacks, or returns "".
@@ -292,26 +156,27 @@ func checkStatements(st *statements) string {
 	if st.table.quoted == "" {
 		return "Statements: no Quoted table name"
 	}
-	if len(st.migrations) == 0 {
+	if len(st.Migrations) == 0 {
 		return "Statements: no Migrations"
 	}
-	iv := reflect.ValueOf(st).Elem()
-	for _, f := range publicFields() {
-		s, ok := unexported(iv, f.Name).Interface().(Statement)
+	v := reflect.ValueOf(st.Statements)
+	for i := range v.NumField() {
+		s, ok := v.Field(i).Interface().(Statement)
 		if !ok {
 			continue
 		}
-		if strings.TrimSpace(s.SQL) == "" && f.Name != "Claimed" {
-			return "Statements: no " + f.Name
+		name := v.Type().Field(i).Name
+		if strings.TrimSpace(s.SQL) == "" && name != "Claimed" {
+			return "Statements: no " + name
 		}
 		for _, a := range s.Args {
 			if a >= argEnd {
-				return fmt.Sprintf("Statements: %s takes Arg %d, which is none", f.Name, a)
+				return fmt.Sprintf("Statements: %s takes Arg %d, which is none", name, a)
 			}
 		}
 	}
 	both := Returning{Token: true, Lag: true}
-	if st.claimed.SQL == "" && (st.insertReturns != both || st.takeoverReturns != both) {
+	if st.Claimed.SQL == "" && (st.InsertReturns != both || st.TakeoverReturns != both) {
 		return "Statements: no Claimed, and Insert or Takeover does not return the token and the lag"
 	}
 	return ""

@@ -73,7 +73,7 @@ func (s *Store) InspectOn(ctx context.Context, db Conn, scope, key string) (*Rec
 	}
 	rec := Record{Scope: scope, Key: key}
 	var cols recordColumns
-	q := s.st.query(s.st.inspect, &values{req: req, retention: micros(s.retention), keyMemory: micros(s.keyMemory)})
+	q := s.st.query(s.st.Inspect, &values{req: req, retention: micros(s.retention), keyMemory: micros(s.keyMemory)})
 	err := s.conn(db).queryRow(ctx, q, cols.dest(&rec)...)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil
@@ -113,7 +113,7 @@ func (s *Store) InspectKeyOn(ctx context.Context, db Conn, key string, limit int
 		return nil, fmt.Errorf("idem: InspectKey limit must be positive, got %d", limit)
 	}
 	var recs []Record
-	q := s.st.query(s.st.inspectKey, &values{req: Request{Key: key}, retention: micros(s.retention), keyMemory: micros(s.keyMemory), limit: limit})
+	q := s.st.query(s.st.InspectKey, &values{req: Request{Key: key}, retention: micros(s.retention), keyMemory: micros(s.keyMemory), limit: limit})
 	err := s.conn(db).queryRows(ctx, q, func(scan func(...any) error) error {
 		rec := Record{Key: key}
 		var cols recordColumns
@@ -214,7 +214,7 @@ func (s *Store) StatsOn(ctx context.Context, db Conn) (Stats, error) {
 	}
 	c := s.conn(db)
 	st := Stats{ByStatus: map[Status]int64{}, TableBytes: -1, IndexBytes: -1}
-	err := c.queryRows(ctx, s.st.query(s.st.stats, &values{retention: micros(s.retention)}), func(scan func(...any) error) error {
+	err := c.queryRows(ctx, s.st.query(s.st.Stats, &values{retention: micros(s.retention)}), func(scan func(...any) error) error {
 		var (
 			status              Status
 			n, oldest, exp, now int64
@@ -235,7 +235,7 @@ func (s *Store) StatsOn(ctx context.Context, db Conn) (Stats, error) {
 		return Stats{}, s.inspectError(ctx, c, "stats", err)
 	}
 	var table, index sql.NullInt64
-	if err := c.queryRow(ctx, s.st.query(s.st.size, &values{}), &table, &index); err != nil && !errors.Is(err, sql.ErrNoRows) {
+	if err := c.queryRow(ctx, s.st.query(s.st.Size, &values{}), &table, &index); err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return Stats{}, s.inspectError(ctx, c, "size", err)
 	}
 	if table.Valid {

@@ -101,7 +101,7 @@ func TestSchemaStatementsUseTheTableName(t *testing.T) {
 	for _, d := range dialects {
 		st := d.statements([]string{"billing", "keys"})
 		var stmts []string
-		for _, step := range st.migrations {
+		for _, step := range st.Migrations {
 			stmts = append(stmts, step...)
 		}
 		all := strings.Join(stmts, "\n")
@@ -113,7 +113,7 @@ func TestSchemaStatementsUseTheTableName(t *testing.T) {
 				t.Errorf("%s: statement holds a ';': %s", d.Name(), s)
 			}
 		}
-		if q := st.query(st.version, &values{}); placeholders(q.SQL) != len(q.Args) || strings.Contains(q.SQL, DefaultTable) {
+		if q := st.query(st.Version, &values{}); placeholders(q.SQL) != len(q.Args) || strings.Contains(q.SQL, DefaultTable) {
 			t.Errorf("%s: version: %d placeholders, %d arguments:\n%s", d.Name(), placeholders(q.SQL), len(q.Args), q.SQL)
 		}
 	}
@@ -134,7 +134,7 @@ func TestMigrationsTakeTheStoresRetention(t *testing.T) {
 		t.Fatal(err)
 	}
 	var updates, defaults int
-	for _, stmt := range s.st.migrations[3] { // version 4's
+	for _, stmt := range s.st.Migrations[3] { // version 4's
 		switch {
 		case strings.HasPrefix(stmt, "UPDATE "):
 			updates++
@@ -177,16 +177,16 @@ func TestVersionComment(t *testing.T) {
 func TestStatementsAreWhole(t *testing.T) {
 	for _, d := range dialects {
 		st := d.statements([]string{"billing", "keys"})
-		returnsAll := st.insertReturns == Returning{true, true} && st.takeoverReturns == Returning{true, true}
-		if (st.claimed.SQL == "") != returnsAll {
-			t.Errorf("%s: claimed %q, but the claim statements return %v and %v", d.Name(), st.claimed.SQL, st.insertReturns, st.takeoverReturns)
+		returnsAll := st.InsertReturns == Returning{true, true} && st.TakeoverReturns == Returning{true, true}
+		if (st.Claimed.SQL == "") != returnsAll {
+			t.Errorf("%s: claimed %q, but the claim statements return %v and %v", d.Name(), st.Claimed.SQL, st.InsertReturns, st.TakeoverReturns)
 		}
 		// A dialect whose purge windows are read ahead (purgeStart) bounds
 		// each window's read and each batch's statements; no other does,
 		// but for strip, which every dialect bounds at its window's end, so
 		// that a batch without a tombstone to make scans no further.
-		if !slices.Contains(st.strip.Args, ArgTo) {
-			t.Errorf("%s: strip does not stop at ArgTo:\n%s", d.Name(), st.strip.SQL)
+		if !slices.Contains(st.Strip.Args, ArgTo) {
+			t.Errorf("%s: strip does not stop at ArgTo:\n%s", d.Name(), st.Strip.SQL)
 		}
 		// purgeHeld and stripHeld come together, where purge and strip
 		// wait for held rows but a bounded wait can end at once.
@@ -203,8 +203,8 @@ func TestStatementsAreWhole(t *testing.T) {
 			start           Statement
 			window, batches []Statement
 		}{
-			{st.purgeStart, []Statement{st.purgeWindow}, []Statement{st.purge}},
-			{st.legacyStart, []Statement{st.legacyWindow}, []Statement{st.legacyPurge}},
+			{st.purgeStart, []Statement{st.PurgeWindow}, []Statement{st.Purge}},
+			{st.legacyStart, []Statement{st.LegacyWindow}, []Statement{st.LegacyPurge}},
 		} {
 			spanned := sweep.start.SQL != ""
 			for _, q := range sweep.window {

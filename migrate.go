@@ -33,7 +33,7 @@ func (s *Store) MigrateOn(ctx context.Context, db Conn) error {
 		return errors.New("idem: Migrate needs a database handle, got nil")
 	}
 	c := s.conn(db)
-	steps := s.st.migrations
+	steps := s.st.Migrations
 	v, err := s.schemaVersion(ctx, c)
 	if err != nil {
 		return &Error{Op: "migrate " + s.table, Err: err, Detail: "read its schema version: " + reason(err),
@@ -196,7 +196,7 @@ func (s *Store) schemaVersion(ctx context.Context, c conn) (int, error) {
 		exists  bool
 		comment string
 	)
-	if err := c.queryRow(ctx, s.st.query(s.st.version, &values{}), &exists, &comment); err != nil {
+	if err := c.queryRow(ctx, s.st.query(s.st.Version, &values{}), &exists, &comment); err != nil {
 		return 0, err
 	}
 	if !exists {

@@ -55,6 +55,6 @@ func (s *Store) configure() error {
 		return err
 	}
 	s.st = s.dialect.statements(parts)
-	s.st.migrations = withRetention(s.st.migrations, s.retention)
+	s.st.Migrations = withRetention(s.st.Migrations, s.retention)
 	return nil
 }

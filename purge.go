@@ -139,20 +139,20 @@ func (s *Store) purgeBatch(ctx context.Context, r Runner, limit int) (p Purged, 
 		s.observe(ctx, Event{Kind: EventPurgeBatch, Duration: start.elapsed(), Rows: p.Records(), Err: err})
 	}()
 	v := values{retention: micros(s.retention), keyMemory: micros(s.keyMemory), limit: limit}
-	legacy, err := s.purgeWindow(ctx, r, &s.legacySweep, s.st.legacyWindow, s.st.legacyStart, v, false)
+	legacy, err := s.purgeWindow(ctx, r, &s.legacySweep, s.st.LegacyWindow, s.st.legacyStart, v, false)
 	if err != nil {
 		return p, false, err
 	}
 	if legacy.rows > 0 {
 		if p, err = s.purgeIn(ctx, r, legacy, func(c conn, v *values) (Purged, error) {
-			n, err := c.exec(ctx, s.st.query(s.st.legacyPurge, v))
+			n, err := c.exec(ctx, s.st.query(s.st.LegacyPurge, v))
 			return Purged{Deleted: n}, err
 		}, v); err != nil || legacy.rows == int64(limit) {
 			return p, err == nil, err
 		}
 	}
 	v.limit = limit - int(legacy.rows)
-	due, err := s.purgeWindow(ctx, r, &s.expirySweep, s.st.purgeWindow, s.st.purgeStart, v, true)
+	due, err := s.purgeWindow(ctx, r, &s.expirySweep, s.st.PurgeWindow, s.st.purgeStart, v, true)
 	if err != nil || due.rows == 0 {
 		return p, false, err
 	}
@@ -173,7 +173,7 @@ func (s *Store) purgeBatch(ctx context.Context, r Runner, limit int) (p Purged, 
 // which pass over held rows; it then sets v.passed, and purgeIn moves
 // the cursor past the window.
 func (s *Store) purgeDue(ctx context.Context, c conn, v *values, tombstones bool) (p Purged, err error) {
-	purge, strip := s.st.query(s.st.purge, v), s.st.query(s.st.strip, v)
+	purge, strip := s.st.query(s.st.Purge, v), s.st.query(s.st.Strip, v)
 	purged := false
 	run := func() (err error) {
 		if !purged {
@@ -225,7 +225,7 @@ type window struct {
 // window, TiDB's, starts past the last one's end already.)
 func (s *Store) purgeIn(ctx context.Context, r Runner, w window, purge func(c conn, v *values) (Purged, error), v values) (p Purged, err error) {
 	v.from, v.to = w.first, w.last
-	err = InTx(ctx, r, s.st.purgeIsolation, func(tx Tx) (err error) {
+	err = InTx(ctx, r, s.st.PurgeIsolation, func(tx Tx) (err error) {
 		p, err = purge(s.conn(tx), &v)
 		return err
 	})
@@ -268,7 +268,7 @@ func (s *Store) purgeWindow(ctx context.Context, r Runner, sw *sweep, q, start S
 		if kept {
 			into = append(into, &w.kept)
 		}
-		err := InTx(ctx, r, s.st.purgeIsolation, func(tx Tx) error {
+		err := InTx(ctx, r, s.st.PurgeIsolation, func(tx Tx) error {
 			c := s.conn(tx)
 			if start.SQL != "" {
 				return s.spanned(ctx, c, sw, q, start, &w, v, into)

@@ -256,7 +256,7 @@ func (ws *standbyWatches) loop(s *Store, c conn, key any, watch *standbyWatch) {
 // configured, never later.
 func (s *Store) CheckWaitReplicated() error {
 	if s.st.replicated.SQL == "" {
-		return fmt.Errorf("idem: waiting for standbys is not supported on %s: %s", s.dialect.Name(), s.st.noReplicationWait)
+		return fmt.Errorf("idem: waiting for standbys is not supported on %s: %s", s.dialect.Name(), s.st.NoReplicationWait)
 	}
 	return nil
 }

@@ -110,7 +110,7 @@ func (s *Store) ResealLeftOn(ctx context.Context, db Conn) (int64, error) {
 	}
 	var n int64
 	c := s.conn(db)
-	if err := c.queryRow(ctx, s.st.query(s.st.resealLeft, &values{sealedKey: current}), &n); err != nil {
+	if err := c.queryRow(ctx, s.st.query(s.st.ResealLeft, &values{sealedKey: current}), &n); err != nil {
 		return 0, s.inspectError(ctx, c, "count the records to reseal", err)
 	}
 	return n, nil
@@ -136,7 +136,7 @@ func (s *Store) resealing(h any, limit int) (string, error) {
 // expiry from on, in one transaction, and returns how many and the expiry
 // of the last.
 func (s *Store) resealBatch(ctx context.Context, r Runner, current string, from int64, limit int) (n, last int64, err error) {
-	err = InTx(ctx, r, s.st.purgeIsolation, func(tx Tx) error {
+	err = InTx(ctx, r, s.st.PurgeIsolation, func(tx Tx) error {
 		c := s.conn(tx)
 		type sealedRecord struct {
 			req            Request
@@ -144,7 +144,7 @@ func (s *Store) resealBatch(ctx context.Context, r Runner, current string, from 
 			rec            keyRecord
 		}
 		var recs []sealedRecord
-		q := s.st.query(s.st.resealRead, &values{from: from, sealedKey: current, limit: limit})
+		q := s.st.query(s.st.ResealRead, &values{from: from, sealedKey: current, limit: limit})
 		err := c.queryRows(ctx, q, func(scan func(...any) error) error {
 			var r sealedRecord
 			if err := scan(&r.req.Scope, &r.req.Key, &r.req.Operation, &r.token, &r.expires, &r.rec.sealedKey.String, &r.rec.header, &r.rec.body); err != nil {
@@ -167,7 +167,7 @@ func (s *Store) resealBatch(ctx context.Context, r Runner, current string, from 
 			if err != nil {
 				return err
 			}
-			w := s.st.query(s.st.resealWrite, &values{req: r.req, token: r.token, body: sealed, sealedKey: current})
+			w := s.st.query(s.st.ResealWrite, &values{req: r.req, token: r.token, body: sealed, sealedKey: current})
 			if _, err := c.exec(ctx, w); err != nil {
 				return err
 			}
