@@ -173,7 +173,7 @@ type aesGCMSealer struct {
 // will for its key, until the key is deployed (or the row is put right):
 // a retry cannot succeed before, and is not worth making automatically.
 // errors.As finds the [*UnsealableError], which names the key.
-// idemserve answers it with an outcome of its own (Unopenable), idemhttp
+// idemserve answers it with an outcome of its own (Unsealable), idemhttp
 // with 501.
 var ErrUnsealable = errors.New("idem: the stored response cannot be opened")
 

@@ -132,7 +132,7 @@ type Config struct {
 	// Logger receives every error answered with a 500 Problem, whose
 	// detail does not show it to the client ([Middleware.Fail] included),
 	// a claim that could not be released, and once per key ID a stored
-	// response that cannot be opened (501 [TypeUnopenable]). Default
+	// response that cannot be opened (501 [TypeUnsealable]). Default
 	// [slog.Default].
 	Logger *slog.Logger
 	// Standbys, when positive, answers only what survives a failover of

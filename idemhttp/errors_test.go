@@ -30,8 +30,8 @@ func TestAnswerError(t *testing.T) {
 		retryAfter string
 		logged     bool
 	}{
-		{fmt.Errorf("wrapped: %w", idem.ErrMismatch), 422, TypeKeyReused, "", false},
-		{fmt.Errorf("wrapped: %w", idem.ErrExpired), 410, TypeKeyExpired, "", false},
+		{fmt.Errorf("wrapped: %w", idem.ErrMismatch), 422, TypeMismatch, "", false},
+		{fmt.Errorf("wrapped: %w", idem.ErrExpired), 410, TypeExpired, "", false},
 		{&idem.InFlightError{RetryAfter: 3 * time.Second}, 409, TypeInFlight, "2", false},
 		{&idem.InFlightError{RetryAfter: time.Second}, 409, TypeInFlight, "1", false},
 		{fmt.Errorf("%w: key taken over", idem.ErrLeaseLost), 409, TypeInFlight, "2", false},

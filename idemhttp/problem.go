@@ -26,10 +26,10 @@ const (
 	// TypeBodyUnread (400): reading the request body failed. Nothing ran;
 	// send the request again.
 	TypeBodyUnread = "https://github.com/idemkit/idem/blob/main/docs/http.md#body-unread"
-	// TypeKeyReused (422): the key was already used in this scope for
+	// TypeMismatch (422): the key was already used in this scope for
 	// another request (method, path, query or body). Do not retry: a new
 	// request needs a new key.
-	TypeKeyReused = "https://github.com/idemkit/idem/blob/main/docs/http.md#key-reused"
+	TypeMismatch = "https://github.com/idemkit/idem/blob/main/docs/http.md#key-reused"
 	// TypeFingerprintChanged (422): the key was already used, and the
 	// server has since changed which parts of a request it compares
 	// ([Config].FingerprintFields, FingerprintIgnore, FingerprintHeaders),
@@ -47,14 +47,14 @@ const (
 	// appears twice (in the same or another case), so that which one
 	// counts is not known. Nothing ran.
 	TypeBodyInvalidJSON = "https://github.com/idemkit/idem/blob/main/docs/http.md#body-invalid-json"
-	// TypeKeyExpired (410): the key was used and its stored response is
+	// TypeExpired (410): the key was used and its stored response is
 	// gone: its retention has passed, and the server keeps the key for its
 	// key memory (idem.WithKeyMemory) so that the request does not run a
 	// second time. Nothing ran. Do not retry with this key: fetch what it
 	// created, named by the Location header and the "reference" member
 	// when the request recorded it (Config.ReferenceField), or send a new
 	// request with a new key.
-	TypeKeyExpired = "https://github.com/idemkit/idem/blob/main/docs/http.md#key-expired"
+	TypeExpired = "https://github.com/idemkit/idem/blob/main/docs/http.md#key-expired"
 	// TypeInFlight (409, with Retry-After): another request holds the key,
 	// or took it over from this one. Retry with the same key and body to
 	// get its result.
@@ -73,16 +73,26 @@ const (
 	// TypeStreaming (500): the handler called Flush or Hijack, which the
 	// middleware refuses ([ErrStreaming]). A bug in the server's wiring.
 	TypeStreaming = "https://github.com/idemkit/idem/blob/main/docs/http.md#streaming-not-supported"
-	// TypeUnopenable (501): the key's request completed, but the server
+	// TypeUnsealable (501): the key's request completed, but the server
 	// cannot open the response it stored: it is sealed with a key this
 	// server lacks (idem.ErrUnsealable), a fault of its deployment that it
 	// logs. The request did not run again. A retry will not succeed until
 	// the server is fixed, and 501 is the server error that idemclient
 	// (and most retrying clients) do not retry; docs/http.md says why.
-	TypeUnopenable = "https://github.com/idemkit/idem/blob/main/docs/http.md#unopenable"
+	TypeUnsealable = "https://github.com/idemkit/idem/blob/main/docs/http.md#unopenable"
 	// TypeInternal (500): the server failed; the error is logged to
 	// [Config.Logger], not shown. Nothing was stored; retry with the same key.
 	TypeInternal = "https://github.com/idemkit/idem/blob/main/docs/http.md#internal"
+)
+
+// The names of v0.1.0, before each type took the name of the idem error
+// it stands for. Their values, the URIs a client sees, are unchanged.
+//
+// Deprecated: use TypeMismatch, TypeExpired and TypeUnsealable.
+const (
+	TypeKeyReused  = TypeMismatch
+	TypeKeyExpired = TypeExpired
+	TypeUnopenable = TypeUnsealable
 )
 
 // Problem is an RFC 9457 problem details object, written as
@@ -94,7 +104,7 @@ type Problem struct {
 	Title  string `json:"title"`
 	Status int    `json:"status"`
 	Detail string `json:"detail,omitempty"`
-	// Reference, for a [TypeKeyExpired] problem, is what the key's first
+	// Reference, for a [TypeExpired] problem, is what the key's first
 	// request created (its Location, or the member Config.ReferenceField
 	// names), which its record kept: fetch it. Sent as the Location
 	// header too. Empty when the request recorded none.
@@ -146,21 +156,21 @@ func (m *Middleware) answerError(w http.ResponseWriter, r *http.Request, err err
 	var p *Problem
 	switch o := m.core.Outcome(err); o.Kind {
 	case idemserve.Mismatch:
-		p = problem(http.StatusUnprocessableEntity, TypeKeyReused, "Idempotency-Key reused",
+		p = problem(http.StatusUnprocessableEntity, TypeMismatch, "Idempotency-Key reused",
 			"this %s was already used for a different request (another method, path, query or body); a retry must repeat the request exactly, and a new request needs a new key", HeaderIdempotencyKey)
 	case idemserve.FingerprintChanged:
 		p = problem(http.StatusUnprocessableEntity, TypeFingerprintChanged, "Idempotency-Key fingerprinted otherwise",
 			"this %s was used before the server changed which parts of a request it compares, so it cannot tell whether this request repeats that one; the request did not run; do not retry with this key: look the outcome up another way, or send a new request with a new key", HeaderIdempotencyKey)
 	case idemserve.Expired:
-		p = problem(http.StatusGone, TypeKeyExpired, "Idempotency-Key expired",
+		p = problem(http.StatusGone, TypeExpired, "Idempotency-Key expired",
 			"this %s was used, and its stored response is gone: its retention has passed; the request did not run again; do not retry with this key: look the outcome up another way, or send a new request with a new key", HeaderIdempotencyKey)
 		if o.Reference != "" {
-			p = problem(http.StatusGone, TypeKeyExpired, "Idempotency-Key expired",
+			p = problem(http.StatusGone, TypeExpired, "Idempotency-Key expired",
 				"this %s was used, and its stored response is gone: its retention has passed; the request did not run again; do not retry with this key: fetch what it created (the reference, also sent as Location), or send a new request with a new key", HeaderIdempotencyKey)
 			p.Reference = o.Reference
 		}
-	case idemserve.Unopenable:
-		p = problem(http.StatusNotImplemented, TypeUnopenable, "Stored response unreadable",
+	case idemserve.Unsealable:
+		p = problem(http.StatusNotImplemented, TypeUnsealable, "Stored response unreadable",
 			"this %s was used, and its request completed, but this server cannot read the response it stored (a key it was sealed with is not deployed here); the request did not run again; a retry will not succeed until the server is fixed: do not retry automatically", HeaderIdempotencyKey)
 	case idemserve.LeaseLost:
 		p = problem(http.StatusConflict, TypeInFlight, "Request taken over",

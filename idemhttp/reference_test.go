@@ -95,7 +95,7 @@ func TestExpiredReference(t *testing.T) {
 			}
 			for path, want := range map[string]string{"/v1/charges": "/v1/charges/ch_1", "/v1/orders": "42", "/v1/notes": ""} {
 				code, location, problem := post(srv, path)
-				if code != http.StatusGone || location != want || problem["type"] != idemhttp.TypeKeyExpired {
+				if code != http.StatusGone || location != want || problem["type"] != idemhttp.TypeExpired {
 					t.Errorf("POST %s past retention: %d, Location %q, problem %v; want 410 of type key-expired, Location %q", path, code, location, problem, want)
 				}
 				if got, _ := problem["reference"].(string); got != want {

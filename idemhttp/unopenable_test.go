@@ -42,7 +42,7 @@ func (l *logRecords) Handle(_ context.Context, r slog.Record) error {
 }
 
 // A record sealed with a key this process lacks cannot be replayed: the
-// answer is 501 of type TypeUnopenable, whose detail says a retry will
+// answer is 501 of type TypeUnsealable, whose detail says a retry will
 // not succeed until the key is deployed, and which idemclient does not
 // retry; the handler does not run again; the server logs it once per key
 // ID, with the fix.
@@ -121,9 +121,9 @@ func TestUnopenableRecord(t *testing.T) {
 			t.Fatal(err)
 		}
 		resp.Body.Close()
-		if resp.StatusCode != http.StatusNotImplemented || p.Type != idemhttp.TypeUnopenable || !strings.Contains(p.Detail, "will not succeed") ||
+		if resp.StatusCode != http.StatusNotImplemented || p.Type != idemhttp.TypeUnsealable || !strings.Contains(p.Detail, "will not succeed") ||
 			strings.Contains(p.Detail, "retry with the same") || resp.Header.Get("Retry-After") != "" {
-			t.Errorf("replay of %s sealed with a missing key: %d %+v; want 501 %s saying a retry will not succeed", key, resp.StatusCode, p, idemhttp.TypeUnopenable)
+			t.Errorf("replay of %s sealed with a missing key: %d %+v; want 501 %s saying a retry will not succeed", key, resp.StatusCode, p, idemhttp.TypeUnsealable)
 		}
 		if n := attempts.Load(); n != 1 {
 			t.Errorf("replay of %s: idemclient sent %d attempts, want 1", key, n)

@@ -27,7 +27,7 @@
 //     idempgx.TxFrom for pgx), both built on [TxFrom], and its claim
 //     ([ClaimFrom]) and request ([RequestFrom]);
 //   - what an error means for the client ([Server.Outcome]), logging once
-//     per key ID a record it cannot open (Unopenable), a fault of the
+//     per key ID a record it cannot open (Unsealable), a fault of the
 //     deployment that no retry cures.
 //
 // The Runner is the driver's adapter, an [idem.Runner]: [idem.NewSQLRunner]

@@ -14,7 +14,7 @@ type Outcome struct {
 	// RetryAfter is when to retry, for InFlight, LeaseLost, Contention
 	// and NotReplicated.
 	RetryAfter time.Duration
-	// KeyID names the key the record is sealed with, for Unopenable.
+	// KeyID names the key the record is sealed with, for Unsealable.
 	KeyID string
 	// Reference is what the key's first request created, for Expired:
 	// the reference its record kept ([idem.Response.Reference],
@@ -60,7 +60,7 @@ const (
 	// this request ([idem.ErrFingerprintChanged]): the server's selection
 	// changed since. Nothing ran. Not to be retried with this key.
 	FingerprintChanged
-	// Unopenable: the key's record completed, but its stored response
+	// Unsealable: the key's record completed, but its stored response
 	// cannot be opened ([idem.ErrUnsealable]): it is sealed with a key
 	// (KeyID) this process's sealer lacks, or it was changed. Nothing
 	// ran again. A server fault that a retry cannot cure until the key
@@ -68,7 +68,7 @@ const (
 	// 501, which idemclient does not retry; idemgrpc: INTERNAL; the
 	// consumer acks a redelivery, which was applied). The Server logs it
 	// once per key ID, with the fix.
-	Unopenable
+	Unsealable
 	// NotReplicated: with [Config.Standbys], the answer was decided and
 	// committed, but its commit had not reached the standbys within
 	// [Config.StandbyWait] ([idem.ErrNotReplicated]), so a failover could
@@ -78,14 +78,18 @@ const (
 	NotReplicated
 )
 
-// TakenOver is [LeaseLost]'s name in v0.1.0.
+// The names of v0.1.0, before each Kind took the name of the idem error
+// it stands for.
 //
-// Deprecated: use LeaseLost, the name [idem.ErrLeaseLost] and
-// [idem.EventLeaseLost] give the same condition.
-const TakenOver = LeaseLost
+// Deprecated: use LeaseLost for TakenOver ([idem.ErrLeaseLost]) and
+// Unsealable for Unopenable ([idem.ErrUnsealable]).
+const (
+	TakenOver  = LeaseLost
+	Unopenable = Unsealable
+)
 
 // Outcome says what err, an error of Serve that is not the handler's
-// own, tells the client. For Unopenable it logs err, the first time
+// own, tells the client. For Unsealable it logs err, the first time
 // only for each key ID.
 func (s *Server) Outcome(err error) Outcome {
 	var inFlight *idem.InFlightError
@@ -117,7 +121,7 @@ func (s *Server) Outcome(err error) Outcome {
 				"key_id", keyID, "err", err,
 				"fix", "give the Store a sealer that has this key (idem.WithSealer with idem.NewAESGCMSealer's keys, idem.ParseKeys), in every process; drop a key only after idem reseal has rewritten its records; see docs/operations.md, Sealing")
 		}
-		return Outcome{Kind: Unopenable, KeyID: keyID}
+		return Outcome{Kind: Unsealable, KeyID: keyID}
 	case errors.Is(err, idem.ErrLeaseLost):
 		return Outcome{Kind: LeaseLost, RetryAfter: s.cfg.RetryAfter}
 	case errors.As(err, &inFlight):

@@ -442,7 +442,7 @@ func httpReplay(t *testing.T, app *PaymentsApp, c *httpClient) {
 func httpReusedKey(t *testing.T, app *PaymentsApp, c *httpClient) {
 	key := uniqueKey("reused")
 	httpCreated(t, c.mustPost(t, key, 300), 300)
-	httpProblem(t, c.mustPost(t, key, 301), http.StatusUnprocessableEntity, idemhttp.TypeKeyReused)
+	httpProblem(t, c.mustPost(t, key, 301), http.StatusUnprocessableEntity, idemhttp.TypeMismatch)
 	if n, calls := app.rows(t, key), app.provider.callsOf(key); n != 1 || calls != 1 {
 		t.Fatalf("%d rows, %d provider calls; want 1 and 1", n, calls)
 	}

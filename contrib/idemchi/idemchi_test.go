@@ -124,7 +124,7 @@ func TestURLParams(t *testing.T) {
 	if status, body := post("acct-1"); status != 201 || body != "acct-1" {
 		t.Fatalf("acct-1 again: %d %q, want its replay", status, body)
 	}
-	if status, body := post("acct-2"); status != http.StatusUnprocessableEntity || !strings.Contains(body, idemhttp.TypeKeyReused) {
+	if status, body := post("acct-2"); status != http.StatusUnprocessableEntity || !strings.Contains(body, idemhttp.TypeMismatch) {
 		t.Fatalf("acct-2 with acct-1's key: %d %q, want a 422", status, body)
 	}
 }

@@ -73,7 +73,7 @@ type Config struct {
 	// reply, which the record keeps as idem.Response.Reference; nil, or
 	// "" for a reply: none. The record keeps it past its answer within
 	// the key memory, and a call refused then (FAILED_PRECONDITION,
-	// [ReasonKeyExpired]) carries it in its ErrorInfo's metadata under
+	// [ReasonExpired]) carries it in its ErrorInfo's metadata under
 	// "reference", so that the client can get the resource. Over
 	// idem.MaxReference bytes is an error (INTERNAL, logged, nothing
 	// stored).

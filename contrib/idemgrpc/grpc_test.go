@@ -364,18 +364,18 @@ func TestRetryPolicy(t *testing.T) {
 		}
 
 		r := call(withKey(ctx, "policy-1"), cc, methodCharge, 6)
-		checkStatus(t, r, codes.FailedPrecondition, idemgrpc.ReasonKeyReused)
+		checkStatus(t, r, codes.FailedPrecondition, idemgrpc.ReasonMismatch)
 		var pf *errdetails.PreconditionFailure
 		for _, d := range r.status.Details() {
 			if v, ok := d.(*errdetails.PreconditionFailure); ok {
 				pf = v
 			}
 		}
-		if pf == nil || pf.GetViolations()[0].GetType() != idemgrpc.ReasonKeyReused {
-			t.Fatalf("details %v; want a PreconditionFailure of type %s", r.status.Details(), idemgrpc.ReasonKeyReused)
+		if pf == nil || pf.GetViolations()[0].GetType() != idemgrpc.ReasonMismatch {
+			t.Fatalf("details %v; want a PreconditionFailure of type %s", r.status.Details(), idemgrpc.ReasonMismatch)
 		}
 		r = call(withKey(ctx, "policy-1"), cc, methodRefund, 5)
-		checkStatus(t, r, codes.FailedPrecondition, idemgrpc.ReasonKeyReused)
+		checkStatus(t, r, codes.FailedPrecondition, idemgrpc.ReasonMismatch)
 		before := count.of("policy-1")
 		call(withKey(ctx, "policy-1"), cc, methodCharge, 6)
 		if n := count.of("policy-1") - before; n != 1 {
@@ -888,7 +888,7 @@ func TestRetriedAttemptReadsFirst(t *testing.T) {
 }
 
 // A call whose stored answer is sealed with a key this server lacks is
-// INTERNAL with reason ReasonUnopenable, whose message says a retry will
+// INTERNAL with reason ReasonUnsealable, whose message says a retry will
 // not succeed (never "retry with the same idempotency key"); the handler
 // does not run again.
 func TestUnopenableAnswer(t *testing.T) {
@@ -915,9 +915,9 @@ func TestUnopenableAnswer(t *testing.T) {
 				reason = info.Reason
 			}
 		}
-		if r.status.Code() != codes.Internal || reason != idemgrpc.ReasonUnopenable || !strings.Contains(r.status.Message(), "will not succeed") ||
+		if r.status.Code() != codes.Internal || reason != idemgrpc.ReasonUnsealable || !strings.Contains(r.status.Message(), "will not succeed") ||
 			strings.Contains(r.status.Message(), "retry with the same") {
-			t.Errorf("a replay sealed with a missing key: %v (reason %q); want INTERNAL %s saying a retry will not succeed", r, reason, idemgrpc.ReasonUnopenable)
+			t.Errorf("a replay sealed with a missing key: %v (reason %q); want INTERNAL %s saying a retry will not succeed", r, reason, idemgrpc.ReasonUnsealable)
 		}
 		if n := a.calls.Load(); n != 1 {
 			t.Errorf("the handler ran %d times, want 1", n)
@@ -1001,7 +1001,7 @@ func TestKeyMemoryPerMethod(t *testing.T) {
 		if _, err := s.Purge(t.Context(), e.db, 10); err != nil {
 			t.Fatal(err)
 		}
-		info := checkStatus(t, call(ctx, cc, methodCharge, 40), codes.FailedPrecondition, idemgrpc.ReasonKeyExpired)
+		info := checkStatus(t, call(ctx, cc, methodCharge, 40), codes.FailedPrecondition, idemgrpc.ReasonExpired)
 		if got := info.GetMetadata()["reference"]; id == "" || got != "charges/"+id {
 			t.Errorf("the refusal's ErrorInfo names reference %q, want %q", got, "charges/"+id)
 		}

@@ -184,8 +184,8 @@ func TestFingerprintSelection(t *testing.T) {
 			"counted tenant": payment(100, "eur", "12:00:00", "t-1", "other"),
 			"absent meta":    payment(100, "eur", "12:00:00", "", ""),
 		} {
-			if r := pay(ctx, cc, "sel-1", in); r.status.Code() != codes.FailedPrecondition || reason(r.status) != idemgrpc.ReasonKeyReused {
-				t.Fatalf("%s changed: %v; want FAILED_PRECONDITION %s", name, r.status, idemgrpc.ReasonKeyReused)
+			if r := pay(ctx, cc, "sel-1", in); r.status.Code() != codes.FailedPrecondition || reason(r.status) != idemgrpc.ReasonMismatch {
+				t.Fatalf("%s changed: %v; want FAILED_PRECONDITION %s", name, r.status, idemgrpc.ReasonMismatch)
 			}
 		}
 

@@ -32,18 +32,18 @@ const (
 	// bytes or not visible ASCII, or the call carries two metadata values
 	// of it, or a KeyField and metadata that differ.
 	ReasonInvalidKey = "IDEMPOTENCY_KEY_INVALID"
-	// ReasonKeyReused (FAILED_PRECONDITION): the key was already used in
+	// ReasonMismatch (FAILED_PRECONDITION): the key was already used in
 	// this scope for another request (another method or message). Do not
 	// retry: a new request needs a new key.
-	ReasonKeyReused = "IDEMPOTENCY_KEY_REUSED"
-	// ReasonKeyExpired (FAILED_PRECONDITION): the key was used and its
+	ReasonMismatch = "IDEMPOTENCY_KEY_REUSED"
+	// ReasonExpired (FAILED_PRECONDITION): the key was used and its
 	// stored answer is gone: its retention has passed, and the server
 	// keeps the key for its key memory (idem.WithKeyMemory) so that the
 	// call does not run a second time. Nothing ran. Do not retry with
 	// this key. When the call recorded what it created
 	// ([Config].Reference), the ErrorInfo's metadata holds it under
 	// "reference": get that resource instead.
-	ReasonKeyExpired = "IDEMPOTENCY_KEY_EXPIRED"
+	ReasonExpired = "IDEMPOTENCY_KEY_EXPIRED"
 	// ReasonFingerprintChanged (FAILED_PRECONDITION): the key was used
 	// before the server changed which fields of the method's request count
 	// ([Config].FingerprintFields, FingerprintIgnore), so it cannot tell a
@@ -57,20 +57,19 @@ const (
 	// ReasonLeaseLost (UNAVAILABLE, with RetryInfo): in
 	// [idemserve.ModeClaim], this call ran past its lease and a retry took
 	// the key over (idem.ErrLeaseLost); nothing of it was stored. Retry to
-	// get the result of the call that took over. Its value is unchanged
-	// from ReasonTakenOver's, so clients that match it go on matching.
+	// get the result of the call that took over.
 	ReasonLeaseLost = "IDEMPOTENCY_KEY_TAKEN_OVER"
 	// ReasonContention (UNAVAILABLE, with RetryInfo): the transaction kept
 	// failing with serialization failures or deadlocks. Nothing was
 	// stored; retry with the same key.
 	ReasonContention = "IDEMPOTENCY_CONTENTION"
-	// ReasonUnopenable (INTERNAL): the key's call completed, but the
+	// ReasonUnsealable (INTERNAL): the key's call completed, but the
 	// server cannot open the answer it stored: it is sealed with a key
 	// this server lacks (idem.ErrUnsealable), a fault of its deployment
 	// that it logs. The call did not run again. A retry will not succeed
 	// until the server is fixed: INTERNAL, which gRPC's retry policies do
 	// not retry unless told to, and a message that says not to.
-	ReasonUnopenable = "IDEMPOTENCY_RECORD_UNOPENABLE"
+	ReasonUnsealable = "IDEMPOTENCY_RECORD_UNOPENABLE"
 	// ReasonNotReplicated (UNAVAILABLE, with RetryInfo): with
 	// [Config.Standbys], the call's answer was committed on the primary
 	// but had not reached the standbys within [Config.StandbyWait], so a
@@ -84,11 +83,17 @@ const (
 	ReasonInternal = "IDEMPOTENCY_INTERNAL"
 )
 
-// ReasonTakenOver is [ReasonLeaseLost]'s name in v0.1.0, with the
-// same value.
+// The names of v0.1.0, before each reason took the name of the idem
+// error it stands for. Their values, what a client sees, are unchanged.
 //
-// Deprecated: use ReasonLeaseLost.
-const ReasonTakenOver = ReasonLeaseLost
+// Deprecated: use ReasonMismatch, ReasonExpired, ReasonLeaseLost and
+// ReasonUnsealable.
+const (
+	ReasonKeyReused  = ReasonMismatch
+	ReasonKeyExpired = ReasonExpired
+	ReasonTakenOver  = ReasonLeaseLost
+	ReasonUnopenable = ReasonUnsealable
+)
 
 // statusError is an error of the interceptor: code and message, an
 // ErrorInfo with reason, then details.
@@ -127,10 +132,10 @@ func (i *Interceptor) answerError(ctx context.Context, method, key string, err e
 	}
 	switch o := i.core.Outcome(err); o.Kind {
 	case idemserve.Mismatch:
-		return statusError(codes.FailedPrecondition, ReasonKeyReused,
+		return statusError(codes.FailedPrecondition, ReasonMismatch,
 			fmt.Sprintf("idempotency key %q was already used for a different request (another method, or another request message); a retry must repeat the request exactly, and a new request needs a new key", key),
 			&errdetails.PreconditionFailure{Violations: []*errdetails.PreconditionFailure_Violation{{
-				Type: ReasonKeyReused, Subject: i.keySubject(), Description: "the idempotency key belongs to another request"}}})
+				Type: ReasonMismatch, Subject: i.keySubject(), Description: "the idempotency key belongs to another request"}}})
 	case idemserve.FingerprintChanged:
 		return statusError(codes.FailedPrecondition, ReasonFingerprintChanged,
 			fmt.Sprintf("idempotency key %q was used before the server changed which fields of this method's request it compares, so it cannot tell whether this call repeats that one; the call did not run; do not retry with this key: look the outcome up another way, or send a new request with a new key", key),
@@ -143,11 +148,11 @@ func (i *Interceptor) answerError(ctx context.Context, method, key string, err e
 			msg += fmt.Sprintf("; it created %s (the ErrorInfo's metadata \"reference\"): get that instead", o.Reference)
 			meta = map[string]string{"reference": o.Reference}
 		}
-		return statusErrorWith(codes.FailedPrecondition, ReasonKeyExpired, msg, meta,
+		return statusErrorWith(codes.FailedPrecondition, ReasonExpired, msg, meta,
 			&errdetails.PreconditionFailure{Violations: []*errdetails.PreconditionFailure_Violation{{
-				Type: ReasonKeyExpired, Subject: i.keySubject(), Description: "the idempotency key's answer is gone"}}})
-	case idemserve.Unopenable:
-		return statusError(codes.Internal, ReasonUnopenable,
+				Type: ReasonExpired, Subject: i.keySubject(), Description: "the idempotency key's answer is gone"}}})
+	case idemserve.Unsealable:
+		return statusError(codes.Internal, ReasonUnsealable,
 			fmt.Sprintf("%s was used, and its call completed, but this server cannot read the answer it stored (a key it was sealed with is not deployed here); the call did not run again; a retry will not succeed until the server is fixed: do not retry automatically", callWith(key)))
 	case idemserve.LeaseLost:
 		return retryLater(ctx, o.RetryAfter, ReasonLeaseLost,

@@ -93,7 +93,7 @@ func (c *consumer) wrap(h message.HandlerFunc) message.HandlerFunc {
 				c.cfg.Logger.InfoContext(ctx, "idemwatermill: a redelivery of a message applied before, past its record's retention, is acked without running",
 					"message", msg.UUID, "scope", req.Scope, "reference", c.core.Outcome(err).Reference)
 				return nil, nil
-			case c.core.Outcome(err).Kind == idemserve.Unopenable:
+			case c.core.Outcome(err).Kind == idemserve.Unsealable:
 				// Applied by an earlier delivery, whose record this
 				// process cannot open (the Server logged it, once per
 				// key ID): the router acks it, and nothing runs again; a

@@ -462,10 +462,10 @@ func testHTTPProblems(t *testing.T) {
 		}
 		r, err = post(c, srv.URL+"/v1/charges", `{"amount": 2}`, "reuse-1")
 		must(t, err)
-		checkProblem(t, r, http.StatusUnprocessableEntity, idemhttp.TypeKeyReused, "a new request needs a new key")
+		checkProblem(t, r, http.StatusUnprocessableEntity, idemhttp.TypeMismatch, "a new request needs a new key")
 		r, err = post(c, srv.URL+"/v1/refunds", `{"amount": 1}`, "reuse-1")
 		must(t, err)
-		checkProblem(t, r, http.StatusUnprocessableEntity, idemhttp.TypeKeyReused, "different request")
+		checkProblem(t, r, http.StatusUnprocessableEntity, idemhttp.TypeMismatch, "different request")
 		if n := api.calls.Load(); n != 2 {
 			t.Fatalf("handler ran %d times, want 2 (exact-1 and reuse-1)", n)
 		}

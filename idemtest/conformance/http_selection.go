@@ -33,10 +33,10 @@ func testHTTPFingerprintSelection(t *testing.T) {
 		}
 		r, err = post(c, url, `{"amount":1000,"currency":"eur","sent_at":"12:00:09"}`, "sel-1")
 		must(t, err)
-		checkProblem(t, r, http.StatusUnprocessableEntity, idemhttp.TypeKeyReused, "different request")
+		checkProblem(t, r, http.StatusUnprocessableEntity, idemhttp.TypeMismatch, "different request")
 		r, err = post(c, url, `{"currency":"eur","sent_at":"12:00:09"}`, "sel-1")
 		must(t, err)
-		checkProblem(t, r, http.StatusUnprocessableEntity, idemhttp.TypeKeyReused, "different request")
+		checkProblem(t, r, http.StatusUnprocessableEntity, idemhttp.TypeMismatch, "different request")
 
 		// A counted field absent at first counts as absent: the same
 		// body without it replays, one that adds it is another request.
@@ -54,7 +54,7 @@ func testHTTPFingerprintSelection(t *testing.T) {
 		}
 		r, err = post(c, url, `{"amount":7,"currency":null}`, "sel-3")
 		must(t, err)
-		checkProblem(t, r, http.StatusUnprocessableEntity, idemhttp.TypeKeyReused, "different request")
+		checkProblem(t, r, http.StatusUnprocessableEntity, idemhttp.TypeMismatch, "different request")
 
 		// A body that is not JSON is refused before the Store sees it.
 		req, err := http.NewRequest(http.MethodPost, url, strings.NewReader("amount=100"))

@@ -127,7 +127,7 @@ func checkHTTPReference(t *testing.T, e *env, s, plain *store) {
 	var problem struct{ Type, Reference string }
 	must(t, json.Unmarshal(late.body, &problem))
 	if late.status != http.StatusGone || late.header.Get("Location") != "/v1/charges/ch_http" ||
-		problem.Type != idemhttp.TypeKeyExpired || problem.Reference != "/v1/charges/ch_http" {
+		problem.Type != idemhttp.TypeExpired || problem.Reference != "/v1/charges/ch_http" {
 		t.Errorf("a late retry over HTTP: %d, Location %q, %s; want 410 of type key-expired with the reference as Location and member",
 			late.status, late.header.Get("Location"), late.body)
 	}
