@@ -132,26 +132,17 @@ func checkIdent(p string) error {
 	return nil
 }
 
-// table is a Store's table name, as the statements name it.
-type table struct {
-	parts  []string // one, or a schema and the table
-	quoted string   // the whole name, quoted in the dialect's way
-	// schemaName is the schema of a table named without one, as the
-	// statements name it: nil for the connection's (MySQL: DATABASE()).
-	schemaName any
-}
-
 // base is the table's own name, without its schema: the prefix of its
 // indexes' names.
-func (t table) base() string { return t.parts[len(t.parts)-1] }
+func (s *statements) base() string { return s.parts[len(s.parts)-1] }
 
-// schema is the table's schema, or schemaName when it was named without
-// one.
-func (t table) schema() any {
-	if len(t.parts) == 2 {
-		return t.parts[0]
+// schema is the table's schema: the one it was named with, else the
+// Statements' Schema.
+func (s *statements) schema() any {
+	if len(s.parts) == 2 {
+		return s.parts[0]
 	}
-	return t.schemaName
+	return s.Schema
 }
 
 // Statements are a dialect's statements for one table, as data: each
@@ -406,8 +397,10 @@ type statements struct {
 	// wait for its replicas; then NoReplicationWait says what the
 	// database offers instead.
 	replicated, flushed Statement
-	// table is the table they are for.
-	table table
+	// parts is the name of the table they are for: one part, or a schema
+	// and the table. Its quoted name and the schema of a name without one
+	// are the Statements' Quoted and Schema.
+	parts []string
 }
 
 // Statement is one statement of a dialect's, whole, with what it takes
@@ -460,14 +453,14 @@ const (
 	argEnd                    // no Arg: the number of them
 )
 
-// rendered returns s with the table's name in every statement's text and
-// every migration, in place of the template's.
-func (s *statements) rendered(t table, ddl []schema.Migration) *statements {
-	s.table = t
-	s.Quoted, s.Schema = t.quoted, t.schemaName
-	s.Migrations = migrationStatements(ddl, t.quoted, t.base())
+// rendered returns s for the table named by parts, quoted as quoted, whose
+// schema when parts names none is schemaName: with its name in every
+// statement's text and every migration, in place of the template's.
+func (s *statements) rendered(parts []string, quoted string, schemaName any, ddl []schema.Migration) *statements {
+	s.parts, s.Quoted, s.Schema = parts, quoted, schemaName
+	s.Migrations = migrationStatements(ddl, quoted, s.base())
 	for _, st := range s.all() {
-		st.SQL = render(st.SQL, t.quoted, t.base())
+		st.SQL = render(st.SQL, quoted, s.base())
 	}
 	return s
 }

@@ -110,7 +110,7 @@ func myStatements(parts []string, ddl []schema.Migration, insert string, insertR
 		purgeHeld: Statement{myPurgeHeld, args(ArgFrom, ArgKeyMemory, ArgLimit)},
 		stripHeld: Statement{myStripHeld, args(ArgFrom, ArgTo, ArgKeyMemory, ArgLimit, ArgKeyMemory)},
 		columns:   columnsProbe,
-	}).rendered(table{parts: parts, quoted: quoted}, ddl)
+	}).rendered(parts, quoted, nil, ddl)
 }
 
 // myNoReplicationWait is what MySQL and MariaDB offer in place of

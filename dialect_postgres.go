@@ -88,7 +88,7 @@ func (postgresDialect) statements(parts []string) *statements {
 		columns:                columnsProbe,
 		replicated:             Statement{SQL: pgReplicated},
 		flushed:                Statement{SQL: pgFlushed},
-	}).rendered(table{parts: parts, quoted: quoted}, schema.Postgres)
+	}).rendered(parts, quoted, nil, schema.Postgres)
 	if len(parts) == 2 {
 		// An index is dropped by its name in its table's schema, which is
 		// not on the search_path.

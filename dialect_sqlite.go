@@ -89,7 +89,7 @@ func (sqliteDialect) statements(parts []string) *statements {
 			NoReplicationWait: "SQLite has no standbys; a replicated SQLite (Litestream, LiteFS) is outside what idem can wait for",
 		},
 		columns: columnsProbe,
-	}).rendered(table{parts: parts, quoted: quoted, schemaName: "main"}, schema.SQLite)
+	}).rendered(parts, quoted, "main", schema.SQLite)
 	if len(parts) == 2 {
 		// SQLite qualifies an index's name with the schema (the attached
 		// database) and never the table it is on.

@@ -90,7 +90,7 @@ func (tidbDialect) statements(parts []string) *statements {
 		{&st.LegacyPurge, Statement{tidbLegacyPurge, append(legacy, ArgTo)}},
 	} {
 		*b.st = b.to
-		b.st.SQL = render(b.st.SQL, st.table.quoted, st.table.base())
+		b.st.SQL = render(b.st.SQL, st.Quoted, st.base())
 	}
 	return st
 }

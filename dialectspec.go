@@ -147,13 +147,13 @@ func internalStatements(pub Statements, parts []string) *statements {
 	return &statements{
 		Statements: pub,
 		columns:    Statement{SQL: render(columnsProbeSQL, pub.Quoted, parts[len(parts)-1])},
-		table:      table{parts: parts, quoted: pub.Quoted, schemaName: pub.Schema},
+		parts:      parts,
 	}
 }
 
 // checkStatements says what st lacks, or returns "".
 func checkStatements(st *statements) string {
-	if st.table.quoted == "" {
+	if st.Quoted == "" {
 		return "Statements: no Quoted table name"
 	}
 	if len(st.Migrations) == 0 {

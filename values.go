@@ -69,13 +69,13 @@ func (s *statements) query(st Statement, v *values) Query {
 		case ArgLimit:
 			args[i] = v.limit
 		case ArgSchema:
-			args[i] = s.table.schema()
+			args[i] = s.schema()
 		case ArgBase:
-			args[i] = s.table.base()
+			args[i] = s.base()
 		case ArgQuoted:
-			args[i] = s.table.quoted
+			args[i] = s.Quoted
 		case ArgIndex:
-			args[i] = s.table.base() + "_expires_at_idx"
+			args[i] = s.base() + "_expires_at_idx"
 		case ArgIndexName:
 			args[i] = v.indexName
 		}
